@@ -1,0 +1,29 @@
+# The two commands of the README: `make run` and `make test`. Both bootstrap .venv on a fresh machine.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+
+.PHONY: run test lint
+
+$(VENV)/.requirements: requirements.txt
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is needed; set PYTHON=python3.11")'
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	touch $@
+
+$(VENV)/.requirements-dev: $(VENV)/.requirements requirements-dev.txt
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	touch $@
+
+run: $(VENV)/.requirements
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py bootstrap_demo
+	$(PY) manage.py runportal
+
+test: $(VENV)/.requirements-dev
+	$(PY) -m pytest
+
+lint: $(VENV)/.requirements-dev
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .

@@ -1,0 +1,1 @@
+"""Billing: rate cards, the per-job ledger of hours held, and its exports."""

@@ -1,0 +1,75 @@
+"""RateCard and LedgerEntry. Ledger rows are written once and never updated or deleted."""
+
+from decimal import Decimal
+
+from django.db import models
+from django.utils import timezone
+
+from portal.models import Organisation, TimeStamped
+
+
+class RateCard(TimeStamped):
+    """The price of one GPU-hour from a moment on; the newest card in force prices a hold."""
+
+    rate_per_gpu_hour = models.DecimalField(max_digits=10, decimal_places=4)
+    currency = models.CharField(max_length=3, default="USD")
+    effective_from = models.DateTimeField(default=timezone.now)
+    note = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["-effective_from"]
+
+    def __str__(self) -> str:
+        return f"{self.rate_per_gpu_hour} {self.currency}/GPU-hour from {self.effective_from:%Y-%m-%d %H:%M}"
+
+    @classmethod
+    def in_force(cls, at=None) -> "RateCard | None":
+        return cls.objects.filter(effective_from__lte=at or timezone.now()).order_by("-effective_from").first()
+
+
+class LedgerEntryQuerySet(models.QuerySet):
+    def update(self, **kwargs):
+        raise TypeError("Ledger entries are never updated.")
+
+    def delete(self):
+        raise TypeError("Ledger entries are never deleted.")
+
+
+class LedgerEntry(models.Model):
+    class Kind(models.TextChoices):
+        HOLD = "hold", "GPU hold"
+
+    organisation = models.ForeignKey(Organisation, on_delete=models.PROTECT, related_name="ledger_entries")
+    job = models.ForeignKey("jobs.Job", on_delete=models.PROTECT, related_name="ledger_entries")
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    gpus = models.PositiveIntegerField()
+    held_from = models.DateTimeField()
+    held_to = models.DateTimeField()
+    seconds = models.PositiveBigIntegerField(help_text="Seconds held, counted per started second.")
+    gpu_hours = models.DecimalField(max_digits=14, decimal_places=6)
+    rate = models.DecimalField(max_digits=10, decimal_places=4)
+    currency = models.CharField(max_length=3)
+    amount = models.DecimalField(max_digits=14, decimal_places=4)
+    created = models.DateTimeField(default=timezone.now, editable=False)
+
+    objects = LedgerEntryQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-held_to", "-pk"]
+        verbose_name_plural = "ledger entries"
+        constraints = [models.UniqueConstraint(fields=["job", "kind"], name="one_entry_per_job_and_kind")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} of job {self.job_id}: {self.gpu_hours} GPU-h"
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None:
+            raise TypeError("Ledger entries are never updated.")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise TypeError("Ledger entries are never deleted.")
+
+    @property
+    def amount_display(self) -> Decimal:
+        return self.amount.quantize(Decimal("0.01"))

@@ -1,0 +1,65 @@
+"""The organisation's ledger: on a page, and exported as CSV and JSON."""
+
+import csv
+
+from django.contrib.auth.decorators import login_required
+from django.db.models import Sum
+from django.http import HttpResponse, JsonResponse
+from django.shortcuts import render
+
+from billing.models import LedgerEntry
+from jobs.services import organisation_for
+
+COLUMNS = ("job", "kind", "gpus", "held_from", "held_to", "seconds", "gpu_hours", "rate", "currency", "amount")
+
+
+def _entries(request):
+    organisation = organisation_for(request.user)
+    if organisation is None:
+        return None
+    return LedgerEntry.objects.filter(organisation=organisation).order_by("-held_to", "-pk")
+
+
+def _row(entry: LedgerEntry) -> dict:
+    return {
+        "job": entry.job_id,
+        "kind": entry.kind,
+        "gpus": entry.gpus,
+        "held_from": entry.held_from.isoformat(),
+        "held_to": entry.held_to.isoformat(),
+        "seconds": entry.seconds,
+        "gpu_hours": str(entry.gpu_hours),
+        "rate": str(entry.rate),
+        "currency": entry.currency,
+        "amount": str(entry.amount),
+    }
+
+
+@login_required
+def ledger(request):
+    entries = _entries(request)
+    if entries is None:
+        return render(request, "jobs/no_organisation.html", status=403)
+    totals = entries.aggregate(gpu_hours=Sum("gpu_hours"), amount=Sum("amount"))
+    return render(request, "billing/ledger.html", {"entries": entries, "totals": totals})
+
+
+@login_required
+def ledger_csv(request):
+    entries = _entries(request)
+    if entries is None:
+        return HttpResponse("Your account is not in an organisation.", status=403, content_type="text/plain")
+    response = HttpResponse(content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = 'attachment; filename="ledger.csv"'
+    writer = csv.DictWriter(response, fieldnames=COLUMNS)
+    writer.writeheader()
+    writer.writerows(_row(entry) for entry in entries.iterator())
+    return response
+
+
+@login_required
+def ledger_json(request):
+    entries = _entries(request)
+    if entries is None:
+        return JsonResponse({"error": "Your account is not in an organisation."}, status=403)
+    return JsonResponse({"entries": [_row(entry) for entry in entries.iterator()]})

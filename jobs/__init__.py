@@ -1,0 +1,1 @@
+"""Jobs: the dataset pass from submission to output, its shards, and the GPUs it holds."""

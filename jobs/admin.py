@@ -1,0 +1,67 @@
+from django.contrib import admin, messages
+
+from jobs import lifecycle
+from jobs.models import Allocation, Gpu, Job, JobEvent, Node, Shard
+
+
+class ReadOnlyInline(admin.TabularInline):
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+class ShardInline(ReadOnlyInline):
+    model = Shard
+    fields = ["index", "first_record", "record_count", "status", "attempts", "gpu", "records_out", "records_rejected"]
+
+
+class AllocationInline(ReadOnlyInline):
+    model = Allocation
+    fields = ["gpu", "held_from", "held_to"]
+
+
+class EventInline(ReadOnlyInline):
+    model = JobEvent
+    fields = ["state", "at", "message"]
+
+
+@admin.register(Job)
+class JobAdmin(admin.ModelAdmin):
+    list_display = ["id", "organisation", "work", "state", "gpus", "hours", "records_total", "created"]
+    list_filter = ["state", "work", "organisation"]
+    search_fields = ["id", "source_name", "organisation__name"]
+    readonly_fields = [field.name for field in Job._meta.fields]
+    inlines = [EventInline, AllocationInline, ShardInline]
+    actions = ["cancel"]
+
+    def has_add_permission(self, request):
+        return False
+
+    @admin.action(description="Cancel the selected jobs (releases their GPUs)")
+    def cancel(self, request, queryset):
+        cancelled = [job.pk for job in queryset if lifecycle.cancel(job, by=request.user)]
+        messages.success(request, f"Cancelled {len(cancelled)} job(s).")
+
+
+class GpuInline(admin.TabularInline):
+    model = Gpu
+    extra = 0
+    fields = ["index", "kind", "name", "uuid", "memory_mb", "queue", "last_seen"]
+    readonly_fields = fields
+
+
+@admin.register(Node)
+class NodeAdmin(admin.ModelAdmin):
+    list_display = ["name", "hostname", "driver", "last_seen"]
+    inlines = [GpuInline]
+
+
+@admin.register(Gpu)
+class GpuAdmin(admin.ModelAdmin):
+    list_display = ["__str__", "kind", "memory_mb", "queue", "last_seen"]
+    list_filter = ["kind", "node"]

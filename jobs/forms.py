@@ -1,0 +1,65 @@
+"""The job form: work, data, request and retention, checked as the CLI checks them."""
+
+from django import forms
+from django.conf import settings
+from django.core.validators import MaxValueValidator
+
+from jobs import processors
+from jobs.models import Job
+
+
+def param_field_name(processor: processors.Processor, param: processors.Param) -> str:
+    return f"param-{processor.name}-{param.name}"
+
+
+class JobForm(forms.Form):
+    data = forms.FileField(
+        label="Dataset", help_text="A CSV file with a header row, or JSONL (one JSON object per line)."
+    )
+    work = forms.ChoiceField(label="Work", widget=forms.RadioSelect)
+    gpus = forms.IntegerField(label="GPUs", min_value=1, initial=2)
+    hours = forms.DecimalField(label="Hours", min_value=0.01, decimal_places=2, max_digits=7, initial=1)
+    shape = forms.ChoiceField(
+        label="Shape", choices=Job.Shape.choices, initial=Job.Shape.SHORT_WIDE, widget=forms.RadioSelect
+    )
+    retention = forms.ChoiceField(
+        label="After the job, the staged copy of the data is",
+        choices=[("delete", "deleted when the job ends"), ("keep", "kept for")],
+        initial="delete",
+        widget=forms.RadioSelect,
+    )
+    keep_days = forms.IntegerField(label="days", min_value=1, initial=7, required=False)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        kinds = processors.available()
+        self.fields["work"].choices = [(p.name, f"{p.name}: {p.description}") for p in kinds]
+        if len(kinds) == 1:
+            self.fields["work"].initial = kinds[0].name
+        self.fields["keep_days"].validators.append(MaxValueValidator(settings.E31_MAX_RETENTION_DAYS))
+        self.fields["keep_days"].widget.attrs["max"] = settings.E31_MAX_RETENTION_DAYS
+        for processor in kinds:
+            for param in processor.params:
+                self.fields[param_field_name(processor, param)] = forms.CharField(
+                    label=param.name, required=False, initial=param.default, help_text=param.help
+                )
+
+    def param_groups(self):
+        """(processor, bound fields) for each work kind, so the template can show its parameters."""
+        return [
+            (processor, [self[param_field_name(processor, param)] for param in processor.params])
+            for processor in processors.available()
+        ]
+
+    def clean(self):
+        cleaned = super().clean()
+        if cleaned.get("retention") == "keep" and not cleaned.get("keep_days"):
+            self.add_error("keep_days", "Say how many days to keep the staged copy.")
+        return cleaned
+
+    def retention_days(self) -> int:
+        return self.cleaned_data["keep_days"] if self.cleaned_data["retention"] == "keep" else 0
+
+    def params(self) -> dict[str, str]:
+        processor = processors.get(self.cleaned_data["work"])
+        return {param.name: self.cleaned_data.get(param_field_name(processor, param), "") for param in processor.params}

@@ -1,0 +1,131 @@
+"""The job lifecycle: one small function per transition, each a conditional UPDATE that wins once."""
+
+import logging
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from jobs.models import ENDED, Allocation, Gpu, Job, JobEvent, Shard, State
+from jobs.signals import hold_released, hold_started
+
+log = logging.getLogger(__name__)
+
+TRANSITIONS: dict[str, tuple[str, ...]] = {
+    State.SUBMITTED: (State.STAGING, State.FAILED, State.CANCELLED),
+    State.STAGING: (State.QUEUED, State.FAILED, State.CANCELLED),
+    State.QUEUED: (State.RUNNING, State.FAILED, State.CANCELLED),
+    State.RUNNING: (State.FINISHING, State.FAILED, State.CANCELLED, State.TIMED_OUT),
+    State.FINISHING: (State.SUCCEEDED, State.FAILED),
+}
+
+
+def move(job_id: int, frm: str | tuple[str, ...], to: str, message: str = "", **fields) -> bool:
+    """Move a job from one of `frm` to `to`; False when another process moved it first."""
+    sources = (frm,) if isinstance(frm, str) else frm
+    for source in sources:
+        if to not in TRANSITIONS.get(source, ()):
+            raise ValueError(f"a job cannot go from {source} to {to}")
+    now = timezone.now()
+    if to in ENDED:
+        fields.setdefault("ended_at", now)
+    with transaction.atomic():
+        moved = Job.objects.filter(pk=job_id, state__in=sources).update(state=to, modified=now, **fields)
+        if moved:
+            JobEvent.objects.create(job_id=job_id, state=to, at=now, message=message)
+    return bool(moved)
+
+
+def hold(job: Job, gpus: list[Gpu]) -> list[Allocation]:
+    """Start the job's hold on these GPUs: queued → running, one Allocation per GPU, all or none."""
+    now = timezone.now()
+    try:
+        with transaction.atomic():
+            if not move(job.pk, State.QUEUED, State.RUNNING, started_at=now):
+                return []
+            allocations = [Allocation.objects.create(job=job, gpu=gpu, held_from=now) for gpu in gpus]
+    except IntegrityError:
+        # Another scheduler took one of these GPUs first; the job stays queued.
+        return []
+    hold_started.send(sender=Job, job=job, gpus=len(gpus), held_from=now)
+    return allocations
+
+
+def release(job: Job) -> bool:
+    """End the job's hold: held_to on every open allocation, and one ledger entry. Safe to repeat."""
+    now = timezone.now()
+    with transaction.atomic():
+        open_holds = list(Allocation.objects.select_for_update().filter(job=job, held_to__isnull=True))
+        if not open_holds:
+            return False
+        Allocation.objects.filter(pk__in=[a.pk for a in open_holds]).update(held_to=now, modified=now)
+        held_from = min(a.held_from for a in open_holds)
+        hold_released.send(sender=Job, job=job, gpus=len(open_holds), held_from=held_from, held_to=now)
+    schedule_on_commit()
+    return True
+
+
+def finish_pass(job: Job) -> bool:
+    """The last shard is done: running → finishing, release the GPUs, assemble the output off them."""
+    with transaction.atomic():
+        if not move(job.pk, State.RUNNING, State.FINISHING, message="last shard done; GPUs released"):
+            return False
+        release(job)
+        _assemble_on_commit(job.pk)
+    return True
+
+
+def fail(job: Job, reason: str) -> bool:
+    with transaction.atomic():
+        current = Job.objects.values_list("state", flat=True).get(pk=job.pk)
+        if current in ENDED or not move(job.pk, current, State.FAILED, message=reason, error=reason):
+            return False
+        _stop(job)
+    return True
+
+
+def cancel(job: Job, by=None) -> bool:
+    """Cancel before the pass ends; GPUs are released at once and finished shards kept."""
+    who = f" by {by}" if by else ""
+    with transaction.atomic():
+        frm = (State.SUBMITTED, State.STAGING, State.QUEUED, State.RUNNING)
+        if not move(job.pk, frm, State.CANCELLED, message=f"cancelled{who}"):
+            return False
+        _stop(job)
+    return True
+
+
+def time_out(job: Job) -> bool:
+    with transaction.atomic():
+        reason = f"ran past its {job.hours} h limit"
+        if not move(job.pk, State.RUNNING, State.TIMED_OUT, message=reason, error=f"The job {reason}."):
+            return False
+        _stop(job)
+    return True
+
+
+def _stop(job: Job) -> None:
+    """After a job ends early: release its GPUs, return running shards, keep what finished."""
+    release(job)
+    Shard.objects.filter(job=job, status=Shard.Status.RUNNING).update(status=Shard.Status.PENDING, claim="")
+    if Shard.objects.filter(job=job, status=Shard.Status.DONE).exists():
+        _assemble_on_commit(job.pk)
+    else:
+        _purge_on_commit(job.pk)
+
+
+def schedule_on_commit() -> None:
+    from jobs import tasks
+
+    tasks.schedule.delay_on_commit()
+
+
+def _assemble_on_commit(job_id: int) -> None:
+    from jobs import tasks
+
+    tasks.assemble.delay_on_commit(job_id)
+
+
+def _purge_on_commit(job_id: int) -> None:
+    from jobs import tasks
+
+    tasks.purge_staged_copy_if_due.delay_on_commit(job_id)

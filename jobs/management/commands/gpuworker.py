@@ -1,0 +1,79 @@
+"""`manage.py gpuworker`: the worker side of one machine.
+
+One Celery worker process per GPU found by NVML (or per CPU slot), pinned to it and consuming a
+queue of its own, plus one worker for the control queue (staging, scheduling, assembly). The node
+and its slots are registered and kept alive with heartbeats; a worker that dies is restarted.
+"""
+
+import os
+import signal
+import sys
+
+from django.conf import settings
+from django.core.management.base import BaseCommand
+from django.db import close_old_connections
+
+from jobs.workers import node as nodes
+from jobs.workers import nvml
+from portal.procs import Children, StopRequested
+
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+
+
+def celery_worker(queue: str, name: str, concurrency: int = 1) -> list[str]:
+    return [
+        sys.executable, "-m", "celery", "-A", "portal", "worker",
+        "--queues", queue, "--hostname", name, "--concurrency", str(concurrency),
+        "--prefetch-multiplier", "1", "--without-gossip", "--without-mingle", "--without-heartbeat",
+        "--loglevel", "INFO",
+    ]  # fmt: skip
+
+
+class Command(BaseCommand):
+    help = "Run this machine's GPU workers (or CPU slots when it has no GPU)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--cpu-slots", type=int, help="Run this many CPU slots even if GPUs are found.")
+        parser.add_argument("--name", default=nodes.default_node_name(), help="The node's name (default: hostname).")
+        parser.add_argument("--no-control", action="store_true", help="Do not run a control-queue worker here.")
+
+    def handle(self, *args, cpu_slots, name, no_control, **options):
+        gpus = [] if cpu_slots else nvml.discover()
+        specs = nodes.slot_specs(gpus, cpu_slots or settings.E31_CPU_SLOTS)
+        driver = gpus[0].driver if gpus else ""
+        stop = StopRequested()
+        children = Children()
+        threads = str(max(1, (os.cpu_count() or 1) // len(specs)))
+        by_index = {}
+        for spec in specs:
+            env = {"E31_SLOT_KIND": spec.kind, **dict.fromkeys(THREAD_VARIABLES, threads)}
+            env["CUDA_VISIBLE_DEVICES"] = str(spec.index) if gpus else ""
+            queue = nodes.queue_name(name, spec.index)
+            by_index[spec.index] = children.start(
+                queue, celery_worker(queue, f"slot{spec.index}@{name}"), env, stop_signal=signal.SIGQUIT
+            )
+        if not no_control:
+            children.start("control", celery_worker("control", f"control@{name}", 2), stop_signal=signal.SIGQUIT)
+        noun = "GPU" if gpus else "CPU slot"
+        self.stdout.write(f"gpuworker {name}: {len(specs)} {noun}{'s' if len(specs) != 1 else ''}", ending="\n")
+        self.stdout.flush()
+        scheduled = False
+        try:
+            while not stop.requested:
+                for child in children.children:
+                    if child.process.poll() is not None and not stop.requested:
+                        self.stderr.write(f"{child.name} exited with {child.process.returncode}; restarting it")
+                        child.restarts += 1
+                        child.start()
+                close_old_connections()
+                alive = {index for index, child in by_index.items() if child.alive}
+                nodes.register(name, specs, driver, alive)
+                if not scheduled:
+                    from jobs import tasks
+
+                    tasks.schedule.delay()
+                    scheduled = True
+                stop.sleep(settings.E31_HEARTBEAT_SECONDS)
+        finally:
+            nodes.go_offline(name)
+            children.stop_all()

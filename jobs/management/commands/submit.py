@@ -1,0 +1,135 @@
+"""`manage.py submit`: a job from the terminal, through the same path as the browser form.
+
+Exit 0 when the job is accepted (or, with --wait, when it succeeds); otherwise a one-line reason
+and a non-zero exit.
+"""
+
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+
+from billing.models import LedgerEntry
+from jobs import services
+from jobs.models import Job, State
+from jobs.outputs.assemble import OUTPUT_FILES, open_output_file
+from portal.models import Organisation
+
+
+def parse_params(pairs: list[str]) -> dict[str, str]:
+    params = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise CommandError(f"--param takes name=value, not {pair!r}")
+        params[name] = value
+    return params
+
+
+def progress_line(job: Job) -> str:
+    progress = services.progress(job)
+    done = int(30 * progress.percent / 100)
+    bar = "#" * done + "-" * (30 - done)
+    rate = f" · {progress.records_per_second:,.0f} rec/s" if progress.records_per_second else ""
+    return (
+        f"\r[{bar}] {progress.percent:3d}% {progress.records_done:,}/{progress.records_total:,} records "
+        f"· {job.get_state_display().lower()}{rate}   "
+    )
+
+
+class Command(BaseCommand):
+    help = "Submit a dataset pass as a job, optionally wait for it and fetch its output."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--org", required=True, help="The organisation's slug or name.")
+        parser.add_argument("--data", required=True, help="A file on this machine.")
+        parser.add_argument("--work", required=True, help="The work kind, e.g. clean-table.")
+        parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
+        parser.add_argument("--gpus", required=True)
+        parser.add_argument("--hours", required=True)
+        parser.add_argument("--shape", default=Job.Shape.SHORT_WIDE, choices=Job.Shape.values)
+        parser.add_argument("--keep-days", type=int, default=0, help="Keep the staged copy this many days.")
+        parser.add_argument("--wait", action="store_true", help="Wait for the job to end, showing progress.")
+        parser.add_argument("--output", help="With --wait: write the output files into this folder.")
+
+    def handle(self, *args, **opts):
+        organisation = (
+            Organisation.objects.filter(slug=opts["org"]).first()
+            or Organisation.objects.filter(name=opts["org"]).first()
+        )
+        if organisation is None:
+            raise CommandError(f"There is no organisation {opts['org']!r}.")
+        if "://" in opts["data"]:
+            raise CommandError("Only a local file can be submitted from the terminal for now, not a URL.")
+        path = Path(opts["data"])
+        if not path.is_file():
+            raise CommandError(f"There is no file {path}.")
+        if opts["output"] and not opts["wait"]:
+            raise CommandError("--output needs --wait.")
+        with path.open("rb") as data:
+            try:
+                job = services.submit_job(
+                    organisation=organisation,
+                    user=None,
+                    data=data,
+                    data_name=path.name,
+                    work=opts["work"],
+                    params=parse_params(opts["param"]),
+                    gpus=opts["gpus"],
+                    hours=opts["hours"],
+                    shape=opts["shape"],
+                    retention_days=opts["keep_days"],
+                )
+            except services.SubmitError as error:
+                raise CommandError(f"Refused: {error}") from None
+        self.stderr.write(f"Job {job.pk} submitted: {job.gpus} × {job.hours} h of {job.work} over {path.name}")
+        if not opts["wait"]:
+            self.stdout.write(json.dumps({"job": job.pk, "state": job.state}))
+            return
+        job = self.wait(job)
+        if job.state != State.SUCCEEDED:
+            raise CommandError(f"Job {job.pk} {job.get_state_display().lower()}: {job.error or 'no output'}")
+        if opts["output"]:
+            self.write_output(job, Path(opts["output"]))
+        entry = LedgerEntry.objects.get(job=job, kind=LedgerEntry.Kind.HOLD)
+        self.stdout.write(
+            json.dumps(
+                {
+                    "job": job.pk,
+                    "kind": entry.kind,
+                    "gpus": entry.gpus,
+                    "held_from": entry.held_from.isoformat(),
+                    "held_to": entry.held_to.isoformat(),
+                    "seconds": entry.seconds,
+                    "gpu_hours": str(entry.gpu_hours),
+                    "rate": str(entry.rate),
+                    "currency": entry.currency,
+                    "amount": str(entry.amount),
+                }
+            )
+        )
+
+    def wait(self, job: Job) -> Job:
+        interactive = sys.stderr.isatty()
+        last = ""
+        while True:
+            job.refresh_from_db()
+            line = progress_line(job)
+            if interactive or line != last:
+                self.stderr.write(line if interactive else line.strip(), ending="" if interactive else "\n")
+                last = line
+            if job.ended:
+                if interactive:
+                    self.stderr.write("")
+                return job
+            time.sleep(0.5)
+
+    def write_output(self, job: Job, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in OUTPUT_FILES:
+            with open_output_file(job, name) as source, (folder / name).open("wb") as target:
+                shutil.copyfileobj(source, target, 1024 * 1024)
+        self.stderr.write(f"Output written to {folder}/ ({', '.join(OUTPUT_FILES)})")

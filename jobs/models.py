@@ -1,0 +1,223 @@
+"""Job, Shard, Allocation, Node and Gpu: the tables of the job lifecycle in DESIGN.md."""
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Exists, OuterRef, Q
+from django.utils import timezone
+
+from portal.models import Organisation, TimeStamped
+
+
+class State(models.TextChoices):
+    SUBMITTED = "submitted", "Submitted"
+    STAGING = "staging", "Staging"
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    FINISHING = "finishing", "Finishing"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+    TIMED_OUT = "timed_out", "Timed out"
+
+
+ENDED = (State.SUCCEEDED, State.FAILED, State.CANCELLED, State.TIMED_OUT)
+ACTIVE = (State.SUBMITTED, State.STAGING, State.QUEUED, State.RUNNING, State.FINISHING)
+
+
+class Node(TimeStamped):
+    """A machine running `manage.py gpuworker`."""
+
+    name = models.CharField(max_length=200, unique=True)
+    hostname = models.CharField(max_length=200)
+    driver = models.CharField(max_length=100, blank=True)
+    last_seen = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class GpuQuerySet(models.QuerySet):
+    def online(self) -> "GpuQuerySet":
+        cutoff = timezone.now() - timedelta(seconds=3 * settings.E31_HEARTBEAT_SECONDS)
+        return self.filter(last_seen__gte=cutoff)
+
+    def free(self) -> "GpuQuerySet":
+        held = Allocation.objects.filter(gpu=OuterRef("pk"), held_to__isnull=True)
+        return self.online().filter(~Exists(held))
+
+
+class Gpu(TimeStamped):
+    """One slot a job can hold: a GPU found by NVML, or a CPU slot on a machine without GPUs."""
+
+    class Kind(models.TextChoices):
+        GPU = "gpu", "GPU"
+        CPU = "cpu", "CPU slot"
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
+    index = models.PositiveIntegerField()
+    kind = models.CharField(max_length=3, choices=Kind.choices)
+    name = models.CharField(max_length=200)
+    uuid = models.CharField(max_length=100, blank=True)
+    memory_mb = models.PositiveIntegerField(null=True, blank=True)
+    compute_capability = models.CharField(max_length=10, blank=True)
+    queue = models.CharField(max_length=250, unique=True)
+    last_seen = models.DateTimeField(null=True, blank=True)
+
+    objects = GpuQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["node__name", "index"]
+        constraints = [models.UniqueConstraint(fields=["node", "index"], name="one_slot_per_index")]
+        verbose_name = "GPU"
+
+    def __str__(self) -> str:
+        return self.label
+
+    @property
+    def label(self) -> str:
+        if self.kind == self.Kind.CPU:
+            return f"CPU slot {self.index} on {self.node.name}"
+        return f"GPU {self.index} ({self.name}) on {self.node.name}"
+
+
+class Job(TimeStamped):
+    class Shape(models.TextChoices):
+        SHORT_WIDE = "short-wide", "Short-wide"
+        LONG_NARROW = "long-narrow", "Long-narrow"
+
+    organisation = models.ForeignKey(Organisation, on_delete=models.CASCADE, related_name="jobs")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    state = models.CharField(max_length=10, choices=State.choices, default=State.SUBMITTED)
+    error = models.TextField(blank=True)
+
+    # work
+    work = models.CharField(max_length=60)
+    params = models.JSONField(default=dict, blank=True)
+    plan = models.JSONField(default=dict, blank=True, help_text="What the processor decided while staging.")
+
+    # data
+    source_kind = models.CharField(max_length=10, default="upload")
+    source_name = models.CharField(max_length=255)
+    source_path = models.CharField(max_length=500, blank=True)
+    staged_path = models.CharField(max_length=500, blank=True)
+    input_format = models.CharField(max_length=10, blank=True)
+    layout = models.JSONField(default=dict, blank=True)
+    input_bytes = models.BigIntegerField(null=True, blank=True)
+    input_sha256 = models.CharField(max_length=64, blank=True)
+    staging_seconds = models.FloatField(null=True, blank=True)
+    records_total = models.BigIntegerField(null=True, blank=True)
+    retention_days = models.PositiveIntegerField(default=0, help_text="0: delete the staged copy when the job ends.")
+    staged_purged_at = models.DateTimeField(null=True, blank=True)
+
+    # request
+    gpus = models.PositiveIntegerField()
+    hours = models.DecimalField(max_digits=7, decimal_places=2)
+    shape = models.CharField(max_length=12, choices=Shape.choices, default=Shape.SHORT_WIDE)
+
+    # timing
+    queued_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    # output
+    output_path = models.CharField(max_length=500, blank=True)
+    records_out = models.BigIntegerField(null=True, blank=True)
+    records_rejected = models.BigIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created"]
+        indexes = [models.Index(fields=["state", "queued_at"])]
+
+    def __str__(self) -> str:
+        return f"Job {self.pk} ({self.work})"
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ENDED
+
+    @property
+    def cancellable(self) -> bool:
+        return self.state in (State.SUBMITTED, State.STAGING, State.QUEUED, State.RUNNING)
+
+    @property
+    def storage_prefix(self) -> str:
+        return f"jobs/{self.pk}"
+
+    def time_limit_passed(self, now=None) -> bool:
+        if self.state != State.RUNNING or self.started_at is None:
+            return False
+        return (now or timezone.now()) >= self.started_at + timedelta(hours=float(self.hours))
+
+
+class JobEvent(models.Model):
+    """One row of a job's timeline: each state it entered, when, and why."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    state = models.CharField(max_length=10, choices=State.choices)
+    at = models.DateTimeField(default=timezone.now)
+    message = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["at", "pk"]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} {self.state} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+
+class Shard(TimeStamped):
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        RUNNING = "running", "Running"
+        DONE = "done", "Done"
+        FAILED = "failed", "Failed"
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="shards")
+    index = models.PositiveIntegerField()
+    first_record = models.BigIntegerField(help_text="Input position of the shard's first record (1-based).")
+    record_count = models.PositiveIntegerField()
+    first_line = models.BigIntegerField()
+    start_byte = models.BigIntegerField()
+    end_byte = models.BigIntegerField()
+
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    gpu = models.ForeignKey(Gpu, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    claim = models.CharField(max_length=32, blank=True)
+    worker_pid = models.PositiveIntegerField(null=True, blank=True)
+    lease_until = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    records_out = models.PositiveIntegerField(null=True, blank=True)
+    records_rejected = models.PositiveIntegerField(null=True, blank=True)
+    output_path = models.CharField(max_length=500, blank=True)
+    rejects_path = models.CharField(max_length=500, blank=True)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["job", "index"]
+        constraints = [models.UniqueConstraint(fields=["job", "index"], name="one_shard_per_index")]
+
+    def __str__(self) -> str:
+        return f"shard {self.index} of job {self.job_id}"
+
+
+class Allocation(TimeStamped):
+    """One GPU held by one job: the meter runs from held_from to held_to."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="allocations")
+    gpu = models.ForeignKey(Gpu, on_delete=models.PROTECT, related_name="allocations")
+    held_from = models.DateTimeField()
+    held_to = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["job", "gpu"]
+        constraints = [
+            models.UniqueConstraint(fields=["gpu"], condition=Q(held_to__isnull=True), name="one_open_hold_per_gpu")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.gpu} for job {self.job_id}"

@@ -1,0 +1,20 @@
+"""Outputs: each shard's part written under its own claim, then the job's output assembled from them."""
+
+import pyarrow as pa
+
+from jobs import processors
+from jobs.models import Job
+from jobs.processors import Context
+
+RECORD_COLUMN = "_record"
+REJECT_SCHEMA = pa.schema([("record", pa.int64()), ("line", pa.int64()), ("reason", pa.string()), ("raw", pa.string())])
+
+
+def context_for(job: Job, device: str = "cpu") -> Context:
+    return Context(params=job.params, plan=job.plan, layout=job.layout, device=device)
+
+
+def output_schema(job: Job) -> pa.Schema:
+    """The processor's schema with the input position of each record in front."""
+    schema = processors.get(job.work).output_schema(context_for(job))
+    return schema.insert(0, pa.field(RECORD_COLUMN, pa.int64(), nullable=False))

@@ -1,0 +1,138 @@
+"""Assemble a job's output from its finished shards, off the GPUs, streaming one row group at a time.
+
+The output folder holds output.parquet (the processed records in input order, each with its input
+position), rejects.csv (each rejected record with its position, line and reason) and manifest.json.
+"""
+
+import csv
+import hashlib
+import io
+import json
+import os
+import tempfile
+import uuid
+
+import pyarrow.parquet as pq
+from django.core.files import File
+from django.core.files.storage import default_storage
+from django.db import transaction
+from django.utils import timezone
+
+from jobs import lifecycle, processors
+from jobs.models import Job, Shard, State
+from jobs.outputs import output_schema
+from jobs.retention import purge_staged_copy_if_due
+
+OUTPUT_FILES = ("output.parquet", "rejects.csv", "manifest.json")
+
+
+def _digest(path: str) -> dict:
+    sha256 = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(1024 * 1024):
+            sha256.update(block)
+    return {"bytes": os.path.getsize(path), "sha256": sha256.hexdigest()}
+
+
+def _write_parts(shards: list[Shard], schema, output: str, rejects: str) -> None:
+    with pq.ParquetWriter(output, schema) as writer:
+        for shard in shards:
+            with default_storage.open(shard.output_path, "rb") as part:
+                parquet = pq.ParquetFile(part)
+                for group in range(parquet.num_row_groups):
+                    writer.write_table(parquet.read_row_group(group))
+    with open(rejects, "w", newline="", encoding="utf-8") as handle:
+        out = csv.writer(handle)
+        out.writerow(["record", "line", "reason", "raw"])
+        for shard in shards:
+            with default_storage.open(shard.rejects_path, "rb") as part:
+                for batch in pq.ParquetFile(part).iter_batches():
+                    out.writerows(zip(*(batch.column(i).to_pylist() for i in range(4)), strict=True))
+
+
+def manifest(job: Job, shards: list[Shard], complete: bool, files: dict) -> dict:
+    processor = processors.get(job.work)
+    return {
+        "job": job.pk,
+        "organisation": job.organisation.slug,
+        "state": State.SUCCEEDED.value if complete else job.state,
+        "complete": complete,
+        "work": {"kind": job.work, "version": processor.version, "params": job.params, "plan": job.plan},
+        "input": {
+            "name": job.source_name,
+            "bytes": job.input_bytes,
+            "sha256": job.input_sha256,
+            "format": job.input_format,
+            "columns": job.layout.get("columns", []),
+            "records": job.records_total,
+        },
+        "request": {"gpus": job.gpus, "hours": str(job.hours), "shape": job.shape},
+        "records": {
+            "in": job.records_total,
+            "out": sum(shard.records_out for shard in shards),
+            "rejected": sum(shard.records_rejected for shard in shards),
+            "not_processed": job.records_total - sum(s.records_out + s.records_rejected for s in shards),
+        },
+        "shards": [
+            {
+                "index": shard.index,
+                "first_record": shard.first_record,
+                "records": shard.record_count,
+                "out": shard.records_out,
+                "rejected": shard.records_rejected,
+                "attempts": shard.attempts,
+                "slot": str(shard.gpu) if shard.gpu else None,
+            }
+            for shard in shards
+        ],
+        "files": files,
+        "assembled_at": timezone.now().isoformat(),
+    }
+
+
+def assemble(job_id: int) -> bool:
+    """Write the job's output; a finishing job then succeeds. Safe to run twice: the first one counts."""
+    job = Job.objects.select_related("organisation").get(pk=job_id)
+    if job.output_path or job.state not in (State.FINISHING, State.FAILED, State.CANCELLED, State.TIMED_OUT):
+        return False
+    shards = list(job.shards.filter(status=Shard.Status.DONE).select_related("gpu__node").order_by("index"))
+    complete = job.state == State.FINISHING
+    accounted = sum(shard.records_out + shard.records_rejected for shard in shards)
+    if complete and accounted != job.records_total:
+        lifecycle.fail(job, f"Output check failed: {accounted} of {job.records_total} records accounted for.")
+        return False
+    if not shards:
+        return False
+    prefix = f"{job.storage_prefix}/output-{uuid.uuid4().hex[:8]}"
+    with tempfile.TemporaryDirectory(prefix="e31-output-") as scratch:
+        paths = {name: os.path.join(scratch, name) for name in OUTPUT_FILES}
+        _write_parts(shards, output_schema(job), paths["output.parquet"], paths["rejects.csv"])
+        files = {name: _digest(paths[name]) for name in ("output.parquet", "rejects.csv")}
+        with open(paths["manifest.json"], "w", encoding="utf-8") as handle:
+            json.dump(manifest(job, shards, complete, files), handle, indent=2)
+        for name, path in paths.items():
+            with open(path, "rb") as handle:
+                default_storage.save(f"{prefix}/{name}", File(handle))
+    out = sum(shard.records_out for shard in shards)
+    rejected = sum(shard.records_rejected for shard in shards)
+    with transaction.atomic():
+        won = Job.objects.filter(pk=job.pk, output_path="").update(
+            output_path=prefix, records_out=out, records_rejected=rejected
+        )
+        if won and complete:
+            lifecycle.move(
+                job.pk, State.FINISHING, State.SUCCEEDED, message=f"{out:,} records out, {rejected:,} rejected"
+            )
+    if not won:
+        for name in OUTPUT_FILES:
+            default_storage.delete(f"{prefix}/{name}")
+        return False
+    for shard in shards:
+        default_storage.delete(shard.output_path)
+        default_storage.delete(shard.rejects_path)
+    purge_staged_copy_if_due(job.pk)
+    return True
+
+
+def open_output_file(job: Job, name: str) -> io.BufferedReader:
+    return default_storage.open(f"{job.output_path}/{name}", "rb")

@@ -1,0 +1,31 @@
+"""Work kinds. Each is a Processor registered here by name; third parties register through the
+entry-point group `e31.processors`."""
+
+from functools import cache
+from importlib.metadata import entry_points
+
+from jobs.processors.base import Batch, Context, Param, ParamError, Processor
+from jobs.processors.clean_table import CleanTable
+
+__all__ = ["Batch", "Context", "Param", "ParamError", "Processor", "available", "get"]
+
+BUILT_IN: tuple[type[Processor], ...] = (CleanTable,)
+
+
+@cache
+def _registry() -> dict[str, Processor]:
+    found = [cls() for cls in BUILT_IN]
+    found += [entry.load()() for entry in entry_points(group="e31.processors")]
+    return {processor.name: processor for processor in found}
+
+
+def available() -> list[Processor]:
+    return sorted(_registry().values(), key=lambda processor: processor.name)
+
+
+def get(name: str) -> Processor:
+    try:
+        return _registry()[name]
+    except KeyError:
+        names = ", ".join(sorted(_registry()))
+        raise ParamError(f"There is no work kind {name!r}; the kinds are: {names}.") from None

@@ -1,0 +1,92 @@
+"""The processor interface: what a work kind declares and the batch function a slot calls."""
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from jobs.staging.formats import Record
+
+
+class ParamError(ValueError):
+    """A work parameter the user gave is not acceptable; the message names it."""
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    kind: type
+    default: Any
+    help: str
+    minimum: float | None = None
+    maximum: float | None = None
+
+    def parse(self, raw: Any) -> Any:
+        if raw is None or raw == "":
+            return self.default
+        try:
+            value = self.kind(raw)
+        except (TypeError, ValueError):
+            raise ParamError(f"{self.name} must be a {self.kind.__name__}, not {raw!r}") from None
+        if self.minimum is not None and value < self.minimum:
+            raise ParamError(f"{self.name} must be at least {self.minimum}, not {value}")
+        if self.maximum is not None and value > self.maximum:
+            raise ParamError(f"{self.name} must be at most {self.maximum}, not {value}")
+        return value
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a batch needs besides its records: the job's parameters, staging's plan, the device."""
+
+    params: dict
+    plan: dict
+    layout: dict
+    device: str = "cpu"
+
+
+@dataclass
+class Batch:
+    """A processed batch: one output row per kept record, and a reason for each rejected one."""
+
+    table: pa.Table
+    kept: list[int] = field(default_factory=list)
+    rejects: list[tuple[Record, str]] = field(default_factory=list)
+
+
+class Scanner:
+    """Sees every readable record while staging and returns the processor's plan for the pass."""
+
+    def add(self, value: list | dict) -> None:
+        raise NotImplementedError
+
+    def plan(self, columns: list[str]) -> dict:
+        raise NotImplementedError
+
+
+class Processor:
+    name: str = ""
+    title: str = ""
+    description: str = ""
+    version: str = "1"
+    input_formats: tuple[str, ...] = ()
+    params: tuple[Param, ...] = ()
+    batch_size: int = 5000
+
+    def validate_params(self, raw: Mapping[str, Any]) -> dict:
+        known = {param.name: param for param in self.params}
+        unknown = sorted(set(raw) - set(known))
+        if unknown:
+            names = ", ".join(known) or "none"
+            raise ParamError(f"{self.name} has no parameter {unknown[0]!r} (it takes: {names})")
+        return {name: param.parse(raw.get(name)) for name, param in known.items()}
+
+    def scanner(self, params: dict) -> Scanner | None:
+        return None
+
+    def output_schema(self, context: Context) -> pa.Schema:
+        raise NotImplementedError
+
+    def process_batch(self, records: list[Record], context: Context) -> Batch:
+        raise NotImplementedError

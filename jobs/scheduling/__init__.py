@@ -1,0 +1,109 @@
+"""The request (GPUs × hours in a shape) and the scheduler that starts a queued job's hold.
+
+A queued job starts only when all the GPUs it asked for are free at once. Jobs start in the order
+they were queued: the head of the queue is never overtaken, so a wide job cannot starve.
+"""
+
+import logging
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+
+from django.conf import settings
+from django.db import transaction
+
+from jobs import lifecycle
+from jobs.models import Gpu, Job, State
+
+log = logging.getLogger(__name__)
+
+
+class RequestError(ValueError):
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
+@dataclass(frozen=True)
+class Fleet:
+    online: int
+    free: int
+    cpu_only: bool
+
+    @property
+    def noun(self) -> str:
+        return "CPU slot" if self.cpu_only else "GPU"
+
+    def count(self, n: int) -> str:
+        return f"{n} {self.noun}{'' if n == 1 else 's'}"
+
+
+def fleet() -> Fleet:
+    online = Gpu.objects.online()
+    kinds = set(online.values_list("kind", flat=True))
+    return Fleet(online=online.count(), free=Gpu.objects.free().count(), cpu_only=kinds == {Gpu.Kind.CPU})
+
+
+def parse_request(gpus, hours, shape: str = Job.Shape.SHORT_WIDE) -> tuple[int, Decimal]:
+    """GPUs and hours laid out in the chosen shape, checked against the fleet; RequestError names the field."""
+    try:
+        gpus = int(str(gpus).strip())
+    except ValueError:
+        raise RequestError("gpus", f"GPUs must be a whole number, not {gpus!r}.") from None
+    try:
+        hours = Decimal(str(hours).strip())
+    except InvalidOperation:
+        raise RequestError("hours", f"Hours must be a number, not {hours!r}.") from None
+    if gpus < 1:
+        raise RequestError("gpus", f"Ask for at least one GPU, not {gpus}.")
+    if not hours.is_finite() or hours <= 0:
+        raise RequestError("hours", f"Hours must be more than zero, not {hours}.")
+    if hours != hours.quantize(Decimal("0.01")):
+        raise RequestError("hours", f"Hours can have at most two decimals, not {hours}.")
+    if shape == Job.Shape.LONG_NARROW:
+        gpus, hours = 1, gpus * hours
+    elif shape != Job.Shape.SHORT_WIDE:
+        raise RequestError("shape", f"The shape must be short-wide or long-narrow, not {shape!r}.")
+    if hours > settings.E31_MAX_HOURS:
+        raise RequestError("hours", f"A job can run at most {settings.E31_MAX_HOURS} hours; this asks for {hours}.")
+    current = fleet()
+    if current.online == 0:
+        raise RequestError("gpus", "No GPUs are online right now; try again when the fleet is back.")
+    if gpus > current.online:
+        raise RequestError(
+            "gpus", f"The fleet has {current.count(current.online)} online; ask for {current.online} or fewer."
+        )
+    return gpus, hours
+
+
+def queue_position(job: Job) -> int | None:
+    if job.state != State.QUEUED:
+        return None
+    return Job.objects.filter(state=State.QUEUED, queued_at__lt=job.queued_at).count() + 1
+
+
+def schedule() -> list[int]:
+    """Start the hold of every queued job, in queue order, whose GPUs are all free now."""
+    started = []
+    with transaction.atomic():
+        free = list(
+            Gpu.objects.free().select_for_update(skip_locked=True, of=("self",)).order_by("node__name", "index")
+        )
+        for job in Job.objects.filter(state=State.QUEUED).order_by("queued_at", "pk"):
+            if job.gpus > len(free):
+                break
+            taken, free = free[: job.gpus], free[job.gpus :]
+            allocations = lifecycle.hold(job, taken)
+            if not allocations:
+                break
+            started.append(job.pk)
+            _start_slots_on_commit(job, allocations)
+    if started:
+        log.info("started the hold of jobs %s", started)
+    return started
+
+
+def _start_slots_on_commit(job: Job, allocations) -> None:
+    from jobs import tasks
+
+    for allocation in allocations:
+        tasks.run_slot.apply_async_on_commit((job.pk, allocation.pk), queue=allocation.gpu.queue)

@@ -1,0 +1,135 @@
+"""What the rest of the portal may do with jobs: submit, find, cancel and read their progress."""
+
+from dataclasses import dataclass
+from typing import BinaryIO
+
+from django.db import transaction
+from django.db.models import Count, Max, Q, Sum
+from django.http import Http404
+from django.shortcuts import get_object_or_404
+from django.utils import timezone
+
+from jobs import lifecycle, processors
+from jobs.models import Job, Shard, State
+from jobs.scheduling import parse_request
+from jobs.staging import uploads
+from portal.models import Organisation
+
+
+class SubmitError(ValueError):
+    """A job that cannot be accepted; `field` names the part of the form that is wrong."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
+def organisation_for(user) -> Organisation | None:
+    membership = getattr(user, "membership", None) if user.is_authenticated else None
+    return membership.organisation if membership else None
+
+
+def jobs_for_user(user):
+    organisation = organisation_for(user)
+    return Job.objects.filter(organisation=organisation) if organisation else Job.objects.none()
+
+
+def get_job_for_user(request, pk: int) -> Job:
+    """The job if it belongs to the user's organisation; 404 otherwise, whoever asks."""
+    if not request.user.is_authenticated:
+        raise Http404
+    return get_object_or_404(jobs_for_user(request.user).select_related("organisation"), pk=pk)
+
+
+def submit_job(
+    *,
+    organisation: Organisation,
+    user,
+    data: BinaryIO,
+    data_name: str,
+    work: str,
+    params: dict,
+    gpus,
+    hours,
+    shape: str = Job.Shape.SHORT_WIDE,
+    retention_days: int = 0,
+) -> Job:
+    """Check a job's four parts, store its data and queue its staging. Nothing is held yet."""
+    try:
+        processor = processors.get(work)
+        checked_params = processor.validate_params(params)
+    except processors.ParamError as error:
+        raise SubmitError("work", str(error)) from None
+    try:
+        layout = uploads.inspect(data, data_name)
+    except uploads.FormatError as error:
+        raise SubmitError("data", str(error)) from None
+    if layout["format"] not in processor.input_formats:
+        raise SubmitError(
+            "data", f"{processor.name} reads {', '.join(processor.input_formats)}, not {layout['format']}."
+        )
+    try:
+        gpus, hours = parse_request(gpus, hours, shape)
+    except ValueError as error:
+        raise SubmitError(getattr(error, "field", "gpus"), str(error)) from None
+    source_path = uploads.store_upload(data, data_name)
+    with transaction.atomic():
+        job = Job.objects.create(
+            organisation=organisation,
+            created_by=user if user and user.is_authenticated else None,
+            work=processor.name,
+            params=checked_params,
+            source_kind="upload",
+            source_name=uploads.safe_name(data_name),
+            source_path=source_path,
+            input_format=layout["format"],
+            gpus=gpus,
+            hours=hours,
+            shape=shape,
+            retention_days=retention_days,
+        )
+        job.events.create(state=State.SUBMITTED, at=job.created, message=f"submitted {job.source_name}")
+        from jobs import tasks
+
+        tasks.stage.delay_on_commit(job.pk)
+    return job
+
+
+def cancel_job(job: Job, by=None) -> bool:
+    return lifecycle.cancel(job, by=by)
+
+
+@dataclass(frozen=True)
+class Progress:
+    records_total: int
+    records_done: int
+    shards_total: int
+    shards_done: int
+    records_per_second: float | None
+    eta_seconds: float | None
+
+    @property
+    def percent(self) -> int:
+        if not self.records_total:
+            return 0
+        return min(100, int(100 * self.records_done / self.records_total))
+
+
+def progress(job: Job) -> Progress:
+    done = Q(status=Shard.Status.DONE)
+    totals = job.shards.aggregate(
+        shards=Count("pk"),
+        shards_done=Count("pk", filter=done),
+        records_done=Sum("record_count", filter=done),
+    )
+    records_done = totals["records_done"] or 0
+    total = job.records_total or 0
+    rate = eta = None
+    if job.started_at and records_done:
+        released = job.allocations.aggregate(Max("held_to"))["held_to__max"] if job.state != State.RUNNING else None
+        elapsed = ((released or timezone.now()) - job.started_at).total_seconds()
+        if elapsed > 0:
+            rate = records_done / elapsed
+            if job.state == State.RUNNING:
+                eta = (total - records_done) / rate
+    return Progress(total, records_done, totals["shards"], totals["shards_done"], rate, eta)

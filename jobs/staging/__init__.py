@@ -1,0 +1,1 @@
+"""Staging: the dataset copied into job storage, checked, counted, described and cut into shards."""

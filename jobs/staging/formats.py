@@ -1,0 +1,208 @@
+"""Reading a dataset: detect CSV or JSONL from its first bytes, then read records with their positions.
+
+Every record carries its input position (1-based, blank lines are not records), the lines it spans
+and its byte range, so a shard can be cut at a record boundary and re-read on its own.
+"""
+
+import codecs
+import csv
+import json
+from collections.abc import Iterator
+from typing import BinaryIO, NamedTuple
+
+SAMPLE_BYTES = 64 * 1024
+DELIMITERS = ",;\t|"
+# A field may be large (a document to embed) but not unbounded: an unmatched quote stops here.
+MAX_FIELD_CHARS = 16 * 1024 * 1024
+csv.field_size_limit(MAX_FIELD_CHARS)
+
+NEITHER = (
+    "This file is neither CSV (a header row, then rows separated by commas, semicolons, tabs or pipes) "
+    "nor JSONL (one JSON object per line)."
+)
+
+
+class FormatError(ValueError):
+    """The data cannot be read as the format it claims; the message is meant for the user."""
+
+
+class Record(NamedTuple):
+    position: int
+    line: int
+    value: list | dict | None
+    error: str | None
+    start: int
+    end: int
+    end_line: int
+
+
+def detect(head: bytes, *, at_eof: bool, name: str = "") -> dict:
+    """The layout of a dataset from its first bytes: format, and for CSV the delimiter and header."""
+    if not head.strip():
+        raise FormatError("The file is empty." if not head else "The file holds nothing but whitespace.")
+    if b"\x00" in head:
+        raise FormatError("This is a binary file, not CSV or JSONL text.")
+    text = _decode_head(head, at_eof)
+    first = text.lstrip()[:1]
+    if first == "[":
+        raise FormatError("This is a JSON array; JSONL needs one JSON object per line.")
+    if first == "{":
+        return _detect_jsonl(text)
+    return _detect_csv(text, at_eof=at_eof, name=name)
+
+
+def _decode_head(head: bytes, at_eof: bool) -> str:
+    decoder = codecs.getincrementaldecoder("utf-8-sig")()
+    try:
+        return decoder.decode(head, final=at_eof)
+    except UnicodeDecodeError as error:
+        raise FormatError(
+            f"This is not UTF-8 text (byte 0x{head[error.start]:02x} at offset {error.start}). "
+            "Save it as UTF-8 CSV or JSONL."
+        ) from None
+
+
+def _detect_jsonl(text: str) -> dict:
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except ValueError as error:
+            raise FormatError(f"This looks like JSONL, but line {number} is not valid JSON: {error}.") from None
+        if not isinstance(value, dict):
+            raise FormatError(f"This looks like JSONL, but line {number} is not a JSON object.")
+        return {"format": "jsonl"}
+    raise FormatError(NEITHER)
+
+
+def _detect_csv(text: str, *, at_eof: bool, name: str) -> dict:
+    lines = text.splitlines(keepends=True)
+    if not at_eof and len(lines) > 1:
+        lines = lines[:-1]  # the sample may end mid-line
+    best = None
+    for delimiter in DELIMITERS:
+        try:
+            rows = [row for row in csv.reader(lines, delimiter=delimiter) if row]
+        except csv.Error:
+            continue
+        if not rows:
+            continue
+        width = len(rows[0])
+        body = rows[1:-1] if not at_eof and len(rows) > 2 else rows[1:]
+        consistent = sum(len(row) == width for row in body) / len(body) if body else 1.0
+        score = (consistent, width)
+        if width >= 2 and consistent >= 0.8 and (best is None or score > best[0]):
+            best = (score, delimiter, rows[0])
+    if best is None:
+        if name.lower().endswith(".csv"):
+            return {"format": "csv", "delimiter": ",", "quotechar": '"'}
+        raise FormatError(NEITHER)
+    return {"format": "csv", "delimiter": best[1], "quotechar": '"'}
+
+
+class _Lines:
+    """Binary lines decoded one by one, counting bytes and physical lines as they are handed out."""
+
+    def __init__(self, stream: BinaryIO, start: int, end: int | None, first_line: int):
+        self.stream = stream
+        self.pos = start
+        self.end = end
+        self.line = first_line - 1
+
+    def __iter__(self) -> Iterator[str]:
+        # readline, not iteration: iterating a Django File rewinds it to the start first.
+        for raw in iter(self.stream.readline, b""):
+            if self.end is not None and self.pos >= self.end:
+                return
+            if self.pos == 0 and raw.startswith(codecs.BOM_UTF8):
+                raw = raw[3:]
+                self.pos += 3
+            self.pos += len(raw)
+            self.line += 1
+            try:
+                yield raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise FormatError(f"Line {self.line} is not UTF-8 text (byte 0x{raw[error.start]:02x}).") from None
+
+
+def read_header(stream: BinaryIO, layout: dict) -> tuple[list[str], int, int]:
+    """The CSV header's column names, the byte offset after it, and the number of lines it took."""
+    lines = _Lines(stream, 0, None, 1)
+    reader = csv.reader(iter(lines), delimiter=layout["delimiter"], quotechar=layout["quotechar"], strict=True)
+    try:
+        for row in reader:
+            if row:
+                return column_names(row), lines.pos, lines.line
+    except csv.Error as error:
+        raise FormatError(f"Line {lines.line}: {error}.") from None
+    raise FormatError("The CSV file has no header row.")
+
+
+def column_names(header: list[str]) -> list[str]:
+    """Header cells made into usable, distinct column names."""
+    names: list[str] = []
+    for number, cell in enumerate(header, start=1):
+        name = cell.strip() or f"column_{number}"
+        candidate, suffix = name, 2
+        while candidate in names:
+            candidate, suffix = f"{name}_{suffix}", suffix + 1
+        names.append(candidate)
+    return names
+
+
+def iter_records(
+    stream: BinaryIO,
+    layout: dict,
+    *,
+    start: int,
+    end: int | None = None,
+    first_position: int = 1,
+    first_line: int = 1,
+) -> Iterator[Record]:
+    """The records between byte offsets start and end; `stream` is positioned at start."""
+    if layout["format"] == "jsonl":
+        yield from _jsonl_records(stream, start, end, first_position, first_line)
+    else:
+        yield from _csv_records(stream, layout, start, end, first_position, first_line)
+
+
+def _csv_records(stream, layout, start, end, position, first_line) -> Iterator[Record]:
+    lines = _Lines(stream, start, end, first_line)
+    width = len(layout["columns"])
+    reader = csv.reader(iter(lines), delimiter=layout["delimiter"], quotechar=layout["quotechar"], strict=True)
+    record_start, record_line = start, first_line
+    while True:
+        try:
+            row = next(reader, None)
+        except csv.Error as error:
+            raise FormatError(f"Line {record_line}: {error}.") from None
+        if row is None:
+            return
+        if row:
+            error = None if len(row) == width else f"expected {width} fields, found {len(row)}"
+            yield Record(position, record_line, row, error, record_start, lines.pos, lines.line)
+            position += 1
+        record_start, record_line = lines.pos, lines.line + 1
+
+
+def _jsonl_records(stream, start, end, position, first_line) -> Iterator[Record]:
+    pos, line = start, first_line - 1
+    for raw in iter(stream.readline, b""):
+        if end is not None and pos >= end:
+            return
+        record_start = pos
+        pos += len(raw)
+        line += 1
+        if not raw.strip():
+            continue
+        try:
+            value = json.loads(raw)
+        except ValueError as error:
+            yield Record(position, line, None, f"not valid JSON: {error}", record_start, pos, line)
+        else:
+            if isinstance(value, dict):
+                yield Record(position, line, value, None, record_start, pos, line)
+            else:
+                yield Record(position, line, None, "not a JSON object", record_start, pos, line)
+        position += 1

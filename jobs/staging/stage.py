@@ -1,0 +1,184 @@
+"""The staging step: copy the data into job storage, checksum and count it, describe it, cut shards.
+
+No compute is held while a job stages. When staging ends the job is queued and its staged copy,
+layout, plan and shards are recorded; when it fails the job ends `failed` with the reason.
+"""
+
+import hashlib
+import io
+import logging
+import math
+import time
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.core.files import File
+from django.core.files.storage import default_storage
+from django.db import transaction
+from django.utils import timezone
+
+from jobs import lifecycle, processors
+from jobs.models import Job, Shard, State
+from jobs.processors import ParamError
+from jobs.staging.formats import SAMPLE_BYTES, FormatError, detect, iter_records, read_header
+
+log = logging.getLogger(__name__)
+
+GRAIN = 250  # records between candidate cut points; doubled when a dataset has very many
+MAX_CUT_POINTS = 10_000
+
+
+class _Hashing(io.RawIOBase):
+    """A read-only stream that checksums and counts the bytes read through it."""
+
+    def __init__(self, source):
+        self.source = source
+        self.sha256 = hashlib.sha256()
+        self.bytes = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data = self.source.read(len(buffer))
+        self.sha256.update(data)
+        self.bytes += len(data)
+        buffer[: len(data)] = data
+        return len(data)
+
+
+@dataclass
+class Cut:
+    """A record boundary where a shard may end."""
+
+    records: int
+    end_byte: int
+    end_line: int
+
+
+def copy_to_job_storage(job: Job) -> tuple[str, int, str]:
+    """Copy the job's source into its storage; return the staged path, bytes and sha256."""
+    suffix = job.source_name.rsplit(".", 1)[-1].lower() if "." in job.source_name else "data"
+    with default_storage.open(job.source_path, "rb") as source:
+        hashing = _Hashing(source)
+        reader = io.BufferedReader(hashing, buffer_size=1024 * 1024)
+        path = default_storage.save(f"{job.storage_prefix}/input/data.{suffix}", File(reader, name="data"))
+    return path, hashing.bytes, hashing.sha256.hexdigest()
+
+
+def describe_and_cut(job: Job, path: str) -> tuple[dict, dict, int, list[dict]]:
+    """Read the staged copy once: its layout, the processor's plan, the record count and the shards."""
+    processor = processors.get(job.work)
+    scanner = processor.scanner(job.params)
+    with default_storage.open(path, "rb") as stream:
+        head = stream.read(SAMPLE_BYTES + 1)
+        layout = detect(head[:SAMPLE_BYTES], at_eof=len(head) <= SAMPLE_BYTES, name=job.source_name)
+        if layout["format"] not in processor.input_formats:
+            raise FormatError(f"{processor.name} reads {', '.join(processor.input_formats)}, not {layout['format']}.")
+        stream.seek(0)
+        if layout["format"] == "csv":
+            layout["columns"], data_offset, header_lines = read_header(stream, layout)
+            stream.seek(data_offset)
+        else:
+            data_offset, header_lines = 0, 0
+        jsonl_columns: dict[str, None] = {}
+        grain, cuts, since, total = GRAIN, [], 0, 0
+        start = Cut(0, data_offset, header_lines)
+        last = start
+        for record in iter_records(stream, layout, start=data_offset, first_line=header_lines + 1):
+            total += 1
+            since += 1
+            if record.error is None:
+                if scanner:
+                    scanner.add(record.value)
+                if type(record.value) is dict:
+                    jsonl_columns.update(dict.fromkeys(record.value))
+            last = Cut(total, record.end, record.end_line)
+            if (
+                since >= grain
+                or record.end - (cuts[-1].end_byte if cuts else data_offset) >= settings.E31_SHARD_BYTES // 4
+            ):
+                cuts.append(last)
+                since = 0
+                if len(cuts) > MAX_CUT_POINTS:
+                    cuts, grain = cuts[1::2], grain * 2
+        if since:
+            cuts.append(last)
+    if total == 0:
+        raise FormatError("The file has no records.")
+    if layout["format"] == "jsonl":
+        layout["columns"] = list(jsonl_columns)
+    layout["data_offset"] = data_offset
+    plan = scanner.plan(layout["columns"]) if scanner else {}
+    return layout, plan, total, _shards(job, start, cuts, total)
+
+
+def _shards(job: Job, start: Cut, cuts: list[Cut], total: int) -> list[dict]:
+    """Merge cut points into shards of similar size: about four per GPU, within the size limits."""
+    target = min(settings.E31_SHARD_RECORDS, max(GRAIN, math.ceil(total / (job.gpus * 4))))
+    shards, begin = [], start
+    for index, cut in enumerate(cuts):
+        last = index == len(cuts) - 1
+        following = cuts[index + 1] if not last else None
+        size = cut.records - begin.records
+        too_big_next = following is not None and (
+            following.records - begin.records > target or following.end_byte - begin.end_byte > settings.E31_SHARD_BYTES
+        )
+        if last or size >= target or too_big_next:
+            shards.append(
+                {
+                    "index": len(shards),
+                    "first_record": begin.records + 1,
+                    "record_count": size,
+                    "first_line": begin.end_line + 1,
+                    "start_byte": begin.end_byte,
+                    "end_byte": cut.end_byte,
+                }
+            )
+            begin = cut
+    return shards
+
+
+def stage(job_id: int) -> None:
+    job = Job.objects.get(pk=job_id)
+    if not lifecycle.move(job.pk, State.SUBMITTED, State.STAGING, message=f"staging {job.source_name}"):
+        return
+    began = time.monotonic()
+    try:
+        path, size, sha256 = copy_to_job_storage(job)
+        layout, plan, total, shards = describe_and_cut(job, path)
+    except (FormatError, ParamError) as error:
+        lifecycle.fail(job, f"Staging failed: {error}")
+        return
+    except OSError as error:
+        log.exception("staging job %s failed", job.pk)
+        lifecycle.fail(job, f"Staging failed: could not read or store the data ({error.strerror or error}).")
+        return
+    finally:
+        default_storage.delete(job.source_path)
+    seconds = time.monotonic() - began
+    with transaction.atomic():
+        Job.objects.filter(pk=job.pk).update(
+            staged_path=path,
+            input_bytes=size,
+            input_sha256=sha256,
+            input_format=layout["format"],
+            layout=layout,
+            plan=plan,
+            records_total=total,
+            staging_seconds=seconds,
+        )
+        Shard.objects.bulk_create(Shard(job=job, **shard) for shard in shards)
+        queued = lifecycle.move(
+            job.pk,
+            State.STAGING,
+            State.QUEUED,
+            queued_at=timezone.now(),
+            message=f"staged {size:,} bytes, {total:,} records in {len(shards)} shards, sha256 {sha256[:12]}…",
+        )
+        if queued:
+            lifecycle.schedule_on_commit()
+    if not queued:
+        # Cancelled while staging: the staged copy has no use.
+        Job.objects.filter(pk=job.pk).update(staged_purged_at=timezone.now())
+        default_storage.delete(path)

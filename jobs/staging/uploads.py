@@ -1,0 +1,58 @@
+"""Uploads: streamed to a temporary file under a size limit, inspected, then put in storage."""
+
+import uuid
+from pathlib import PurePath
+from typing import BinaryIO
+
+from django.conf import settings
+from django.core.files import File
+from django.core.files.storage import default_storage
+from django.core.files.uploadhandler import FileUploadHandler, StopUpload
+from django.template.defaultfilters import filesizeformat
+from django.utils.text import get_valid_filename
+
+from jobs.staging.formats import SAMPLE_BYTES, FormatError, detect
+
+
+def too_large_message() -> str:
+    return f"The file is larger than the {filesizeformat(settings.E31_MAX_UPLOAD_BYTES)} upload limit."
+
+
+class SizeLimitUploadHandler(FileUploadHandler):
+    """Stops an upload as soon as it passes E31_MAX_UPLOAD_BYTES and tells the view why."""
+
+    def handle_raw_input(self, input_data, META, content_length, boundary, encoding=None):
+        self.request.upload_too_large = False
+        self.received = 0
+
+    def receive_data_chunk(self, raw_data, start):
+        self.received += len(raw_data)
+        if self.received > settings.E31_MAX_UPLOAD_BYTES:
+            self.request.upload_too_large = True
+            raise StopUpload(connection_reset=False)
+        return raw_data
+
+    def file_complete(self, file_size):
+        return None
+
+
+def inspect(stream: BinaryIO, name: str) -> dict:
+    """The layout a dataset's first bytes show, or FormatError saying what is wrong with it."""
+    stream.seek(0)
+    head = stream.read(SAMPLE_BYTES + 1)
+    stream.seek(0)
+    return detect(head[:SAMPLE_BYTES], at_eof=len(head) <= SAMPLE_BYTES, name=name)
+
+
+def safe_name(name: str) -> str:
+    return get_valid_filename(PurePath(name).name)[:200] or "data"
+
+
+def store_upload(stream: BinaryIO, name: str) -> str:
+    """Put an uploaded file where any worker can read it; staging copies it into job storage."""
+    path = f"uploads/{uuid.uuid4().hex}/{safe_name(name)}"
+    stream.seek(0)
+    return default_storage.save(path, File(stream, name=path))
+
+
+__all__ = ["FormatError", "SizeLimitUploadHandler", "inspect", "store_upload", "too_large_message"]

@@ -1,0 +1,49 @@
+"""Celery tasks. Each takes ids, re-reads the database, and is safe to run twice."""
+
+from celery import shared_task
+
+from jobs import lifecycle, retention, scheduling
+from jobs.models import Job, State
+from jobs.outputs.assemble import assemble as assemble_output
+from jobs.staging.stage import stage as stage_job
+from jobs.workers.runner import run_slot as run_slot_loop
+
+
+@shared_task(queue="control")
+def stage(job_id: int) -> None:
+    stage_job(job_id)
+
+
+@shared_task(queue="control")
+def schedule() -> list[int]:
+    return scheduling.schedule()
+
+
+@shared_task
+def run_slot(job_id: int, allocation_id: int) -> str:
+    """Sent to the queue of the held slot itself; see jobs.workers.runner."""
+    return run_slot_loop(job_id, allocation_id)
+
+
+@shared_task(queue="control")
+def assemble(job_id: int) -> bool:
+    return assemble_output(job_id)
+
+
+@shared_task(queue="control")
+def enforce_time_limits() -> list[int]:
+    ended = []
+    for job in Job.objects.filter(state=State.RUNNING):
+        if job.time_limit_passed() and lifecycle.time_out(job):
+            ended.append(job.pk)
+    return ended
+
+
+@shared_task(queue="control")
+def purge_staged_copy_if_due(job_id: int) -> bool:
+    return retention.purge_staged_copy_if_due(job_id)
+
+
+@shared_task(queue="control")
+def purge_expired() -> list[int]:
+    return retention.purge_expired()

@@ -1,0 +1,14 @@
+from django.urls import path
+
+from jobs import views
+
+app_name = "jobs"
+urlpatterns = [
+    path("", views.job_list, name="list"),
+    path("new/", views.job_new, name="new"),
+    path("<int:pk>/", views.job_detail, name="detail"),
+    path("<int:pk>/progress/", views.job_progress, name="progress"),
+    path("<int:pk>/cancel/", views.job_cancel, name="cancel"),
+    path("<int:pk>/output/", views.job_output, name="output"),
+    path("<int:pk>/output/<str:name>", views.job_output_file, name="output_file"),
+]

@@ -1,0 +1,181 @@
+"""What a held slot does: take the next unprocessed shard of its job until none is left.
+
+A shard is claimed with a conditional UPDATE and a lease; while it runs, each batch renews the lease
+and checks the job still runs. A slot that dies leaves its shard to be taken again when the lease
+runs out (or at once, when the same slot comes back). A shard's output is written under its claim
+token and only the claim that marks the shard done is kept, so a shard done twice counts once.
+"""
+
+import io
+import logging
+import os
+import tempfile
+import time
+import traceback
+import uuid
+from collections.abc import Iterable, Iterator
+from datetime import timedelta
+from itertools import islice
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from django.conf import settings
+from django.core.files import File
+from django.core.files.storage import default_storage
+from django.db.models import F, Q
+from django.utils import timezone
+
+from jobs import lifecycle, processors
+from jobs.models import Allocation, Gpu, Job, Shard, State
+from jobs.outputs import RECORD_COLUMN, REJECT_SCHEMA, context_for, output_schema
+from jobs.staging.formats import FormatError, Record, iter_records
+
+log = logging.getLogger(__name__)
+
+
+class ShardLost(Exception):
+    """The shard's claim ended while it ran: the job stopped, or another slot took it over."""
+
+
+def batched(items: Iterable, size: int) -> Iterator[list]:
+    iterator = iter(items)
+    while batch := list(islice(iterator, size)):
+        yield batch
+
+
+def run_slot(job_id: int, allocation_id: int) -> str:
+    """Process the job's shards on this slot for one time slice; say why the slice ended."""
+    try:
+        allocation = Allocation.objects.select_related("gpu", "job").get(pk=allocation_id, job_id=job_id)
+    except Allocation.DoesNotExist:
+        return "gone"
+    job, gpu = allocation.job, allocation.gpu
+    deadline = time.monotonic() + settings.E31_SLOT_SLICE_SECONDS
+    while True:
+        if not Allocation.objects.filter(pk=allocation_id, held_to__isnull=True).exists():
+            return "released"
+        if time.monotonic() > deadline:
+            from jobs import tasks
+
+            tasks.run_slot.apply_async((job_id, allocation_id), queue=gpu.queue)
+            return "continued"
+        claimed = claim_next(job, gpu)
+        if claimed is None:
+            if not Shard.objects.filter(job=job).exclude(status=Shard.Status.DONE).exists():
+                lifecycle.finish_pass(job)
+                return "finished"
+            time.sleep(0.5)  # the last shards run on other slots; stay to take any they lose
+            continue
+        shard, token = claimed
+        try:
+            process_shard(job, shard, token, gpu)
+        except ShardLost:
+            continue
+        except FormatError as error:
+            lifecycle.fail(job, f"Shard {shard.index}: {error}")
+            return "failed"
+        except Exception:
+            log.exception("shard %s of job %s failed", shard.index, job.pk)
+            Shard.objects.filter(pk=shard.pk, claim=token).update(
+                status=Shard.Status.PENDING, claim="", lease_until=None, error=traceback.format_exc(limit=5)
+            )
+
+
+def claim_next(job: Job, gpu: Gpu) -> tuple[Shard, str] | None:
+    """Claim the first shard nobody is working on; fail the job when one has used all its attempts."""
+    now = timezone.now()
+    claimable = Q(status=Shard.Status.PENDING) | Q(status=Shard.Status.RUNNING, lease_until__lt=now)
+    # A running shard of this very slot was left by a worker process that died on it.
+    claimable |= Q(status=Shard.Status.RUNNING, gpu=gpu)
+    for shard in Shard.objects.filter(job=job).filter(claimable).order_by("index")[:8]:
+        if shard.attempts >= settings.E31_SHARD_MAX_ATTEMPTS:
+            detail = shard.error.strip().splitlines()[-1] if shard.error.strip() else "its worker stopped"
+            lifecycle.fail(job, f"Shard {shard.index} failed {shard.attempts} times: {detail}")
+            return None
+        token = uuid.uuid4().hex
+        won = Shard.objects.filter(pk=shard.pk, status=shard.status, claim=shard.claim, attempts=shard.attempts).update(
+            status=Shard.Status.RUNNING,
+            claim=token,
+            gpu=gpu,
+            attempts=F("attempts") + 1,
+            worker_pid=os.getpid(),
+            lease_until=now + timedelta(seconds=settings.E31_SHARD_LEASE_SECONDS),
+            started_at=now,
+        )
+        if won:
+            return shard, token
+    return None
+
+
+def _keep_claim(shard: Shard, token: str) -> None:
+    renewed = Shard.objects.filter(
+        pk=shard.pk, claim=token, status=Shard.Status.RUNNING, job__state=State.RUNNING
+    ).update(lease_until=timezone.now() + timedelta(seconds=settings.E31_SHARD_LEASE_SECONDS))
+    if not renewed:
+        raise ShardLost
+
+
+def _reject_rows(rejects: list[tuple[Record, str]], data: bytes, offset: int) -> dict[str, list]:
+    rejects.sort(key=lambda item: item[0].position)
+    return {
+        "record": [record.position for record, _ in rejects],
+        "line": [record.line for record, _ in rejects],
+        "reason": [reason for _, reason in rejects],
+        "raw": [
+            data[record.start - offset : record.end - offset].decode("utf-8", "replace").rstrip("\r\n")
+            for record, _ in rejects
+        ],
+    }
+
+
+def process_shard(job: Job, shard: Shard, token: str, gpu: Gpu) -> None:
+    processor = processors.get(job.work)
+    context = context_for(job, device="cuda" if gpu.kind == Gpu.Kind.GPU else "cpu")
+    with default_storage.open(job.staged_path, "rb") as staged:
+        staged.seek(shard.start_byte)
+        data = staged.read(shard.end_byte - shard.start_byte)
+    records = iter_records(
+        io.BytesIO(data),
+        job.layout,
+        start=shard.start_byte,
+        end=shard.end_byte,
+        first_position=shard.first_record,
+        first_line=shard.first_line,
+    )
+    schema = output_schema(job)
+    rejects: list[tuple[Record, str]] = []
+    kept_total = 0
+    with tempfile.TemporaryDirectory(prefix="e31-shard-") as scratch:
+        part = os.path.join(scratch, "part.parquet")
+        with pq.ParquetWriter(part, schema) as writer:
+            for batch in batched(records, processor.batch_size):
+                readable = [record for record in batch if record.error is None]
+                rejects += [(record, record.error) for record in batch if record.error is not None]
+                result = processor.process_batch(readable, context)
+                if len(result.kept) != result.table.num_rows or len(result.kept) + len(result.rejects) != len(readable):
+                    raise RuntimeError(f"{processor.name} lost records: every record must be kept or rejected")
+                writer.write_table(result.table.add_column(0, schema.field(RECORD_COLUMN), [result.kept]))
+                rejects += result.rejects
+                kept_total += len(result.kept)
+                _keep_claim(shard, token)
+        rejects_part = os.path.join(scratch, "rejects.parquet")
+        pq.write_table(pa.table(_reject_rows(rejects, data, shard.start_byte), schema=REJECT_SCHEMA), rejects_part)
+        base = f"{job.storage_prefix}/shards/{shard.index:05d}-{token}"
+        with open(part, "rb") as handle:
+            output_path = default_storage.save(f"{base}.parquet", File(handle))
+        with open(rejects_part, "rb") as handle:
+            rejects_path = default_storage.save(f"{base}.rejects.parquet", File(handle))
+    done = Shard.objects.filter(pk=shard.pk, claim=token, status=Shard.Status.RUNNING).update(
+        status=Shard.Status.DONE,
+        output_path=output_path,
+        rejects_path=rejects_path,
+        records_out=kept_total,
+        records_rejected=len(rejects),
+        finished_at=timezone.now(),
+        lease_until=None,
+        error="",
+    )
+    if not done:
+        default_storage.delete(output_path)
+        default_storage.delete(rejects_path)
+        raise ShardLost

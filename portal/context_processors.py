@@ -1,0 +1,5 @@
+from jobs.services import organisation_for
+
+
+def portal(request) -> dict:
+    return {"organisation": organisation_for(request.user) if hasattr(request, "user") else None}

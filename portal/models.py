@@ -1,0 +1,67 @@
+"""Organisations, their members, and design-partner applications."""
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+class TimeStamped(models.Model):
+    created = models.DateTimeField(default=timezone.now, editable=False)
+    modified = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        abstract = True
+
+
+class Organisation(TimeStamped):
+    name = models.CharField(max_length=200, unique=True)
+    slug = models.SlugField(max_length=60, unique=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Membership(TimeStamped):
+    """A user's place in one organisation: everything they see is that organisation's."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="membership")
+    organisation = models.ForeignKey(Organisation, on_delete=models.CASCADE, related_name="memberships")
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.organisation}"
+
+
+class Application(TimeStamped):
+    """A team asking to join the design-partner program, reviewed by an operator in the admin."""
+
+    class Status(models.TextChoices):
+        NEW = "new", "New"
+        ACCEPTED = "accepted", "Accepted"
+        DECLINED = "declined", "Declined"
+
+    name = models.CharField("your name", max_length=200)
+    email = models.EmailField("work email")
+    organisation = models.CharField("organisation", max_length=200)
+    dataset = models.TextField("the dataset", help_text="What it is, how many records, how many GB.")
+    work = models.TextField("the pass", help_text="What you want to run over every record.")
+    gpu_hours = models.PositiveIntegerField("GPU-hours you expect", null=True, blank=True)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.NEW)
+    reviewed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    reviewed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self) -> str:
+        return f"{self.organisation} ({self.email})"
+
+    def review(self, status: str, by) -> None:
+        self.status = status
+        self.reviewed_by = by
+        self.reviewed_at = timezone.now()
+        self.save(update_fields=["status", "reviewed_by", "reviewed_at", "modified"])

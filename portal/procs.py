@@ -1,0 +1,81 @@
+"""Child processes for the supervisors (`runportal`, `gpuworker`): started together, stopped together.
+
+Each child runs in its own session so a Ctrl-C reaches only the supervisor, which then stops the
+children in order; each child also gets SIGTERM from the kernel if the supervisor dies, so no
+process is left behind either way.
+"""
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+@dataclass
+class Child:
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    stop_signal: int = signal.SIGTERM
+    process: subprocess.Popen | None = None
+    restarts: int = 0
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(self.argv, env=self.env, start_new_session=True, preexec_fn=_die_with_parent)
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+
+@dataclass
+class Children:
+    children: list[Child] = field(default_factory=list)
+
+    def start(self, name: str, argv: list[str], env: dict | None = None, stop_signal: int = signal.SIGTERM) -> Child:
+        child = Child(name, argv, {**os.environ, **(env or {})}, stop_signal)
+        child.start()
+        self.children.append(child)
+        return child
+
+    def stop_all(self, timeout: float = 15.0) -> None:
+        """Stop the children newest first, each before the next (workers before their Redis); whatever
+        is left of a child's session after `timeout` is killed."""
+        for child in reversed(self.children):
+            if child.process is None:
+                continue
+            if child.alive:
+                child.process.send_signal(child.stop_signal)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.process.wait(timeout)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.process.pid, signal.SIGKILL)
+            child.process.wait()
+
+
+class StopRequested:
+    """Turns SIGINT and SIGTERM into a flag the supervisor's loop reads."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        signal.signal(signal.SIGINT, self._set)
+        signal.signal(signal.SIGTERM, self._set)
+
+    def _set(self, signum, frame) -> None:
+        self.requested = True
+
+    def sleep(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not self.requested and time.monotonic() < deadline:
+            time.sleep(min(0.2, deadline - time.monotonic()))

@@ -1,0 +1,202 @@
+"""Settings of the E31 portal. Every value comes from the environment; see the README for the list."""
+
+import os
+import secrets
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from portal.env import env_bool, env_choice, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("E31_VAR_DIR", str(BASE_DIR / "var"))).resolve()
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def _secret_key() -> str:
+    configured = env_str("E31_SECRET_KEY", "")
+    if configured:
+        return configured
+    # A local install keeps a generated key under var/ so sessions survive restarts.
+    path = VAR_DIR / "secret_key"
+    if not path.exists():
+        path.write_text(secrets.token_urlsafe(50))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+DEBUG = env_bool("E31_DEBUG", False)
+ALLOWED_HOSTS = env_list("E31_ALLOWED_HOSTS", "127.0.0.1,localhost")
+CSRF_TRUSTED_ORIGINS = env_list("E31_CSRF_TRUSTED_ORIGINS", "")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.humanize",
+    "django_htmx",
+    "template_partials",
+    "portal",
+    "jobs",
+    "billing",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "portal.urls"
+WSGI_APPLICATION = "portal.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "portal.context_processors.portal",
+            ],
+        },
+    },
+]
+
+
+def _database() -> dict:
+    url = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'db.sqlite3'}")
+    try:
+        database = dj_database_url.parse(url, conn_max_age=0)
+    except ValueError as error:
+        raise ImproperlyConfigured(f"DATABASE_URL is not a database URL: {error}") from None
+    if database["ENGINE"] == "django.db.backends.sqlite3":
+        # Web, workers and beat write the same file: WAL lets readers and one writer overlap,
+        # IMMEDIATE takes the write lock up front so two writers queue instead of deadlocking.
+        database["OPTIONS"] = {
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 30,
+        }
+    return database
+
+
+DATABASES = {"default": _database()}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+
+def _redis_url() -> str:
+    url = env_str("REDIS_URL", f"unix://{VAR_DIR / 'redis.sock'}")
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        raise ImproperlyConfigured(f"REDIS_URL must start with redis://, rediss:// or unix://, not {url!r}")
+    return url
+
+
+REDIS_URL = _redis_url()
+# The embedded Redis is started by `manage.py runportal` (and by the tests) on this socket.
+EMBEDDED_REDIS = "REDIS_URL" not in os.environ
+CELERY_BROKER_URL = REDIS_URL.replace("unix://", "redis+socket://", 1)
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/jobs/"
+LOGOUT_REDIRECT_URL = "/"
+
+LANGUAGE_CODE = "en-gb"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = BASE_DIR / "staticfiles"
+# Served by whitenoise straight from the apps and static/, so a fresh clone needs no collectstatic.
+WHITENOISE_USE_FINDERS = True
+MEDIA_ROOT = VAR_DIR / "media"
+
+E31_STORAGE = env_choice("E31_STORAGE", "filesystem", ("filesystem", "s3"))
+if E31_STORAGE == "s3":
+    _bucket = env_str("E31_S3_BUCKET", "")
+    if not _bucket:
+        raise ImproperlyConfigured("E31_STORAGE=s3 needs E31_S3_BUCKET")
+    _default_storage = {
+        "BACKEND": "storages.backends.s3.S3Storage",
+        "OPTIONS": {
+            "bucket_name": _bucket,
+            "endpoint_url": env_str("E31_S3_ENDPOINT_URL", "") or None,
+            "region_name": env_str("E31_S3_REGION", "") or None,
+            "file_overwrite": False,
+            "querystring_expire": 3600,
+        },
+    }
+else:
+    _default_storage = {
+        "BACKEND": "django.core.files.storage.FileSystemStorage",
+        "OPTIONS": {"location": MEDIA_ROOT},
+    }
+STORAGES = {
+    "default": _default_storage,
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
+
+# Uploads always go to a temporary file on disk, never into memory, through a size guard.
+FILE_UPLOAD_HANDLERS = [
+    "jobs.staging.uploads.SizeLimitUploadHandler",
+    "django.core.files.uploadhandler.TemporaryFileUploadHandler",
+]
+FILE_UPLOAD_TEMP_DIR = VAR_DIR / "tmp"
+FILE_UPLOAD_TEMP_DIR.mkdir(parents=True, exist_ok=True)
+E31_MAX_UPLOAD_BYTES = env_int("E31_MAX_UPLOAD_BYTES", 2 * 1024**3, minimum=1)
+
+E31_CPU_SLOTS = env_int("E31_CPU_SLOTS", 4, minimum=1)
+E31_MAX_HOURS = env_int("E31_MAX_HOURS", 72, minimum=1)
+E31_MAX_RETENTION_DAYS = env_int("E31_MAX_RETENTION_DAYS", 90, minimum=0)
+E31_SHARD_RECORDS = env_int("E31_SHARD_RECORDS", 50_000, minimum=1)
+E31_SHARD_BYTES = env_int("E31_SHARD_BYTES", 64 * 1024**2, minimum=1024)
+E31_SHARD_MAX_ATTEMPTS = env_int("E31_SHARD_MAX_ATTEMPTS", 3, minimum=1)
+E31_SHARD_LEASE_SECONDS = env_int("E31_SHARD_LEASE_SECONDS", 60, minimum=2)
+E31_SLOT_SLICE_SECONDS = env_int("E31_SLOT_SLICE_SECONDS", 300, minimum=1)
+E31_HEARTBEAT_SECONDS = env_int("E31_HEARTBEAT_SECONDS", 5, minimum=1)
+E31_NVML_MODULE = env_str("E31_NVML_MODULE", "pynvml")
+
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_DEFAULT_QUEUE = "control"
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Above the longest slot slice plus a shard, so Redis never hands a running task to a second worker.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": E31_SLOT_SLICE_SECONDS * 4 + 600}
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_BEAT_SCHEDULE = {
+    "schedule-queued-jobs": {"task": "jobs.tasks.schedule", "schedule": 5.0},
+    "enforce-time-limits": {"task": "jobs.tasks.enforce_time_limits", "schedule": 30.0},
+    "purge-expired-staged-copies": {"task": "jobs.tasks.purge_expired", "schedule": 600.0},
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("E31_LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}
