@@ -52,7 +52,9 @@ def main() -> None:
     path = sys.argv[2] if len(sys.argv) > 2 else "examples/customers.csv"
     with open(path, "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["id", "name", "email", "signup_date", "last_seen", "lifetime_value", "active", "country", "notes"])
+        writer.writerow(
+            ["id", "name", "email", "signup_date", "last_seen", "lifetime_value", "active", "country", "notes"]
+        )
         writer.writerows(rows(count, random.Random(31)))
 
 

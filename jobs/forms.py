@@ -14,7 +14,9 @@ def param_field_name(processor: processors.Processor, param: processors.Param) -
 
 class JobForm(forms.Form):
     data = forms.FileField(
-        label="Dataset", help_text="A CSV file with a header row, or JSONL (one JSON object per line)."
+        label="Dataset",
+        allow_empty_file=True,  # the staging check says why an empty file is no dataset
+        help_text="A CSV file with a header row, or JSONL (one JSON object per line).",
     )
     work = forms.ChoiceField(label="Work", widget=forms.RadioSelect)
     gpus = forms.IntegerField(label="GPUs", min_value=1, initial=2)

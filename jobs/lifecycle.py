@@ -19,13 +19,13 @@ TRANSITIONS: dict[str, tuple[str, ...]] = {
 }
 
 
-def move(job_id: int, frm: str | tuple[str, ...], to: str, message: str = "", **fields) -> bool:
+def move(job_id: int, frm: str | tuple[str, ...], to: str, message: str = "", at=None, **fields) -> bool:
     """Move a job from one of `frm` to `to`; False when another process moved it first."""
     sources = (frm,) if isinstance(frm, str) else frm
     for source in sources:
         if to not in TRANSITIONS.get(source, ()):
             raise ValueError(f"a job cannot go from {source} to {to}")
-    now = timezone.now()
+    now = at or timezone.now()
     if to in ENDED:
         fields.setdefault("ended_at", now)
     with transaction.atomic():
@@ -40,7 +40,7 @@ def hold(job: Job, gpus: list[Gpu]) -> list[Allocation]:
     now = timezone.now()
     try:
         with transaction.atomic():
-            if not move(job.pk, State.QUEUED, State.RUNNING, started_at=now):
+            if not move(job.pk, State.QUEUED, State.RUNNING, at=now, started_at=now):
                 return []
             allocations = [Allocation.objects.create(job=job, gpu=gpu, held_from=now) for gpu in gpus]
     except IntegrityError:
@@ -50,9 +50,9 @@ def hold(job: Job, gpus: list[Gpu]) -> list[Allocation]:
     return allocations
 
 
-def release(job: Job) -> bool:
+def release(job: Job, at=None) -> bool:
     """End the job's hold: held_to on every open allocation, and one ledger entry. Safe to repeat."""
-    now = timezone.now()
+    now = at or timezone.now()
     with transaction.atomic():
         open_holds = list(Allocation.objects.select_for_update().filter(job=job, held_to__isnull=True))
         if not open_holds:
@@ -66,10 +66,11 @@ def release(job: Job) -> bool:
 
 def finish_pass(job: Job) -> bool:
     """The last shard is done: running → finishing, release the GPUs, assemble the output off them."""
+    now = timezone.now()
     with transaction.atomic():
-        if not move(job.pk, State.RUNNING, State.FINISHING, message="last shard done; GPUs released"):
+        if not move(job.pk, State.RUNNING, State.FINISHING, message="last shard done; GPUs released", at=now):
             return False
-        release(job)
+        release(job, at=now)
         _assemble_on_commit(job.pk)
     return True
 

@@ -1,4 +1,6 @@
-"""Celery tasks. Each takes ids, re-reads the database, and is safe to run twice."""
+"""Celery tasks. Each takes ids, re-reads the database, and is safe to run twice.
+
+All go to the control queue but run_slot, which is sent to the queue of the slot it runs on."""
 
 from celery import shared_task
 
@@ -9,12 +11,12 @@ from jobs.staging.stage import stage as stage_job
 from jobs.workers.runner import run_slot as run_slot_loop
 
 
-@shared_task(queue="control")
+@shared_task
 def stage(job_id: int) -> None:
     stage_job(job_id)
 
 
-@shared_task(queue="control")
+@shared_task
 def schedule() -> list[int]:
     return scheduling.schedule()
 
@@ -25,12 +27,12 @@ def run_slot(job_id: int, allocation_id: int) -> str:
     return run_slot_loop(job_id, allocation_id)
 
 
-@shared_task(queue="control")
+@shared_task
 def assemble(job_id: int) -> bool:
     return assemble_output(job_id)
 
 
-@shared_task(queue="control")
+@shared_task
 def enforce_time_limits() -> list[int]:
     ended = []
     for job in Job.objects.filter(state=State.RUNNING):
@@ -39,11 +41,11 @@ def enforce_time_limits() -> list[int]:
     return ended
 
 
-@shared_task(queue="control")
+@shared_task
 def purge_staged_copy_if_due(job_id: int) -> bool:
     return retention.purge_staged_copy_if_due(job_id)
 
 
-@shared_task(queue="control")
+@shared_task
 def purge_expired() -> list[int]:
     return retention.purge_expired()

@@ -42,7 +42,7 @@ def job_new(request):
     organisation = services.organisation_for(request.user)
     if organisation is None:
         return _needs_organisation(request)
-    form = JobForm(request.POST or None, request.FILES or None)
+    form = JobForm(request.POST, request.FILES) if request.method == "POST" else JobForm()
     if request.method == "POST":
         if getattr(request, "upload_too_large", False):
             form.add_error(None, too_large_message())

@@ -127,7 +127,8 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = BASE_DIR / "staticfiles"
+STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT.mkdir(exist_ok=True)
 # Served by whitenoise straight from the apps and static/, so a fresh clone needs no collectstatic.
 WHITENOISE_USE_FINDERS = True
 MEDIA_ROOT = VAR_DIR / "media"

@@ -1,5 +1,6 @@
 """The processor interface: what a work kind declares and the batch function a slot calls."""
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +30,8 @@ class Param:
             value = self.kind(raw)
         except (TypeError, ValueError):
             raise ParamError(f"{self.name} must be a {self.kind.__name__}, not {raw!r}") from None
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ParamError(f"{self.name} must be a finite number, not {raw!r}")
         if self.minimum is not None and value < self.minimum:
             raise ParamError(f"{self.name} must be at least {self.minimum}, not {value}")
         if self.maximum is not None and value > self.maximum:

@@ -18,6 +18,14 @@ from jobs.processors.base import Batch, Context, Param, ParamError, Processor, S
 from jobs.staging.formats import Record
 
 TYPES = ("bool", "int", "float", "date", "datetime", "string")
+TYPE_NAMES = {
+    "bool": "a bool (true or false)",
+    "int": "an int",
+    "float": "a float",
+    "date": "an ISO date",
+    "datetime": "an ISO datetime",
+    "string": "text",
+}
 # Which kinds of value each type accepts; a column takes the first type its values fit.
 ACCEPTS = {
     "bool": ("bool",),
@@ -56,7 +64,11 @@ def kind_of(value) -> str:
             return "float"
         return "string"
     if INT.match(value):
-        return "int" if INT64[0] <= int(value) <= INT64[1] else "string"
+        try:
+            number = int(value)
+        except ValueError:  # more digits than Python converts
+            return "string"
+        return "int" if INT64[0] <= number <= INT64[1] else "string"
     if FLOAT.match(value):
         return "float"
     lowered = value.lower()
@@ -261,7 +273,7 @@ class CleanTable(Processor):
                 try:
                     append(cast(cell))
                 except (ValueError, OverflowError):
-                    reasons.setdefault(row, f"column {column['name']!r}: {cell!r} is not a {column['type']}")
+                    reasons.setdefault(row, f"column {column['name']!r}: {cell!r} is not {TYPE_NAMES[column['type']]}")
                     append(None)
             cast_columns.append(out)
         keep = [row for row in range(len(records)) if row not in reasons] if reasons else range(len(records))

@@ -47,7 +47,7 @@ def detect(head: bytes, *, at_eof: bool, name: str = "") -> dict:
     if first == "[":
         raise FormatError("This is a JSON array; JSONL needs one JSON object per line.")
     if first == "{":
-        return _detect_jsonl(text)
+        return _detect_jsonl(text, at_eof)
     return _detect_csv(text, at_eof=at_eof, name=name)
 
 
@@ -56,16 +56,20 @@ def _decode_head(head: bytes, at_eof: bool) -> str:
     try:
         return decoder.decode(head, final=at_eof)
     except UnicodeDecodeError as error:
+        offset = error.start + (len(codecs.BOM_UTF8) if head.startswith(codecs.BOM_UTF8) else 0)
         raise FormatError(
-            f"This is not UTF-8 text (byte 0x{head[error.start]:02x} at offset {error.start}). "
-            "Save it as UTF-8 CSV or JSONL."
+            f"This is not UTF-8 text (byte 0x{head[offset]:02x} at offset {offset}). Save it as UTF-8 CSV or JSONL."
         ) from None
 
 
-def _detect_jsonl(text: str) -> dict:
-    for number, line in enumerate(text.splitlines(), start=1):
+def _detect_jsonl(text: str, at_eof: bool) -> dict:
+    # Lines end at "\n" only, as when reading: JSON text may hold U+2028, U+2029 or U+0085 as they are.
+    lines = text.split("\n")
+    for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
+        if not at_eof and number == len(lines):
+            return {"format": "jsonl"}  # a first record longer than the sample: its lines are read later
         try:
             value = json.loads(line)
         except ValueError as error:
@@ -179,7 +183,7 @@ def _csv_records(stream, layout, start, end, position, first_line) -> Iterator[R
             raise FormatError(f"Line {record_line}: {error}.") from None
         if row is None:
             return
-        if row:
+        if row and (len(row) > 1 or row[0].strip()):  # a blank or whitespace-only line is no record
             error = None if len(row) == width else f"expected {width} fields, found {len(row)}"
             yield Record(position, record_line, row, error, record_start, lines.pos, lines.line)
             position += 1

@@ -1,0 +1,242 @@
+"""Shared fixtures: a real Redis, real gpuworker processes, and the personas.
+
+Personas: the partner (member of the partner organisation), a teammate in the same organisation,
+an outsider from another organisation, and an operator (staff, in no organisation).
+"""
+
+import os
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+import redis
+from django.conf import settings
+from django.db import connections
+from django.utils import timezone
+
+from tests.settings import PLUGIN_PATH, ROOT
+
+sys.path.insert(0, str(PLUGIN_PATH))
+
+EXAMPLE = ROOT / "examples" / "customers.csv"
+
+
+def wait_for(predicate, timeout: float = 30.0, interval: float = 0.05, what: str = "the condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def redis_server():
+    """The embedded Redis on the tests' own socket, or the Redis server REDIS_URL names (emptied)."""
+    if settings.EMBEDDED_REDIS:
+        from portal import embedded_redis
+
+        socket_path = settings.VAR_DIR / "redis.sock"
+        data_dir = settings.VAR_DIR / "redis"
+        data_dir.mkdir(parents=True, exist_ok=True)
+        argv = embedded_redis.server_argv(socket_path, data_dir)
+        argv[argv.index("--appendonly") + 1] = "no"
+        server = subprocess.Popen(argv)
+        embedded_redis.wait_until_ready(socket_path)
+        yield redis.Redis(unix_socket_path=str(socket_path))
+        server.terminate()
+        server.wait()
+    else:
+        client = redis.Redis.from_url(settings.REDIS_URL)
+        client.flushdb()
+        yield client
+
+
+def database_url() -> str:
+    """The URL of the test database, for processes started by the tests."""
+    db = connections["default"].settings_dict
+    if db["ENGINE"] == "django.db.backends.sqlite3":
+        return f"sqlite:///{db['NAME']}"
+    credentials = quote(db["USER"] or "", safe="")
+    if db["PASSWORD"]:
+        credentials += ":" + quote(db["PASSWORD"], safe="")
+    return f"postgres://{credentials}@{db['HOST'] or 'localhost'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+def process_env(**extra) -> dict:
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "DATABASE_URL": database_url(),
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(PLUGIN_PATH)]),
+    }
+    if not settings.EMBEDDED_REDIS:
+        env["REDIS_URL"] = settings.REDIS_URL
+    return {**env, **extra}
+
+
+def manage(*args) -> list[str]:
+    return [sys.executable, str(ROOT / "manage.py"), *args]
+
+
+class Worker:
+    """A `manage.py gpuworker` process: a node of CPU slots plus a control worker."""
+
+    def __init__(self, name: str, slots: int):
+        self.name = name
+        self.slots = slots
+        self.log = open(settings.VAR_DIR / f"{name}.log", "ab")  # noqa: SIM115
+        self.process = subprocess.Popen(
+            manage("gpuworker", "--cpu-slots", str(slots), "--name", name),
+            env=process_env(),
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def stop(self) -> None:
+        self.process.send_signal(2)
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.log.close()
+
+
+@pytest.fixture(scope="module")
+def gpuworker(django_db_setup, django_db_blocker, redis_server):
+    """Two CPU slots on a real gpuworker, for the module's tests."""
+    worker = Worker(f"test-{os.getpid()}", slots=2)
+    yield worker
+    worker.stop()
+
+
+@pytest.fixture
+def fleet(gpuworker, transactional_db):
+    """Wait until the gpuworker's slots are registered and online (they come back after each flush)."""
+    from jobs.models import Gpu
+
+    wait_for(
+        lambda: Gpu.objects.online().filter(node__name=gpuworker.name).count() == gpuworker.slots,
+        timeout=60,
+        what="the gpuworker's slots to come online",
+    )
+    return gpuworker
+
+
+@pytest.fixture
+def online_slots(db):
+    """A fleet of four CPU slots that are online, with no worker behind them (form and request tests)."""
+    from jobs.models import Gpu, Node
+
+    Gpu.objects.update(last_seen=None)
+    node = Node.objects.create(name="fake-node", hostname="fake", last_seen=timezone.now())
+    return [
+        Gpu.objects.create(
+            node=node, index=i, kind=Gpu.Kind.CPU, name="CPU slot", queue=f"slot.fake.{i}", last_seen=timezone.now()
+        )
+        for i in range(4)
+    ]
+
+
+@pytest.fixture
+def organisation(db):
+    from portal.models import Organisation
+
+    return Organisation.objects.create(name="Partner Lab", slug="partner-lab")
+
+
+@pytest.fixture
+def other_organisation(db):
+    from portal.models import Organisation
+
+    return Organisation.objects.create(name="Other Lab", slug="other-lab")
+
+
+def _member(django_user_model, username, organisation):
+    from portal.models import Membership
+
+    user = django_user_model.objects.create_user(username, f"{username}@example.com", "pw-" + username)
+    Membership.objects.create(user=user, organisation=organisation)
+    return user
+
+
+@pytest.fixture
+def partner(django_user_model, organisation):
+    return _member(django_user_model, "partner", organisation)
+
+
+@pytest.fixture
+def teammate(django_user_model, organisation):
+    return _member(django_user_model, "teammate", organisation)
+
+
+@pytest.fixture
+def outsider(django_user_model, other_organisation):
+    return _member(django_user_model, "outsider", other_organisation)
+
+
+@pytest.fixture
+def operator(django_user_model):
+    return django_user_model.objects.create_superuser("operator", "operator@example.com", "pw-operator")
+
+
+@pytest.fixture
+def rate_card(db):
+    from decimal import Decimal
+
+    from billing.models import RateCard
+
+    return RateCard.objects.create(rate_per_gpu_hour=Decimal("3.60"), effective_from=timezone.now() - timedelta(days=1))
+
+
+def client_for(user):
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def partner_client(partner):
+    return client_for(partner)
+
+
+@pytest.fixture
+def outsider_client(outsider):
+    return client_for(outsider)
+
+
+def job_form(data: bytes | Path = EXAMPLE, name: str = "customers.csv", **fields) -> dict:
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    content = data.read_bytes() if isinstance(data, Path) else data
+    form = {
+        "data": SimpleUploadedFile(name, content, content_type="text/csv"),
+        "work": "clean-table",
+        "gpus": "2",
+        "hours": "1",
+        "shape": "short-wide",
+        "retention": "delete",
+        "keep_days": "7",
+    }
+    form.update(fields)
+    return form
+
+
+def wait_for_end(job, timeout: float = 60.0):
+    from jobs.models import ENDED
+
+    def ended():
+        job.refresh_from_db()
+        return job.state in ENDED
+
+    wait_for(ended, timeout=timeout, interval=0.1, what=f"job {job.pk} to end (it is {job.state})")
+    return job

@@ -1,0 +1,33 @@
+"""The queue: a job waits until all its GPUs are free at once, unmetered, and starts in queue order."""
+
+import pytest
+
+from billing.models import LedgerEntry
+from jobs.models import Job, State
+from tests.conftest import wait_for, wait_for_end
+from tests.jobs.test_cancel import slow_job_form
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_it_waits_for_all_its_gpus_and_meters_only_the_hold(fleet, partner_client):
+    partner_client.post("/jobs/new/", slow_job_form("0.3"))
+    first = Job.objects.get()
+    wait_for(lambda: Job.objects.get(pk=first.pk).state == State.RUNNING, timeout=60)
+    partner_client.post("/jobs/new/", slow_job_form("0.05"))
+    second = Job.objects.exclude(pk=first.pk).get()
+    wait_for(lambda: Job.objects.get(pk=second.pk).state == State.QUEUED, timeout=60)
+
+    page = partner_client.get(f"/jobs/{second.pk}/").content.decode()
+    assert "Number 1 in the queue" in page
+    assert not second.allocations.exists()
+    assert Job.objects.get(pk=first.pk).state == State.RUNNING
+
+    wait_for_end(first)
+    wait_for_end(second)
+    assert first.state == second.state == State.SUCCEEDED
+    first_entry, second_entry = LedgerEntry.objects.get(job=first), LedgerEntry.objects.get(job=second)
+    assert second_entry.held_from >= first_entry.held_to, "the second hold starts when the first is released"
+    queued_at = second.events.get(state=State.QUEUED).at
+    assert second_entry.held_from > queued_at, "nothing metered while queued"
+    assert second.events.get(state=State.RUNNING).at == second_entry.held_from

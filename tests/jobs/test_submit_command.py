@@ -1,0 +1,73 @@
+"""`manage.py submit`: the same job from a terminal, through the broker and the workers."""
+
+import json
+import subprocess
+
+import pyarrow.parquet as pq
+import pytest
+
+from billing.models import LedgerEntry
+from jobs.models import Job, State
+from tests.conftest import EXAMPLE, manage, process_env
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def submit(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(manage("submit", *args), env=process_env(), capture_output=True, text=True, timeout=120)
+
+
+def test_it_runs_a_job_and_writes_the_output_and_the_ledger_line(fleet, organisation, tmp_path):
+    result = submit(
+        "--org", "partner-lab", "--data", str(EXAMPLE), "--work", "clean-table",
+        "--gpus", "2", "--hours", "0.5", "--param", "type_threshold=0.99", "--wait", "--output", str(tmp_path),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    job = Job.objects.get()
+    assert job.state == State.SUCCEEDED
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["manifest.json", "output.parquet", "rejects.csv"]
+    assert pq.read_table(tmp_path / "output.parquet").num_rows == job.records_out
+    line = json.loads(result.stdout.strip().splitlines()[-1])
+    entry = LedgerEntry.objects.get(job=job)
+    assert line["job"] == job.pk
+    assert (line["gpus"], line["seconds"], line["gpu_hours"]) == (2, entry.seconds, str(entry.gpu_hours))
+    assert "100%" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "reason"),
+    [
+        (["--org", "nobody"], "There is no organisation 'nobody'."),
+        (["--gpus", "0"], "Refused: Ask for at least one GPU, not 0."),
+        (["--gpus", "many"], "Refused: GPUs must be a whole number, not 'many'."),
+        (["--gpus", "3"], "Refused: The fleet has 2 CPU slots online; ask for 2 or fewer."),
+        (["--hours", "-1"], "Refused: Hours must be more than zero, not -1."),
+        (["--work", "mine-bitcoin"], "Refused: There is no work kind 'mine-bitcoin'"),
+        (["--param", "speed=fast"], "Refused: clean-table has no parameter 'speed'"),
+        (["--data", "/no/such/file.csv"], "There is no file /no/such/file.csv."),
+        (["--data", "https://example.com/data.csv"], "Only a local file can be submitted"),
+    ],
+)
+def test_it_refuses_with_a_one_line_reason(fleet, organisation, args, reason):
+    base = {"--org": "partner-lab", "--data": str(EXAMPLE), "--work": "clean-table", "--gpus": "1", "--hours": "1"}
+    extra = []
+    for flag, value in zip(args[::2], args[1::2], strict=True):
+        if flag in base:
+            base[flag] = value
+        else:
+            extra += [flag, value]
+    result = submit(*[item for pair in base.items() for item in pair], *extra)
+    assert result.returncode != 0
+    assert reason in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not Job.objects.exists()
+
+
+def test_it_refuses_a_binary_file(fleet, organisation, tmp_path):
+    binary = tmp_path / "model.bin"
+    binary.write_bytes(bytes(range(256)) * 10)
+    result = submit(
+        "--org", "partner-lab", "--data", str(binary), "--work", "clean-table", "--gpus", "1", "--hours", "1"
+    )
+    assert result.returncode != 0
+    assert "This is a binary file, not CSV or JSONL text." in result.stderr

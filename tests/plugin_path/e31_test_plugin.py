@@ -1,0 +1,38 @@
+"""A third-party work kind for the tests, registered through the `e31.processors` entry point.
+
+`test-slow-echo` copies every field as text and sleeps a while per batch, so a test can catch a
+shard while it runs: to kill its worker, to cancel its job, or to keep its GPUs busy.
+"""
+
+import time
+
+import pyarrow as pa
+
+from jobs.processors.base import Batch, Context, Param, Processor
+
+
+class SlowEcho(Processor):
+    name = "test-slow-echo"
+    title = "Echo slowly"
+    description = "Copies each record as text, sleeping per batch (tests only)."
+    version = "1"
+    input_formats = ("csv", "jsonl")
+    params = (Param("seconds_per_batch", float, 0.1, "How long each batch takes.", minimum=0.0, maximum=10.0),)
+    batch_size = 50
+
+    def output_schema(self, context: Context) -> pa.Schema:
+        return pa.schema([(name, pa.string()) for name in context.layout["columns"]])
+
+    def process_batch(self, records, context: Context) -> Batch:
+        time.sleep(context.params["seconds_per_batch"])
+        columns = context.layout["columns"]
+        if context.layout["format"] == "csv":
+            cells = [[record.value[i] for record in records] for i in range(len(columns))]
+        else:
+            cells = [[_text(record.value.get(name)) for record in records] for name in columns]
+        table = pa.table([pa.array(column, pa.string()) for column in cells], schema=self.output_schema(context))
+        return Batch(table=table, kept=[record.position for record in records])
+
+
+def _text(value):
+    return None if value is None else str(value)

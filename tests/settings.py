@@ -1,0 +1,24 @@
+"""Settings for the tests: the portal's own, with a var/ of their own and short timings.
+
+Workers started by the tests inherit these through the environment.
+"""
+
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PLUGIN_PATH = ROOT / "tests" / "plugin_path"
+
+os.environ.setdefault("E31_VAR_DIR", str(ROOT / "var" / "test"))
+os.environ.setdefault("E31_HEARTBEAT_SECONDS", "1")
+os.environ.setdefault("E31_SHARD_LEASE_SECONDS", "5")
+os.environ.setdefault("E31_SECRET_KEY", "tests-only-secret-key-not-for-production-0123456789")
+
+from portal.settings import *  # noqa: E402, F403
+from portal.settings import DATABASES, VAR_DIR  # noqa: E402
+
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # A file, not memory: the worker processes the tests start must see the same database.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
