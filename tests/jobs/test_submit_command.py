@@ -14,7 +14,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def submit(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(manage("submit", *args), env=process_env(), capture_output=True, text=True, timeout=120)
+    command = manage("submit", *args)
+    return subprocess.run(command, check=False, env=process_env(), capture_output=True, text=True, timeout=120)
 
 
 def test_it_runs_a_job_and_writes_the_output_and_the_ledger_line(fleet, organisation, tmp_path):
