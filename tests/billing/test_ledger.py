@@ -1,0 +1,110 @@
+"""The ledger: one entry per released hold, priced per started second, never changed, exported."""
+
+import csv
+import io
+import json
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+
+from billing.metering import meter_for, price
+from billing.models import LedgerEntry, RateCard
+from jobs import lifecycle
+from jobs.models import Job, State
+from tests.conftest import client_for
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def running_job(organisation, online_slots, rate_card):
+    job = Job.objects.create(
+        organisation=organisation, work="clean-table", source_name="a.csv", gpus=2, hours=1, state=State.QUEUED
+    )
+    assert lifecycle.hold(job, online_slots[:2])
+    job.refresh_from_db()
+    return job
+
+
+def test_it_prices_gpus_times_hours_held_at_the_rate(rate_card):
+    start = timezone.now()
+    meter = price(4, start, start + timedelta(minutes=90, microseconds=1))
+    assert meter.seconds == 5401, "a started second counts"
+    assert meter.gpu_hours == Decimal("6.001111")
+    assert meter.amount == (Decimal("6.001111") * Decimal("3.60")).quantize(Decimal("0.0001"))
+
+
+def test_it_uses_the_rate_in_force_when_the_hold_started(rate_card):
+    later = RateCard.objects.create(rate_per_gpu_hour=Decimal("9"), effective_from=timezone.now() + timedelta(hours=1))
+    start = timezone.now()
+    assert price(1, start, start + timedelta(hours=2)).rate == Decimal("3.60")
+    assert price(1, later.effective_from, later.effective_from + timedelta(hours=1)).rate == Decimal("9")
+
+
+def test_it_writes_one_entry_when_the_hold_is_released(running_job):
+    assert meter_for(running_job).gpus == 2
+    assert lifecycle.release(running_job)
+    assert not lifecycle.release(running_job), "releasing twice writes nothing more"
+    entry = LedgerEntry.objects.get(job=running_job)
+    allocations = list(running_job.allocations.all())
+    assert entry.gpus == 2
+    assert entry.held_from == min(a.held_from for a in allocations)
+    assert entry.held_to == max(a.held_to for a in allocations)
+    assert meter_for(running_job).gpu_hours == entry.gpu_hours
+
+
+def test_it_never_updates_or_deletes_an_entry(running_job):
+    lifecycle.release(running_job)
+    entry = LedgerEntry.objects.get()
+    entry.amount = Decimal(0)
+    with pytest.raises(TypeError, match="never updated"):
+        entry.save()
+    with pytest.raises(TypeError, match="never deleted"):
+        entry.delete()
+    with pytest.raises(TypeError, match="never updated"):
+        LedgerEntry.objects.update(amount=0)
+    with pytest.raises(TypeError, match="never deleted"):
+        LedgerEntry.objects.all().delete()
+
+
+def test_it_shows_and_exports_only_the_organisations_entries(running_job, partner_client, outsider_client):
+    lifecycle.release(running_job)
+    entry = LedgerEntry.objects.get()
+    page = partner_client.get("/billing/ledger/").content.decode()
+    assert f"/jobs/{running_job.pk}/" in page
+
+    rows = list(csv.DictReader(io.StringIO(partner_client.get("/billing/ledger.csv").content.decode())))
+    assert rows == [
+        {
+            "job": str(running_job.pk),
+            "kind": "hold",
+            "gpus": "2",
+            "held_from": entry.held_from.isoformat(),
+            "held_to": entry.held_to.isoformat(),
+            "seconds": str(entry.seconds),
+            "gpu_hours": str(entry.gpu_hours),
+            "rate": str(entry.rate),
+            "currency": "USD",
+            "amount": str(entry.amount),
+        }
+    ]
+    assert json.loads(partner_client.get("/billing/ledger.json").content)["entries"][0] == rows[0] | {
+        "job": running_job.pk,
+        "gpus": 2,
+        "seconds": entry.seconds,
+    }
+    assert f"/jobs/{running_job.pk}/" not in outsider_client.get("/billing/ledger/").content.decode()
+    assert list(csv.DictReader(io.StringIO(outsider_client.get("/billing/ledger.csv").content.decode()))) == []
+    assert json.loads(outsider_client.get("/billing/ledger.json").content) == {"entries": []}
+
+
+def test_it_shows_the_ledger_read_only_to_operators(running_job, operator):
+    lifecycle.release(running_job)
+    client = client_for(operator)
+    entry = LedgerEntry.objects.get()
+    assert client.get("/admin/billing/ledgerentry/").status_code == 200
+    assert client.get(f"/admin/billing/ledgerentry/{entry.pk}/delete/").status_code == 403
+    assert client.get("/admin/billing/ledgerentry/add/").status_code == 403
+    assert client.get("/admin/billing/ratecard/add/").status_code == 200

@@ -1,0 +1,91 @@
+"""Transitions: each one wins once, illegal ones are refused, and holds are all-or-nothing."""
+
+import pytest
+
+from jobs import lifecycle
+from jobs.models import Allocation, Job, State
+from jobs.scheduling import queue_position
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def job(organisation):
+    return Job.objects.create(organisation=organisation, work="clean-table", source_name="a.csv", gpus=2, hours=1)
+
+
+def test_it_moves_once_and_records_the_event(job):
+    assert lifecycle.move(job.pk, State.SUBMITTED, State.STAGING, message="staging a.csv")
+    assert not lifecycle.move(job.pk, State.SUBMITTED, State.STAGING), "the second mover loses"
+    assert list(job.events.values_list("state", "message")) == [("staging", "staging a.csv")]
+
+
+@pytest.mark.parametrize(
+    ("frm", "to"),
+    [
+        (State.SUBMITTED, State.RUNNING),
+        (State.QUEUED, State.STAGING),
+        (State.SUCCEEDED, State.RUNNING),
+        (State.RUNNING, State.QUEUED),
+        (State.FINISHING, State.CANCELLED),
+    ],
+)
+def test_it_refuses_to_skip_or_reverse_a_state(job, frm, to):
+    with pytest.raises(ValueError, match=f"cannot go from {frm} to {to}"):
+        lifecycle.move(job.pk, frm, to)
+
+
+def test_it_holds_all_gpus_or_none(job, online_slots, organisation):
+    other = Job.objects.create(
+        organisation=organisation, work="clean-table", source_name="b.csv", gpus=1, hours=1, state=State.QUEUED
+    )
+    assert lifecycle.hold(other, [online_slots[1]])
+    Job.objects.filter(pk=job.pk).update(state=State.QUEUED)
+    assert lifecycle.hold(job, online_slots[:2]) == [], "one of its GPUs is taken"
+    job.refresh_from_db()
+    assert job.state == State.QUEUED
+    assert not Allocation.objects.filter(job=job).exists()
+    assert job.started_at is None
+
+
+def test_it_fails_a_job_with_the_reason_and_releases_it(job, online_slots):
+    Job.objects.filter(pk=job.pk).update(state=State.QUEUED)
+    lifecycle.hold(job, online_slots[:2])
+    assert lifecycle.fail(job, "Shard 3 failed 3 times: boom")
+    job.refresh_from_db()
+    assert (job.state, job.error) == (State.FAILED, "Shard 3 failed 3 times: boom")
+    assert not job.allocations.filter(held_to__isnull=True).exists()
+    assert not lifecycle.fail(job, "again"), "an ended job stays as it ended"
+
+
+def test_it_times_out_a_job_past_its_hours(job, online_slots):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    Job.objects.filter(pk=job.pk).update(state=State.QUEUED)
+    lifecycle.hold(job, online_slots[:2])
+    job.refresh_from_db()
+    assert not job.time_limit_passed()
+    assert job.time_limit_passed(now=timezone.now() + timedelta(hours=1, seconds=1))
+    assert lifecycle.time_out(job)
+    job.refresh_from_db()
+    assert job.state == State.TIMED_OUT and "1.00 h limit" in job.error
+
+
+def test_it_tells_a_queued_job_its_position(organisation):
+    from django.utils import timezone
+
+    jobs = [
+        Job.objects.create(
+            organisation=organisation,
+            work="clean-table",
+            source_name=f"{n}.csv",
+            gpus=1,
+            hours=1,
+            state=State.QUEUED,
+            queued_at=timezone.now(),
+        )
+        for n in range(3)
+    ]
+    assert [queue_position(job) for job in jobs] == [1, 2, 3]

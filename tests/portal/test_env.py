@@ -1,0 +1,51 @@
+"""Configuration from the environment: a wrong value stops the start-up with a clear message."""
+
+import subprocess
+import sys
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from portal.env import env_bool, env_choice, env_int
+from tests.settings import ROOT
+
+
+def test_it_reads_booleans_and_refuses_anything_else(monkeypatch):
+    monkeypatch.setenv("E31_FLAG", "yes")
+    assert env_bool("E31_FLAG", False) is True
+    monkeypatch.setenv("E31_FLAG", "Off")
+    assert env_bool("E31_FLAG", True) is False
+    monkeypatch.setenv("E31_FLAG", "maybe")
+    with pytest.raises(ImproperlyConfigured, match="E31_FLAG must be true or false, not 'maybe'"):
+        env_bool("E31_FLAG", False)
+
+
+@pytest.mark.parametrize(("raw", "message"), [("four", "a whole number, not 'four'"), ("0", "at least 1, not 0")])
+def test_it_refuses_a_bad_number(monkeypatch, raw, message):
+    monkeypatch.setenv("E31_CPU_SLOTS", raw)
+    with pytest.raises(ImproperlyConfigured, match=message):
+        env_int("E31_CPU_SLOTS", 4, minimum=1)
+
+
+def test_it_refuses_an_unknown_choice(monkeypatch):
+    monkeypatch.setenv("E31_STORAGE", "floppy")
+    with pytest.raises(ImproperlyConfigured, match="E31_STORAGE must be one of filesystem, s3, not 'floppy'"):
+        env_choice("E31_STORAGE", "filesystem", ("filesystem", "s3"))
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("E31_CPU_SLOTS", "lots", "E31_CPU_SLOTS must be a whole number"),
+        ("REDIS_URL", "http://localhost", "REDIS_URL must start with redis://"),
+        ("E31_STORAGE", "s3", "E31_STORAGE=s3 needs E31_S3_BUCKET"),
+        ("E31_DEBUG", "sometimes", "E31_DEBUG must be true or false"),
+    ],
+)
+def test_it_stops_the_start_up_on_a_wrong_value(tmp_path, variable, value, message):
+    env = {"PATH": "/usr/bin:/bin", "E31_VAR_DIR": str(tmp_path), variable: value}
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True, check=False
+    )
+    assert result.returncode != 0
+    assert message in result.stderr

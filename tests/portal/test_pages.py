@@ -1,0 +1,83 @@
+"""The public pages, the intake form, logging in, and the demo bootstrap."""
+
+import pytest
+from django.core.management import call_command
+
+from portal.models import Application, Membership
+
+pytestmark = pytest.mark.django_db
+
+
+def test_it_shows_the_landing_and_program_pages(client):
+    assert "One heavy pass over a large dataset" in client.get("/").content.decode()
+    assert "design-partner program" in client.get("/design-partners/").content.decode()
+
+
+def test_it_takes_an_application(client):
+    response = client.post(
+        "/design-partners/apply/",
+        {
+            "name": "Ada",
+            "email": "ada@lab.example",
+            "organisation": "Lab",
+            "dataset": "40M product descriptions, 120 GB of JSONL",
+            "work": "embeddings of every description",
+            "gpu_hours": "64",
+        },
+    )
+    assert response.status_code == 200
+    assert "Thank you, Ada" in response.content.decode()
+    application = Application.objects.get()
+    assert (application.status, application.gpu_hours) == ("new", 64)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [("email", "not-an-email", "Enter a valid email address."), ("gpu_hours", "-4", "greater than or equal to 0")],
+)
+def test_it_refuses_an_incomplete_application(client, field, value, message):
+    data = {"name": "Ada", "email": "ada@lab.example", "organisation": "Lab", "dataset": "x", "work": "y"}
+    response = client.post("/design-partners/apply/", {**data, field: value})
+    assert response.status_code == 400
+    assert message in response.content.decode()
+    assert not Application.objects.exists()
+
+
+def test_it_lets_an_operator_accept_an_application(operator):
+    from tests.conftest import client_for
+
+    application = Application.objects.create(name="Ada", email="a@b.c", organisation="Lab", dataset="x", work="y")
+    response = client_for(operator).post(
+        "/admin/portal/application/", {"action": "accept", "_selected_action": [application.pk]}
+    )
+    assert response.status_code == 302
+    application.refresh_from_db()
+    assert (application.status, application.reviewed_by) == ("accepted", operator)
+
+
+def test_it_logs_a_partner_in_to_the_jobs_page(client, partner):
+    response = client.post("/accounts/login/", {"username": "partner", "password": "pw-partner"})
+    assert response.status_code == 302 and response["Location"] == "/jobs/"
+    assert client.get("/").status_code == 302
+
+
+def test_it_keeps_operator_pages_for_staff(partner_client, client):
+    assert partner_client.get("/admin/jobs/job/").status_code == 302
+    assert client.get("/admin/").status_code == 302
+
+
+def test_it_tells_a_user_without_organisation_why_there_are_no_jobs(operator):
+    from tests.conftest import client_for
+
+    response = client_for(operator).get("/jobs/")
+    assert response.status_code == 403
+    assert "not in a design-partner organisation" in response.content.decode()
+
+
+def test_it_bootstraps_the_demo_once(capsys):
+    call_command("bootstrap_demo")
+    first = capsys.readouterr().out
+    assert "username operator" in first and "username partner" in first
+    call_command("bootstrap_demo")
+    assert capsys.readouterr().out == ""
+    assert Membership.objects.get(user__username="partner").organisation.slug == "demo"
