@@ -62,7 +62,9 @@ def copy_to_job_storage(job: Job) -> tuple[str, int, str]:
     with default_storage.open(job.source_path, "rb") as source:
         hashing = _Hashing(source)
         reader = io.BufferedReader(hashing, buffer_size=1024 * 1024)
-        path = default_storage.save(f"{job.storage_prefix}/input/data.{suffix}", File(reader, name="data"))
+        target = f"{job.storage_prefix}/input/data.{suffix}"
+        default_storage.delete(target)  # what an interrupted attempt left
+        path = default_storage.save(target, File(reader, name="data"))
     return path, hashing.bytes, hashing.sha256.hexdigest()
 
 
@@ -141,7 +143,9 @@ def _shards(job: Job, start: Cut, cuts: list[Cut], total: int) -> list[dict]:
 
 def stage(job_id: int) -> None:
     job = Job.objects.get(pk=job_id)
-    if not lifecycle.move(job.pk, State.SUBMITTED, State.STAGING, message=f"staging {job.source_name}"):
+    started = lifecycle.move(job.pk, State.SUBMITTED, State.STAGING, message=f"staging {job.source_name}")
+    # A job still staging here lost its worker mid-copy (the task was delivered again): start over.
+    if not started and not Job.objects.filter(pk=job.pk, state=State.STAGING).exists():
         return
     began = time.monotonic()
     try:

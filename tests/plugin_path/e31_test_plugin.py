@@ -1,7 +1,8 @@
 """A third-party work kind for the tests, registered through the `e31.processors` entry point.
 
 `test-slow-echo` copies every field as text and sleeps a while per batch, so a test can catch a
-shard while it runs: to kill its worker, to cancel its job, or to keep its GPUs busy.
+shard while it runs: to kill its worker, to cancel its job, or to keep its GPUs busy. It can also
+raise on a chosen record, to test a shard that fails every time.
 """
 
 import time
@@ -17,7 +18,10 @@ class SlowEcho(Processor):
     description = "Copies each record as text, sleeping per batch (tests only)."
     version = "1"
     input_formats = ("csv", "jsonl")
-    params = (Param("seconds_per_batch", float, 0.1, "How long each batch takes.", minimum=0.0, maximum=10.0),)
+    params = (
+        Param("seconds_per_batch", float, 0.1, "How long each batch takes.", minimum=0.0, maximum=10.0),
+        Param("fail_at_record", int, 0, "Raise on the batch holding this input position (0: never).", minimum=0),
+    )
     batch_size = 50
 
     def output_schema(self, context: Context) -> pa.Schema:
@@ -25,6 +29,9 @@ class SlowEcho(Processor):
 
     def process_batch(self, records, context: Context) -> Batch:
         time.sleep(context.params["seconds_per_batch"])
+        poison = context.params["fail_at_record"]
+        if poison and any(record.position == poison for record in records):
+            raise RuntimeError(f"record {poison} is poison")
         columns = context.layout["columns"]
         if context.layout["format"] == "csv":
             cells = [[record.value[i] for record in records] for i in range(len(columns))]

@@ -1,0 +1,45 @@
+"""Jobs that cannot succeed end `failed` with the reason on their page, and hold nothing afterwards."""
+
+import pytest
+
+from billing.models import LedgerEntry
+from jobs.models import Job, Shard, State
+from tests.conftest import job_form, wait_for_end
+from tests.jobs.test_worker_killed import csv_bytes
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_it_fails_staging_on_bad_bytes_past_the_first_look_and_holds_nothing(fleet, partner_client):
+    good = b"".join(b"%d,plain text\n" % n for n in range(1, 8000))
+    data = b"id,text\n" + good + b"8000,caf\xe9\n"
+    assert len(good) > 64 * 1024, "the bad byte lies past the sample the form reads"
+    partner_client.post("/jobs/new/", job_form(data, name="late.csv"))
+    job = wait_for_end(Job.objects.get())
+    assert job.state == State.FAILED
+    assert job.error == "Staging failed: Line 8001 is not UTF-8 text (byte 0xe9)."
+    assert not job.allocations.exists()
+    assert not LedgerEntry.objects.filter(job=job).exists()
+    assert "Line 8001 is not UTF-8 text" in partner_client.get(f"/jobs/{job.pk}/").content.decode()
+
+
+def test_it_fails_staging_on_an_unmatched_quote_with_its_line(fleet, partner_client):
+    data = b'id,text\n1,fine\n2,"never closed\n3,more\n'
+    partner_client.post("/jobs/new/", job_form(data, name="quote.csv"))
+    job = wait_for_end(Job.objects.get())
+    assert job.state == State.FAILED
+    assert job.error.startswith("Staging failed: Line 3:")
+
+
+def test_it_stops_retrying_a_poison_shard_and_fails_the_job(fleet, partner_client):
+    form = job_form(csv_bytes(1000), name="numbers.csv", work="test-slow-echo")
+    form["param-test-slow-echo-seconds_per_batch"] = "0"
+    form["param-test-slow-echo-fail_at_record"] = "600"
+    partner_client.post("/jobs/new/", form)
+    job = wait_for_end(Job.objects.get())
+    assert job.state == State.FAILED
+    poison = Shard.objects.get(job=job, first_record__lte=600, first_record__gt=600 - 250)
+    assert poison.attempts == 3
+    assert job.error == f"Shard {poison.index} failed 3 times: RuntimeError: record 600 is poison"
+    assert not job.allocations.filter(held_to__isnull=True).exists()
+    assert LedgerEntry.objects.filter(job=job).exists(), "the hours held are on the ledger"
