@@ -1,0 +1,75 @@
+"""A job's page: its live progress fragment, which tells htmx to stop polling once the job ends, and
+the operators' view of the same job in the admin console."""
+
+import pytest
+from django.utils import timezone
+
+from jobs import lifecycle
+from jobs.models import Job, Shard, State
+from tests.conftest import client_for
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def running_job(organisation, online_slots, rate_card):
+    job = Job.objects.create(
+        organisation=organisation,
+        work="clean-table",
+        source_name="customers.csv",
+        gpus=2,
+        hours=1,
+        state=State.QUEUED,
+        records_total=1000,
+        queued_at=timezone.now(),
+    )
+    for index in range(4):
+        Shard.objects.create(
+            job=job,
+            index=index,
+            first_record=index * 250 + 1,
+            record_count=250,
+            first_line=index * 250 + 2,
+            start_byte=index * 1000,
+            end_byte=(index + 1) * 1000,
+            status=Shard.Status.DONE if index == 0 else Shard.Status.PENDING,
+        )
+    lifecycle.hold(job, online_slots[:2])
+    job.refresh_from_db()
+    return job
+
+
+def test_it_polls_the_progress_of_a_running_job(running_job, partner_client):
+    page = partner_client.get(f"/jobs/{running_job.pk}/").content.decode()
+    assert f'hx-get="/jobs/{running_job.pk}/progress/"' in page
+    assert 'hx-trigger="every 2s"' in page
+
+    fragment = partner_client.get(f"/jobs/{running_job.pk}/progress/", headers={"HX-Request": "true"})
+    assert fragment.status_code == 200
+    html = fragment.content.decode()
+    assert "<html" not in html
+    assert "250 / 1,000" in html and "1 / 4" in html
+    assert "Holding 2 CPU slots: CPU slot 0 on fake-node, CPU slot 1 on fake-node." in html
+    assert "Cancel job" in html
+
+
+def test_it_stops_the_polling_when_the_job_ends(running_job, partner_client):
+    lifecycle.cancel(running_job)
+    fragment = partner_client.get(f"/jobs/{running_job.pk}/progress/", headers={"HX-Request": "true"})
+    assert fragment.status_code == 286
+    html = fragment.content.decode()
+    assert "Cancelled" in html and "hx-trigger" not in html and "Cancel job" not in html
+
+
+def test_it_polls_the_job_list_only_while_a_job_is_active(running_job, partner_client):
+    assert 'hx-trigger="every 2s"' in partner_client.get("/jobs/").content.decode()
+    lifecycle.cancel(running_job)
+    assert 'hx-trigger="every 2s"' not in partner_client.get("/jobs/").content.decode()
+
+
+def test_it_shows_the_job_to_operators_with_its_shards_and_holds(running_job, operator):
+    client = client_for(operator)
+    page = client.get(f"/admin/jobs/job/{running_job.pk}/change/").content.decode()
+    assert "Shards" in page and "Allocations" in page and "CPU slot 1 on fake-node" in page
+    for url in ("/admin/jobs/node/", "/admin/jobs/gpu/", "/admin/portal/organisation/", "/admin/auth/user/"):
+        assert client.get(url).status_code == 200, url
