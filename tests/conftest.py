@@ -88,13 +88,13 @@ def manage(*args) -> list[str]:
 class Worker:
     """A `manage.py gpuworker` process: a node of CPU slots plus a control worker."""
 
-    def __init__(self, name: str, slots: int):
+    def __init__(self, name: str, slots: int, **env):
         self.name = name
         self.slots = slots
         self.log = open(settings.VAR_DIR / f"{name}.log", "ab")  # noqa: SIM115
         self.process = subprocess.Popen(
             manage("gpuworker", "--cpu-slots", str(slots), "--name", name),
-            env=process_env(),
+            env=process_env(**env),
             stdout=self.log,
             stderr=subprocess.STDOUT,
         )
@@ -117,17 +117,21 @@ def gpuworker(django_db_setup, django_db_blocker, redis_server):
     worker.stop()
 
 
-@pytest.fixture
-def fleet(gpuworker, transactional_db):
-    """Wait until the gpuworker's slots are registered and online (they come back after each flush)."""
+def wait_for_slots(worker: Worker) -> Worker:
+    """Wait until a gpuworker's slots are registered and online (they come back after each flush)."""
     from jobs.models import Gpu
 
     wait_for(
-        lambda: Gpu.objects.online().filter(node__name=gpuworker.name).count() == gpuworker.slots,
+        lambda: Gpu.objects.online().filter(node__name=worker.name).count() == worker.slots,
         timeout=60,
         what="the gpuworker's slots to come online",
     )
-    return gpuworker
+    return worker
+
+
+@pytest.fixture
+def fleet(gpuworker, transactional_db):
+    return wait_for_slots(gpuworker)
 
 
 @pytest.fixture

@@ -1,0 +1,96 @@
+"""The same pass with job storage on S3 (django-storages), against a real S3-compatible server on
+loopback (moto's server mode) that the web side and the worker processes both talk to."""
+
+import csv
+import io
+import os
+import socket
+import zipfile
+
+import boto3
+import pyarrow.parquet as pq
+import pytest
+from django.test import override_settings
+from moto.server import ThreadedMotoServer
+
+from jobs.models import Job, State
+from tests.conftest import EXAMPLE, Worker, job_form, wait_for_end, wait_for_slots
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+BUCKET = "e31-test-jobs"
+CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint():
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    for name, value in CREDENTIALS.items():
+        os.environ.setdefault(name, value)
+    boto3.client("s3", endpoint_url=endpoint, **_client_credentials()).create_bucket(Bucket=BUCKET)
+    yield endpoint
+    server.stop()
+
+
+def _client_credentials() -> dict:
+    return {
+        "aws_access_key_id": CREDENTIALS["AWS_ACCESS_KEY_ID"],
+        "aws_secret_access_key": CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+        "region_name": CREDENTIALS["AWS_DEFAULT_REGION"],
+    }
+
+
+@pytest.fixture(scope="module")
+def s3_worker(s3_endpoint, django_db_setup, redis_server):
+    worker = Worker(
+        f"s3-{os.getpid()}",
+        slots=2,
+        E31_STORAGE="s3",
+        E31_S3_BUCKET=BUCKET,
+        E31_S3_ENDPOINT_URL=s3_endpoint,
+        **CREDENTIALS,
+    )
+    yield worker
+    worker.stop()
+
+
+def test_it_stages_runs_and_returns_the_output_through_s3(s3_endpoint, s3_worker, partner_client):
+    wait_for_slots(s3_worker)
+    storages = {
+        "default": {
+            "BACKEND": "storages.backends.s3.S3Storage",
+            "OPTIONS": {"bucket_name": BUCKET, "endpoint_url": s3_endpoint, "file_overwrite": False},
+        },
+        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    }
+    with override_settings(STORAGES=storages):
+        assert partner_client.post("/jobs/new/", job_form()).status_code == 302
+        job = wait_for_end(Job.objects.get())
+        assert job.state == State.SUCCEEDED, job.error
+        response = partner_client.get(f"/jobs/{job.pk}/output/")
+        archive = zipfile.ZipFile(io.BytesIO(b"".join(response.streaming_content)))
+
+    table = pq.read_table(io.BytesIO(archive.read("output.parquet")))
+    rejects = list(csv.DictReader(io.StringIO(archive.read("rejects.csv").decode())))
+    with EXAMPLE.open(encoding="utf-8", newline="") as handle:
+        rows = sum(1 for _ in csv.DictReader(handle))
+    assert sorted(table.column("_record").to_pylist() + [int(r["record"]) for r in rejects]) == list(range(1, rows + 1))
+
+    keys = {
+        item["Key"]
+        for item in boto3.client("s3", endpoint_url=s3_endpoint, **_client_credentials()).list_objects_v2(
+            Bucket=BUCKET
+        )["Contents"]
+    }
+    assert {f"{job.output_path}/{name}" for name in ("output.parquet", "rejects.csv", "manifest.json")} <= keys
+    assert job.staged_path not in keys, "the staged copy was purged, as chosen"
+    assert not any(key.startswith("uploads/") for key in keys), "the upload was removed once staged"
