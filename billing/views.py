@@ -8,6 +8,7 @@ from django.http import HttpResponse, JsonResponse
 from django.shortcuts import render
 
 from billing.models import LedgerEntry
+from jobs.scheduling import fleet
 from jobs.services import organisation_for
 
 COLUMNS = ("job", "kind", "gpus", "held_from", "held_to", "seconds", "gpu_hours", "rate", "currency", "amount")
@@ -41,7 +42,8 @@ def ledger(request):
     if entries is None:
         return render(request, "jobs/no_organisation.html", status=403)
     totals = entries.aggregate(gpu_hours=Sum("gpu_hours"), amount=Sum("amount"))
-    return render(request, "billing/ledger.html", {"entries": entries, "totals": totals})
+    context = {"entries": entries, "totals": totals, "fleet": fleet()}
+    return render(request, "billing/ledger.html", context)
 
 
 @login_required

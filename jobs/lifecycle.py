@@ -68,7 +68,8 @@ def finish_pass(job: Job) -> bool:
     """The last shard is done: running → finishing, release the GPUs, assemble the output off them."""
     now = timezone.now()
     with transaction.atomic():
-        if not move(job.pk, State.RUNNING, State.FINISHING, message="last shard done; GPUs released", at=now):
+        noun = "CPU slots" if job.allocations.filter(gpu__kind=Gpu.Kind.CPU).exists() else "GPUs"
+        if not move(job.pk, State.RUNNING, State.FINISHING, message=f"last shard done; {noun} released", at=now):
             return False
         release(job, at=now)
         _assemble_on_commit(job.pk)

@@ -114,7 +114,7 @@ class Job(TimeStamped):
     staged_purged_at = models.DateTimeField(null=True, blank=True)
 
     # request
-    gpus = models.PositiveIntegerField()
+    gpus = models.PositiveIntegerField("GPUs")
     hours = models.DecimalField(max_digits=7, decimal_places=2)
     shape = models.CharField(max_length=12, choices=Shape.choices, default=Shape.SHORT_WIDE)
 

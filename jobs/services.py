@@ -1,6 +1,7 @@
 """What the rest of the portal may do with jobs: submit, find, cancel and read their progress."""
 
 from dataclasses import dataclass
+from functools import partial
 from typing import BinaryIO
 
 from django.db import transaction
@@ -8,6 +9,7 @@ from django.db.models import Count, Max, Q, Sum
 from django.http import Http404
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
+from kombu.exceptions import OperationalError
 
 from jobs import lifecycle, processors
 from jobs.models import Job, Shard, State
@@ -89,10 +91,18 @@ def submit_job(
             retention_days=retention_days,
         )
         job.events.create(state=State.SUBMITTED, at=job.created, message=f"submitted {job.source_name}")
-        from jobs import tasks
-
-        tasks.stage.delay_on_commit(job.pk)
+        transaction.on_commit(partial(_start_staging, job))
     return job
+
+
+def _start_staging(job: Job) -> None:
+    from jobs import tasks
+
+    try:
+        tasks.stage.delay(job.pk)
+    except OperationalError:
+        # The broker is down: say so on the job rather than leave it waiting for a message never sent.
+        lifecycle.fail(job, "Staging could not start: the job queue was unreachable. Submit the job again.")
 
 
 def cancel_job(job: Job, by=None) -> bool:

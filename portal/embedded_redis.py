@@ -20,6 +20,14 @@ def server_argv(socket_path: Path, data_dir: Path) -> list[str]:
     ]  # fmt: skip
 
 
+def answers(socket_path: Path) -> bool:
+    """Whether a Redis already listens on this socket (a portal running, or still stopping)."""
+    try:
+        return bool(redis.Redis(unix_socket_path=str(socket_path), socket_timeout=2).ping())
+    except (redis.ConnectionError, redis.TimeoutError, FileNotFoundError):
+        return False
+
+
 def wait_until_ready(socket_path: Path, timeout: float = 15.0) -> None:
     deadline = time.monotonic() + timeout
     while True:

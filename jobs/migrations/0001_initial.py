@@ -74,7 +74,7 @@ class Migration(migrations.Migration):
                 ('records_total', models.BigIntegerField(blank=True, null=True)),
                 ('retention_days', models.PositiveIntegerField(default=0, help_text='0: delete the staged copy when the job ends.')),
                 ('staged_purged_at', models.DateTimeField(blank=True, null=True)),
-                ('gpus', models.PositiveIntegerField()),
+                ('gpus', models.PositiveIntegerField(verbose_name='GPUs')),
                 ('hours', models.DecimalField(decimal_places=2, max_digits=7)),
                 ('shape', models.CharField(choices=[('short-wide', 'Short-wide'), ('long-narrow', 'Long-narrow')], default='short-wide', max_length=12)),
                 ('queued_at', models.DateTimeField(blank=True, null=True)),

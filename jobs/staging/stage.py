@@ -142,7 +142,9 @@ def _shards(job: Job, start: Cut, cuts: list[Cut], total: int) -> list[dict]:
 
 
 def stage(job_id: int) -> None:
-    job = Job.objects.get(pk=job_id)
+    job = Job.objects.filter(pk=job_id).first()
+    if job is None:
+        return
     started = lifecycle.move(job.pk, State.SUBMITTED, State.STAGING, message=f"staging {job.source_name}")
     # A job still staging here lost its worker mid-copy (the task was delivered again): start over.
     if not started and not Job.objects.filter(pk=job.pk, state=State.STAGING).exists():

@@ -12,7 +12,7 @@ import pytest
 
 from billing.models import LedgerEntry
 from jobs.models import Allocation, Job, State
-from tests.conftest import EXAMPLE, job_form, wait_for_end
+from tests.conftest import EXAMPLE, job_form, wait_for, wait_for_end
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -70,7 +70,7 @@ def test_it_runs_a_pass_from_upload_to_output_and_ledger(fleet, partner_client, 
 
     job.refresh_from_db()
     assert job.records_out == len(out) and job.records_rejected == len(rejects)
-    assert job.staged_purged_at is not None, "retention 'delete when done' purged the staged copy"
+    wait_for(lambda: Job.objects.get(pk=job.pk).staged_purged_at, timeout=10, what="the staged copy's purge")
 
 
 def test_it_walks_the_lifecycle_without_skipping_or_reversing(fleet, partner_client):

@@ -14,7 +14,7 @@ from django.test import override_settings
 from moto.server import ThreadedMotoServer
 
 from jobs.models import Job, State
-from tests.conftest import EXAMPLE, Worker, job_form, wait_for_end, wait_for_slots
+from tests.conftest import EXAMPLE, Worker, job_form, wait_for, wait_for_end, wait_for_slots
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -85,6 +85,7 @@ def test_it_stages_runs_and_returns_the_output_through_s3(s3_endpoint, s3_worker
         rows = sum(1 for _ in csv.DictReader(handle))
     assert sorted(table.column("_record").to_pylist() + [int(r["record"]) for r in rejects]) == list(range(1, rows + 1))
 
+    wait_for(lambda: Job.objects.get(pk=job.pk).staged_purged_at, timeout=10, what="the staged copy's purge")
     keys = {
         item["Key"]
         for item in boto3.client("s3", endpoint_url=s3_endpoint, **_client_credentials()).list_objects_v2(

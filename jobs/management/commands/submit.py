@@ -85,6 +85,9 @@ class Command(BaseCommand):
                 )
             except services.SubmitError as error:
                 raise CommandError(f"Refused: {error}") from None
+        job.refresh_from_db()
+        if job.state == State.FAILED:
+            raise CommandError(f"Job {job.pk} failed: {job.error}")
         self.stderr.write(f"Job {job.pk} submitted: {job.gpus} × {job.hours} h of {job.work} over {path.name}")
         if not opts["wait"]:
             self.stdout.write(json.dumps({"job": job.pk, "state": job.state}))

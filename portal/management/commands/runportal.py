@@ -8,7 +8,7 @@ import os
 import sys
 
 from django.conf import settings
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from portal import embedded_redis
 from portal.procs import Children, StopRequested
@@ -21,12 +21,18 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
 
     def handle(self, *args, port, **options):
+        socket_path = settings.VAR_DIR / "redis.sock"
+        if settings.EMBEDDED_REDIS and embedded_redis.answers(socket_path):
+            # Two Redis servers on one socket path: the first to stop deletes the other's socket.
+            raise CommandError(
+                f"Another portal is running on {settings.VAR_DIR} (its Redis answers on {socket_path}); "
+                "stop it first, or set E31_VAR_DIR to run a second one."
+            )
         stop = StopRequested()
         children = Children()
         manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
         try:
             if settings.EMBEDDED_REDIS:
-                socket_path = settings.VAR_DIR / "redis.sock"
                 data_dir = settings.VAR_DIR / "redis"
                 data_dir.mkdir(exist_ok=True)
                 children.start("redis", embedded_redis.server_argv(socket_path, data_dir))
