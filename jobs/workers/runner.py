@@ -93,7 +93,9 @@ def claim_next(job: Job, gpu: Gpu) -> tuple[Shard, str] | None:
             lifecycle.fail(job, f"Shard {shard.index} failed {shard.attempts} times: {detail}")
             return None
         token = uuid.uuid4().hex
-        won = Shard.objects.filter(pk=shard.pk, status=shard.status, claim=shard.claim, attempts=shard.attempts).update(
+        won = Shard.objects.filter(
+            pk=shard.pk, status=shard.status, claim=shard.claim, attempts=shard.attempts, job__state=State.RUNNING
+        ).update(
             status=Shard.Status.RUNNING,
             claim=token,
             gpu=gpu,
