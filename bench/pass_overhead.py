@@ -85,7 +85,7 @@ def run_job(path: Path, organisation: Organisation, gpus: int) -> tuple[Job, flo
         time.sleep(0.2)
     job.refresh_from_db()
     assert job.state == State.SUCCEEDED, job.error
-    entry = job.ledger_entries.get()
+    entry = job.ledger_entries.get(kind="hold")
     running = job.events.get(state=State.RUNNING).at
     succeeded = job.events.get(state=State.SUCCEEDED).at
     held = (entry.held_to - entry.held_from).total_seconds()

@@ -1,4 +1,5 @@
-"""The meter: turns a released hold into a ledger entry, and prices a hold still running."""
+"""The meter: turns a released hold (and a finished staging) into a ledger entry, and prices a hold
+still running."""
 
 import math
 from dataclasses import dataclass
@@ -9,7 +10,7 @@ from django.dispatch import receiver
 from django.utils import timezone
 
 from billing.models import LedgerEntry, RateCard
-from jobs.signals import hold_released
+from jobs.signals import hold_released, staging_finished
 
 GPU_HOURS = Decimal("0.000001")
 MONEY = Decimal("0.0001")
@@ -68,6 +69,31 @@ def record_hold(sender, job, gpus: int, held_from: datetime, held_to: datetime, 
             "rate": meter.rate,
             "currency": meter.currency,
             "amount": meter.amount,
+        },
+    )
+    return entry
+
+
+@receiver(staging_finished)
+def record_staging(sender, job, size: int, started: datetime, finished: datetime, **kwargs) -> LedgerEntry:
+    """Staging holds no GPU; its entry records what it moved and took, charged only at a per-GB rate."""
+    card = RateCard.in_force(started)
+    rate = card.rate_per_staged_gb if card else Decimal(0)
+    entry, _ = LedgerEntry.objects.get_or_create(
+        job=job,
+        kind=LedgerEntry.Kind.STAGING,
+        defaults={
+            "organisation_id": job.organisation_id,
+            "gpus": 0,
+            "held_from": started,
+            "held_to": finished,
+            "seconds": max(0, math.ceil((finished - started).total_seconds())),
+            "gpu_hours": Decimal(0),
+            "bytes": size,
+            "source_kind": job.source_kind,
+            "rate": rate,
+            "currency": card.currency if card else "USD",
+            "amount": (Decimal(size) / 10**9 * rate).quantize(MONEY),
         },
     )
     return entry

@@ -12,6 +12,9 @@ class RateCard(TimeStamped):
     """The price of one GPU-hour from a moment on; the newest card in force prices a hold."""
 
     rate_per_gpu_hour = models.DecimalField(max_digits=10, decimal_places=4)
+    rate_per_staged_gb = models.DecimalField(
+        max_digits=10, decimal_places=4, default=0, help_text="Charged per GB staged; 0 stages for free."
+    )
     currency = models.CharField(max_length=3, default="USD")
     effective_from = models.DateTimeField(default=timezone.now)
     note = models.CharField(max_length=200, blank=True)
@@ -38,14 +41,17 @@ class LedgerEntryQuerySet(models.QuerySet):
 class LedgerEntry(models.Model):
     class Kind(models.TextChoices):
         HOLD = "hold", "GPU hold"
+        STAGING = "staging", "Staging"
 
     organisation = models.ForeignKey(Organisation, on_delete=models.PROTECT, related_name="ledger_entries")
     job = models.ForeignKey("jobs.Job", on_delete=models.PROTECT, related_name="ledger_entries")
     kind = models.CharField(max_length=10, choices=Kind.choices)
-    gpus = models.PositiveIntegerField()
-    held_from = models.DateTimeField()
+    gpus = models.PositiveIntegerField(help_text="0 for staging: no GPU is held while data stages.")
+    held_from = models.DateTimeField(help_text="When the hold (or the staging) started.")
     held_to = models.DateTimeField()
-    seconds = models.PositiveBigIntegerField(help_text="Seconds held, counted per started second.")
+    seconds = models.PositiveBigIntegerField(help_text="Seconds held (or staging), counted per started second.")
+    bytes = models.PositiveBigIntegerField(null=True, blank=True, help_text="Bytes staged (staging entries).")
+    source_kind = models.CharField(max_length=10, blank=True, help_text="Where the data came from (staging entries).")
     gpu_hours = models.DecimalField(max_digits=14, decimal_places=6)
     rate = models.DecimalField(max_digits=10, decimal_places=4)
     currency = models.CharField(max_length=3)

@@ -11,7 +11,10 @@ from billing.models import LedgerEntry
 from jobs.scheduling import fleet
 from jobs.services import organisation_for
 
-COLUMNS = ("job", "kind", "gpus", "held_from", "held_to", "seconds", "gpu_hours", "rate", "currency", "amount")
+COLUMNS = (
+    "job", "kind", "gpus", "held_from", "held_to", "seconds", "gpu_hours",
+    "bytes", "source", "rate", "currency", "amount",
+)  # fmt: skip
 
 
 def _entries(request):
@@ -30,6 +33,8 @@ def _row(entry: LedgerEntry) -> dict:
         "held_to": entry.held_to.isoformat(),
         "seconds": entry.seconds,
         "gpu_hours": str(entry.gpu_hours),
+        "bytes": entry.bytes,
+        "source": entry.source_kind,
         "rate": str(entry.rate),
         "currency": entry.currency,
         "amount": str(entry.amount),

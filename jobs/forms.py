@@ -15,8 +15,15 @@ def param_field_name(processor: processors.Processor, param: processors.Param) -
 class JobForm(forms.Form):
     data = forms.FileField(
         label="Dataset",
+        required=False,
         allow_empty_file=True,  # the staging check says why an empty file is no dataset
         help_text="A CSV file with a header row, or JSONL (one JSON object per line).",
+    )
+    location = forms.CharField(
+        label="or a URL or server path",
+        required=False,
+        max_length=2000,
+        help_text="An http(s) URL the portal downloads, or a path under the operator's staging roots.",
     )
     work = forms.ChoiceField(label="Work", widget=forms.RadioSelect)
     gpus = forms.IntegerField(label="GPUs", min_value=1, initial=2)
@@ -55,6 +62,10 @@ class JobForm(forms.Form):
 
     def clean(self):
         cleaned = super().clean()
+        if not cleaned.get("data") and not cleaned.get("location") and "data" not in self.errors:
+            self.add_error("data", "Upload a file, or give a URL or a server path.")
+        if cleaned.get("data") and cleaned.get("location"):
+            self.add_error("location", "Give the data one way: an upload, or a URL or server path, not both.")
         if cleaned.get("retention") == "keep" and not cleaned.get("keep_days"):
             self.add_error("keep_days", "Say how many days to keep the staged copy.")
         return cleaned

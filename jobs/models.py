@@ -100,9 +100,15 @@ class Job(TimeStamped):
     plan = models.JSONField(default=dict, blank=True, help_text="What the processor decided while staging.")
 
     # data
-    source_kind = models.CharField(max_length=10, default="upload")
+    class Source(models.TextChoices):
+        UPLOAD = "upload", "Upload"
+        URL = "url", "URL"
+        PATH = "path", "Server path"
+
+    source_kind = models.CharField(max_length=10, choices=Source.choices, default=Source.UPLOAD)
     source_name = models.CharField(max_length=255)
-    source_path = models.CharField(max_length=500, blank=True)
+    source_path = models.CharField(max_length=500, blank=True, help_text="The upload, in storage.")
+    source_uri = models.CharField(max_length=2000, blank=True, help_text="The URL or server path staged from.")
     staged_path = models.CharField(max_length=500, blank=True)
     input_format = models.CharField(max_length=10, blank=True)
     layout = models.JSONField(default=dict, blank=True)

@@ -14,7 +14,7 @@ from kombu.exceptions import OperationalError
 from jobs import lifecycle, processors
 from jobs.models import Job, Shard, State
 from jobs.scheduling import parse_request
-from jobs.staging import uploads
+from jobs.staging import sources, uploads
 from portal.models import Organisation
 
 
@@ -47,52 +47,80 @@ def submit_job(
     *,
     organisation: Organisation,
     user,
-    data: BinaryIO,
-    data_name: str,
     work: str,
     params: dict,
     gpus,
     hours,
+    data: BinaryIO | None = None,
+    data_name: str = "",
+    location: str = "",
     shape: str = Job.Shape.SHORT_WIDE,
     retention_days: int = 0,
 ) -> Job:
-    """Check a job's four parts, store its data and queue its staging. Nothing is held yet."""
+    """Check a job's four parts, store its data and queue its staging. Nothing is held yet.
+
+    The data is an uploaded file (`data`, `data_name`) or a `location`: an HTTP(S) URL or a path
+    under one of the operator's staging roots."""
     try:
         processor = processors.get(work)
         checked_params = processor.validate_params(params)
     except processors.ParamError as error:
         raise SubmitError("work", str(error)) from None
-    try:
-        layout = uploads.inspect(data, data_name)
-    except uploads.FormatError as error:
-        raise SubmitError("data", str(error)) from None
-    if layout["format"] not in processor.input_formats:
-        raise SubmitError(
-            "data", f"{processor.name} reads {', '.join(processor.input_formats)}, not {layout['format']}."
-        )
+    source = _describe_source(processor, data, data_name, location.strip())
     try:
         gpus, hours = parse_request(gpus, hours, shape)
     except ValueError as error:
         raise SubmitError(getattr(error, "field", "gpus"), str(error)) from None
-    source_path = uploads.store_upload(data, data_name)
+    if data is not None:
+        source["source_path"] = uploads.store_upload(data, data_name)
     with transaction.atomic():
         job = Job.objects.create(
             organisation=organisation,
             created_by=user if user and user.is_authenticated else None,
             work=processor.name,
             params=checked_params,
-            source_kind="upload",
-            source_name=uploads.safe_name(data_name),
-            source_path=source_path,
-            input_format=layout["format"],
             gpus=gpus,
             hours=hours,
             shape=shape,
             retention_days=retention_days,
+            **source,
         )
         job.events.create(state=State.SUBMITTED, at=job.created, message=f"submitted {job.source_name}")
         transaction.on_commit(partial(_start_staging, job))
     return job
+
+
+def _describe_source(processor, data: BinaryIO | None, data_name: str, location: str) -> dict:
+    """The job's data fields, once the data is found fit for the work; SubmitError says why not.
+
+    An upload or a server path is read far enough to know its format now; a URL is only checked
+    (scheme and address) and read when it is staged."""
+    if (data is None) == (not location):
+        raise SubmitError("data", "Give the data one way: upload a file, or give a URL or a server path.")
+    if data is not None:
+        kind, name, fields, head = Job.Source.UPLOAD, data_name, {}, data
+    else:
+        try:
+            sources.check(location)
+        except sources.SourceError as error:
+            raise SubmitError("data", str(error)) from None
+        kind, name = sources.kind_of(location), sources.name_of(location)
+        fields = {"source_uri": location}
+        head = None if kind == Job.Source.URL else sources.server_path(location).open("rb")
+    fields.update(source_kind=kind, source_name=uploads.safe_name(name))
+    if head is None:
+        return fields
+    try:
+        layout = uploads.inspect(head, name)
+    except uploads.FormatError as error:
+        raise SubmitError("data", str(error)) from None
+    finally:
+        if head is not data:
+            head.close()
+    if layout["format"] not in processor.input_formats:
+        formats = ", ".join(processor.input_formats)
+        raise SubmitError("data", f"{processor.name} reads {formats}, not {layout['format']}.")
+    return {**fields, "input_format": layout["format"]}
 
 
 def _start_staging(job: Job) -> None:

@@ -1,4 +1,4 @@
-"""Signals other apps listen to: billing hears when a job's hold starts and when it is released."""
+"""Signals other apps listen to: billing hears when staging ends and when a hold starts and ends."""
 
 from django.dispatch import Signal
 
@@ -6,3 +6,5 @@ from django.dispatch import Signal
 hold_started = Signal()
 # sent with job, gpus, held_from, held_to
 hold_released = Signal()
+# sent with job, size (bytes staged), started, finished
+staging_finished = Signal()

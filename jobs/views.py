@@ -52,8 +52,9 @@ def job_new(request):
                 job = services.submit_job(
                     organisation=organisation,
                     user=request.user,
-                    data=upload.file,
-                    data_name=upload.name,
+                    data=upload.file if upload else None,
+                    data_name=upload.name if upload else "",
+                    location=form.cleaned_data["location"],
                     work=form.cleaned_data["work"],
                     params=form.params(),
                     gpus=form.cleaned_data["gpus"],
@@ -62,7 +63,8 @@ def job_new(request):
                     retention_days=form.retention_days(),
                 )
             except services.SubmitError as error:
-                form.add_error(error.field if error.field in form.fields else None, str(error))
+                field = "location" if error.field == "data" and not upload else error.field
+                form.add_error(field if field in form.fields else None, str(error))
             else:
                 return redirect("jobs:detail", pk=job.pk)
     status = 400 if form.errors else 200
@@ -81,6 +83,7 @@ def _detail_context(job) -> dict:
         "fleet": fleet(),
         "purge_due": purge_due_at(job),
         "output_files": OUTPUT_FILES if job.output_path else (),
+        "staging_mb_per_s": job.input_bytes / 1e6 / job.staging_seconds if job.staging_seconds else None,
     }
 
 

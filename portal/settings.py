@@ -166,6 +166,10 @@ FILE_UPLOAD_HANDLERS = [
 FILE_UPLOAD_TEMP_DIR = VAR_DIR / "tmp"
 FILE_UPLOAD_TEMP_DIR.mkdir(parents=True, exist_ok=True)
 E31_MAX_UPLOAD_BYTES = env_int("E31_MAX_UPLOAD_BYTES", 2 * 1024**3, minimum=1)
+# Datasets staged from a URL or a server path can be larger than a browser upload.
+E31_MAX_DATASET_BYTES = env_int("E31_MAX_DATASET_BYTES", 50 * 1024**3, minimum=1)
+E31_STAGING_ROOTS = [Path(root).resolve() for root in env_list("E31_STAGING_ROOTS", "")]
+E31_STAGING_ALLOWED_HOSTS = env_list("E31_STAGING_ALLOWED_HOSTS", "")
 
 E31_CPU_SLOTS = env_int("E31_CPU_SLOTS", 4, minimum=1)
 E31_MAX_HOURS = env_int("E31_MAX_HOURS", 72, minimum=1)

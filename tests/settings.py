@@ -12,6 +12,10 @@ PLUGIN_PATH = ROOT / "tests" / "plugin_path"
 os.environ.setdefault("E31_VAR_DIR", str(ROOT / "var" / "test"))
 os.environ.setdefault("E31_HEARTBEAT_SECONDS", "1")
 os.environ.setdefault("E31_SHARD_LEASE_SECONDS", "5")
+# Server paths under var/test/staging-root can be staged; "localhost" is a host staging may fetch
+# from although it is not public (the tests' own HTTP servers). 127.0.0.1 stays refused.
+os.environ.setdefault("E31_STAGING_ROOTS", str(ROOT / "var" / "test" / "staging-root"))
+os.environ.setdefault("E31_STAGING_ALLOWED_HOSTS", "localhost")
 os.environ.setdefault("E31_SECRET_KEY", "tests-only-secret-key-not-for-production-0123456789")
 
 from portal.settings import *  # noqa: E402, F403

@@ -50,6 +50,17 @@ def _write_parts(shards: list[Shard], schema, output: str, rejects: str) -> None
                     out.writerows(zip(*(batch.column(i).to_pylist() for i in range(4)), strict=True))
 
 
+def _staging(job: Job) -> dict:
+    events = {event.state: event.at for event in job.events.filter(state__in=(State.STAGING, State.QUEUED))}
+    seconds = job.staging_seconds or 0
+    return {
+        "started": events[State.STAGING].isoformat() if State.STAGING in events else None,
+        "finished": events[State.QUEUED].isoformat() if State.QUEUED in events else None,
+        "seconds": round(seconds, 3),
+        "mb_per_s": round(job.input_bytes / 1e6 / seconds, 2) if seconds else None,
+    }
+
+
 def manifest(job: Job, shards: list[Shard], complete: bool, files: dict) -> dict:
     processor = processors.get(job.work)
     return {
@@ -59,6 +70,8 @@ def manifest(job: Job, shards: list[Shard], complete: bool, files: dict) -> dict
         "complete": complete,
         "work": {"kind": job.work, "version": processor.version, "params": job.params, "plan": job.plan},
         "input": {
+            "source": job.source_kind,
+            "location": job.source_uri or None,
             "name": job.source_name,
             "bytes": job.input_bytes,
             "sha256": job.input_sha256,
@@ -66,6 +79,7 @@ def manifest(job: Job, shards: list[Shard], complete: bool, files: dict) -> dict
             "columns": job.layout.get("columns", []),
             "records": job.records_total,
         },
+        "staging": _staging(job),
         "request": {"gpus": job.gpus, "hours": str(job.hours), "shape": job.shape},
         "records": {
             "in": job.records_total,
@@ -78,6 +92,7 @@ def manifest(job: Job, shards: list[Shard], complete: bool, files: dict) -> dict
                 "index": shard.index,
                 "first_record": shard.first_record,
                 "records": shard.record_count,
+                "bytes": shard.end_byte - shard.start_byte,
                 "out": shard.records_out,
                 "rejected": shard.records_rejected,
                 "attempts": shard.attempts,

@@ -20,6 +20,8 @@ from django.utils import timezone
 from jobs import lifecycle, processors
 from jobs.models import Job, Shard, State
 from jobs.processors import ParamError
+from jobs.signals import staging_finished
+from jobs.staging import sources
 from jobs.staging.formats import SAMPLE_BYTES, FormatError, detect, iter_records, read_header
 
 log = logging.getLogger(__name__)
@@ -59,7 +61,7 @@ class Cut:
 def copy_to_job_storage(job: Job) -> tuple[str, int, str]:
     """Copy the job's source into its storage; return the staged path, bytes and sha256."""
     suffix = job.source_name.rsplit(".", 1)[-1].lower() if "." in job.source_name else "data"
-    with default_storage.open(job.source_path, "rb") as source:
+    with sources.open_source(job) as source:
         hashing = _Hashing(source)
         reader = io.BufferedReader(hashing, buffer_size=1024 * 1024)
         target = f"{job.storage_prefix}/input/data.{suffix}"
@@ -149,11 +151,11 @@ def stage(job_id: int) -> None:
     # A job still staging here lost its worker mid-copy (the task was delivered again): start over.
     if not started and not Job.objects.filter(pk=job.pk, state=State.STAGING).exists():
         return
-    began = time.monotonic()
+    began, started_at = time.monotonic(), timezone.now()
     try:
         path, size, sha256 = copy_to_job_storage(job)
         layout, plan, total, shards = describe_and_cut(job, path)
-    except (FormatError, ParamError) as error:
+    except (FormatError, ParamError, sources.SourceError) as error:
         lifecycle.fail(job, f"Staging failed: {error}")
         return
     except OSError as error:
@@ -161,7 +163,8 @@ def stage(job_id: int) -> None:
         lifecycle.fail(job, f"Staging failed: could not read or store the data ({error.strerror or error}).")
         return
     finally:
-        default_storage.delete(job.source_path)
+        if job.source_path:
+            default_storage.delete(job.source_path)
     seconds = time.monotonic() - began
     with transaction.atomic():
         Job.objects.filter(pk=job.pk).update(
@@ -175,14 +178,17 @@ def stage(job_id: int) -> None:
             staging_seconds=seconds,
         )
         Shard.objects.bulk_create(Shard(job=job, **shard) for shard in shards)
+        finished = timezone.now()
         queued = lifecycle.move(
             job.pk,
             State.STAGING,
             State.QUEUED,
-            queued_at=timezone.now(),
+            at=finished,
+            queued_at=finished,
             message=f"staged {size:,} bytes, {total:,} records in {len(shards)} shards, sha256 {sha256[:12]}…",
         )
         if queued:
+            staging_finished.send(sender=Job, job=job, size=size, started=started_at, finished=finished)
             lifecycle.schedule_on_commit()
     if not queued:
         # Cancelled while staging: the staged copy has no use.

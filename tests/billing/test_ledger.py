@@ -85,6 +85,8 @@ def test_it_shows_and_exports_only_the_organisations_entries(running_job, partne
             "held_to": entry.held_to.isoformat(),
             "seconds": str(entry.seconds),
             "gpu_hours": str(entry.gpu_hours),
+            "bytes": "",
+            "source": "",
             "rate": str(entry.rate),
             "currency": "USD",
             "amount": str(entry.amount),
@@ -94,6 +96,7 @@ def test_it_shows_and_exports_only_the_organisations_entries(running_job, partne
         "job": running_job.pk,
         "gpus": 2,
         "seconds": entry.seconds,
+        "bytes": None,
     }
     assert f"/jobs/{running_job.pk}/" not in outsider_client.get("/billing/ledger/").content.decode()
     assert list(csv.DictReader(io.StringIO(outsider_client.get("/billing/ledger.csv").content.decode()))) == []
@@ -108,3 +111,21 @@ def test_it_shows_the_ledger_read_only_to_operators(running_job, operator):
     assert client.get(f"/admin/billing/ledgerentry/{entry.pk}/delete/").status_code == 403
     assert client.get("/admin/billing/ledgerentry/add/").status_code == 403
     assert client.get("/admin/billing/ratecard/add/").status_code == 200
+
+
+def test_it_records_staging_free_unless_the_rate_card_prices_it(organisation, rate_card):
+    from jobs.signals import staging_finished
+
+    job = Job.objects.create(organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1)
+    start = timezone.now()
+    staging_finished.send(sender=Job, job=job, size=3 * 10**9, started=start, finished=start + timedelta(seconds=9.5))
+    entry = LedgerEntry.objects.get(job=job, kind=LedgerEntry.Kind.STAGING)
+    assert (entry.bytes, entry.seconds, entry.gpus, entry.gpu_hours, entry.amount) == (3 * 10**9, 10, 0, 0, 0)
+    assert entry.source_kind == "upload"
+
+    RateCard.objects.create(
+        rate_per_gpu_hour=Decimal("3.60"), rate_per_staged_gb=Decimal("0.02"), effective_from=start - timedelta(1)
+    )
+    other = Job.objects.create(organisation=organisation, work="clean-table", source_name="b.csv", gpus=1, hours=1)
+    staging_finished.send(sender=Job, job=other, size=3 * 10**9, started=start, finished=start)
+    assert LedgerEntry.objects.get(job=other).amount == Decimal("0.0600")

@@ -11,6 +11,8 @@ from jobs.models import Gpu, Job, Shard, State
 from tests.conftest import job_form, wait_for, wait_for_end
 from tests.jobs.test_worker_killed import csv_bytes
 
+HOLD = LedgerEntry.Kind.HOLD
+
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
@@ -31,7 +33,7 @@ def test_it_releases_the_gpus_within_seconds_and_keeps_finished_shards(fleet, pa
     assert job.state == State.CANCELLED
     assert not job.allocations.filter(held_to__isnull=True).exists(), "released at once"
     assert Gpu.objects.free().filter(node__name=fleet.name).count() == 2
-    entry = LedgerEntry.objects.get(job=job)
+    entry = LedgerEntry.objects.get(job=job, kind=HOLD)
     assert entry.held_to == max(job.allocations.values_list("held_to", flat=True))
 
     wait_for(lambda: Job.objects.get(pk=job.pk).output_path, timeout=30, what="the partial output")
@@ -56,7 +58,7 @@ def test_it_cancels_a_queued_job_without_ever_holding(fleet, partner_client):
     second.refresh_from_db()
     assert second.state == State.CANCELLED
     assert not second.allocations.exists()
-    assert not LedgerEntry.objects.filter(job=second).exists()
+    assert not LedgerEntry.objects.filter(job=second, kind=HOLD).exists()
     partner_client.post(f"/jobs/{first.pk}/cancel/")
     wait_for_end(first)
 

@@ -42,4 +42,4 @@ def test_it_stops_retrying_a_poison_shard_and_fails_the_job(fleet, partner_clien
     assert poison.attempts == 3
     assert job.error == f"Shard {poison.index} failed 3 times: RuntimeError: record 600 is poison"
     assert not job.allocations.filter(held_to__isnull=True).exists()
-    assert LedgerEntry.objects.filter(job=job).exists(), "the hours held are on the ledger"
+    assert LedgerEntry.objects.filter(job=job, kind=LedgerEntry.Kind.HOLD).exists(), "the hours held are on the ledger"

@@ -14,6 +14,8 @@ from billing.models import LedgerEntry
 from jobs.models import Allocation, Job, State
 from tests.conftest import EXAMPLE, job_form, wait_for, wait_for_end
 
+HOLD = LedgerEntry.Kind.HOLD
+
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
@@ -59,7 +61,7 @@ def test_it_runs_a_pass_from_upload_to_output_and_ledger(fleet, partner_client, 
     }
     assert str(table.schema.field("last_seen").type) == "timestamp[us, tz=UTC]"
 
-    entry = LedgerEntry.objects.get(job=job)
+    entry = LedgerEntry.objects.get(job=job, kind=HOLD)
     held = Allocation.objects.filter(job=job)
     assert held.count() == 2 == entry.gpus
     assert all(a.held_from == entry.held_from and a.held_to == entry.held_to for a in held)

@@ -7,6 +7,8 @@ from jobs.models import Job, State
 from tests.conftest import wait_for, wait_for_end
 from tests.jobs.test_cancel import slow_job_form
 
+HOLD = LedgerEntry.Kind.HOLD
+
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
@@ -26,7 +28,10 @@ def test_it_waits_for_all_its_gpus_and_meters_only_the_hold(fleet, partner_clien
     wait_for_end(first)
     wait_for_end(second)
     assert first.state == second.state == State.SUCCEEDED
-    first_entry, second_entry = LedgerEntry.objects.get(job=first), LedgerEntry.objects.get(job=second)
+    first_entry, second_entry = (
+        LedgerEntry.objects.get(job=first, kind=HOLD),
+        LedgerEntry.objects.get(job=second, kind=HOLD),
+    )
     assert second_entry.held_from >= first_entry.held_to, "the second hold starts when the first is released"
     queued_at = second.events.get(state=State.QUEUED).at
     assert second_entry.held_from > queued_at, "nothing metered while queued"

@@ -10,6 +10,8 @@ from billing.models import LedgerEntry
 from jobs.models import Job, State
 from tests.conftest import EXAMPLE, manage, process_env
 
+HOLD = LedgerEntry.Kind.HOLD
+
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
@@ -29,7 +31,7 @@ def test_it_runs_a_job_and_writes_the_output_and_the_ledger_line(fleet, organisa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["manifest.json", "output.parquet", "rejects.csv"]
     assert pq.read_table(tmp_path / "output.parquet").num_rows == job.records_out
     line = json.loads(result.stdout.strip().splitlines()[-1])
-    entry = LedgerEntry.objects.get(job=job)
+    entry = LedgerEntry.objects.get(job=job, kind=HOLD)
     assert line["job"] == job.pk
     assert (line["gpus"], line["seconds"], line["gpu_hours"]) == (2, entry.seconds, str(entry.gpu_hours))
     assert "100%" in result.stderr
@@ -46,7 +48,8 @@ def test_it_runs_a_job_and_writes_the_output_and_the_ledger_line(fleet, organisa
         (["--work", "mine-bitcoin"], "Refused: There is no work kind 'mine-bitcoin'"),
         (["--param", "speed=fast"], "Refused: clean-table has no parameter 'speed'"),
         (["--data", "/no/such/file.csv"], "There is no file /no/such/file.csv."),
-        (["--data", "https://example.com/data.csv"], "Only a local file can be submitted"),
+        (["--data", "s3://bucket/data.csv"], "Refused: S3 URIs cannot be staged yet"),
+        (["--data", "http://127.0.0.1/data.csv"], "Refused: "),
     ],
 )
 def test_it_refuses_with_a_one_line_reason(fleet, organisation, args, reason):

@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from billing.models import LedgerEntry
@@ -29,6 +30,11 @@ def parse_params(pairs: list[str]) -> dict[str, str]:
     return params
 
 
+def under_staging_root(data: str) -> bool:
+    resolved = Path(data).resolve()
+    return any(resolved.is_relative_to(root) for root in settings.E31_STAGING_ROOTS)
+
+
 def progress_line(job: Job) -> str:
     progress = services.progress(job)
     done = int(30 * progress.percent / 100)
@@ -45,7 +51,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--org", required=True, help="The organisation's slug or name.")
-        parser.add_argument("--data", required=True, help="A file on this machine.")
+        parser.add_argument(
+            "--data", required=True, help="A file to upload, an http(s) URL, or a path under a staging root."
+        )
         parser.add_argument("--work", required=True, help="The work kind, e.g. clean-table.")
         parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
         parser.add_argument("--gpus", required=True)
@@ -62,33 +70,16 @@ class Command(BaseCommand):
         )
         if organisation is None:
             raise CommandError(f"There is no organisation {opts['org']!r}.")
-        if "://" in opts["data"]:
-            raise CommandError("Only a local file can be submitted from the terminal for now, not a URL.")
-        path = Path(opts["data"])
-        if not path.is_file():
-            raise CommandError(f"There is no file {path}.")
         if opts["output"] and not opts["wait"]:
             raise CommandError("--output needs --wait.")
-        with path.open("rb") as data:
-            try:
-                job = services.submit_job(
-                    organisation=organisation,
-                    user=None,
-                    data=data,
-                    data_name=path.name,
-                    work=opts["work"],
-                    params=parse_params(opts["param"]),
-                    gpus=opts["gpus"],
-                    hours=opts["hours"],
-                    shape=opts["shape"],
-                    retention_days=opts["keep_days"],
-                )
-            except services.SubmitError as error:
-                raise CommandError(f"Refused: {error}") from None
+        try:
+            job = self.submit(organisation, opts)
+        except services.SubmitError as error:
+            raise CommandError(f"Refused: {error}") from None
         job.refresh_from_db()
         if job.state == State.FAILED:
             raise CommandError(f"Job {job.pk} failed: {job.error}")
-        self.stderr.write(f"Job {job.pk} submitted: {job.gpus} × {job.hours} h of {job.work} over {path.name}")
+        self.stderr.write(f"Job {job.pk} submitted: {job.gpus} × {job.hours} h of {job.work} over {job.source_name}")
         if not opts["wait"]:
             self.stdout.write(json.dumps({"job": job.pk, "state": job.state}))
             return
@@ -114,6 +105,27 @@ class Command(BaseCommand):
                 }
             )
         )
+
+    def submit(self, organisation: Organisation, opts: dict) -> Job:
+        """A URL, or a path under a staging root, is staged from where it is; any other file is uploaded."""
+        request = {
+            "organisation": organisation,
+            "user": None,
+            "work": opts["work"],
+            "params": parse_params(opts["param"]),
+            "gpus": opts["gpus"],
+            "hours": opts["hours"],
+            "shape": opts["shape"],
+            "retention_days": opts["keep_days"],
+        }
+        data = opts["data"]
+        if "://" in data or under_staging_root(data):
+            return services.submit_job(location=data if "://" in data else str(Path(data).resolve()), **request)
+        path = Path(data)
+        if not path.is_file():
+            raise CommandError(f"There is no file {path}.")
+        with path.open("rb") as stream:
+            return services.submit_job(data=stream, data_name=path.name, **request)
 
     def wait(self, job: Job) -> Job:
         interactive = sys.stderr.isatty()

@@ -1,0 +1,104 @@
+"""Where a job's data comes from: an upload in storage, an HTTP(S) URL, or a path on a shared
+filesystem under one of the operator's staging roots. Each is checked when the job is submitted and
+opened, checked again, when it is staged."""
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.core.files.storage import default_storage
+
+from jobs.models import Job
+from jobs.staging import fetch
+
+
+class SourceError(ValueError):
+    """The data's location cannot be used; the message is for the user."""
+
+
+def kind_of(location: str) -> str:
+    return Job.Source.URL if "://" in location else Job.Source.PATH
+
+
+def name_of(location: str) -> str:
+    if kind_of(location) == Job.Source.URL:
+        return Path(urlsplit(location).path).name or urlsplit(location).hostname or "data"
+    return Path(location).name
+
+
+def server_path(raw: str) -> Path:
+    """The regular file `raw` names, if it lies under a staging root once every link is followed."""
+    roots = settings.E31_STAGING_ROOTS
+    if not roots:
+        raise SourceError("Server paths are not enabled here: the operator has set no staging roots.")
+    path = Path(raw)
+    if not path.is_absolute():
+        raise SourceError(f"A server path must be absolute, not {raw!r}.")
+    try:
+        resolved = path.resolve(strict=True)
+    except (FileNotFoundError, NotADirectoryError):
+        raise SourceError(f"There is no file {raw} on the server.") from None
+    except (OSError, RuntimeError) as error:
+        raise SourceError(f"{raw} cannot be read: {error}.") from None
+    if not any(resolved.is_relative_to(root) for root in roots):
+        allowed = ", ".join(str(root) for root in roots)
+        raise SourceError(f"{raw} is outside the staging roots ({allowed}).")
+    if not resolved.is_file():
+        raise SourceError(f"{raw} is not a regular file.")
+    return resolved
+
+
+@contextlib.contextmanager
+def _open_server_path(raw: str) -> Iterator[BinaryIO]:
+    resolved = server_path(raw)
+    descriptor = os.open(resolved, os.O_RDONLY | os.O_NOFOLLOW)
+    # What was opened is checked, not only what was named: a path swapped since the check is refused.
+    opened = Path(os.readlink(f"/proc/self/fd/{descriptor}")) if Path("/proc/self/fd").is_dir() else resolved
+    if not any(opened.is_relative_to(root) for root in settings.E31_STAGING_ROOTS):
+        os.close(descriptor)
+        raise SourceError(f"{raw} changed while it was staged and now lies outside the staging roots.")
+    with os.fdopen(descriptor, "rb") as stream:
+        yield stream
+
+
+@contextlib.contextmanager
+def _download(url: str) -> Iterator[BinaryIO]:
+    with tempfile.TemporaryFile(dir=settings.FILE_UPLOAD_TEMP_DIR) as scratch:
+        try:
+            fetch.fetch(
+                url,
+                scratch,
+                max_bytes=settings.E31_MAX_DATASET_BYTES,
+                allowed_hosts=settings.E31_STAGING_ALLOWED_HOSTS,
+            )
+        except fetch.FetchError as error:
+            raise SourceError(str(error)) from None
+        scratch.seek(0)
+        yield scratch
+
+
+def check(location: str) -> None:
+    """At submit time: a URL's scheme and address, or a server path's place under the roots."""
+    if location.lower().startswith("s3://"):
+        raise SourceError("S3 URIs cannot be staged yet: give an HTTPS URL (a presigned S3 URL works), or upload it.")
+    if kind_of(location) == Job.Source.URL:
+        try:
+            fetch.check_url(location, settings.E31_STAGING_ALLOWED_HOSTS)
+        except fetch.FetchError as error:
+            raise SourceError(str(error)) from None
+    else:
+        server_path(location)
+
+
+def open_source(job: Job) -> contextlib.AbstractContextManager[BinaryIO]:
+    """The job's data as a binary stream, wherever it comes from."""
+    if job.source_kind == Job.Source.URL:
+        return _download(job.source_uri)
+    if job.source_kind == Job.Source.PATH:
+        return _open_server_path(job.source_uri)
+    return default_storage.open(job.source_path, "rb")

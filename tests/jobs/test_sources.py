@@ -1,0 +1,151 @@
+"""Data from a server path under a staging root, or from an HTTP(S) URL: refused when outside what
+the operator allows, staged like an upload when inside, with the staging on the ledger."""
+
+import http.server
+import json
+import shutil
+import threading
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from django.conf import settings
+from django.core.files.storage import default_storage
+from django.test import override_settings
+
+from billing.models import LedgerEntry
+from jobs.models import Job, State
+from jobs.staging import sources
+from tests.conftest import EXAMPLE, job_form, wait_for_end
+
+
+@pytest.fixture
+def root() -> Path:
+    root = settings.E31_STAGING_ROOTS[0]
+    root.mkdir(parents=True, exist_ok=True)
+    yield root
+    shutil.rmtree(root)
+
+
+def test_it_finds_a_file_under_a_staging_root(root):
+    (root / "data.csv").write_bytes(b"a,b\n1,2\n")
+    assert sources.server_path(str(root / "data.csv")) == (root / "data.csv")
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda root: "relative/data.csv", "must be absolute"),
+        (lambda root: str(root / "missing.csv"), "There is no file"),
+        (str, "is not a regular file"),
+        (lambda root: "/etc/passwd", "is outside the staging roots"),
+        (lambda root: str(root / ".." / ".." / "secret.csv"), "outside the staging roots"),
+        (lambda root: str(root / "link.csv"), "is outside the staging roots"),
+    ],
+)
+def test_it_refuses_paths_outside_the_roots(root, tmp_path, make, message):
+    secret = root.parent.parent / "secret.csv"
+    secret.write_bytes(b"a,b\n1,2\n")
+    (tmp_path / "outside.csv").write_bytes(b"a,b\n1,2\n")
+    (root / "link.csv").symlink_to(tmp_path / "outside.csv")
+    try:
+        with pytest.raises(sources.SourceError, match=message):
+            sources.server_path(make(root))
+    finally:
+        secret.unlink()
+
+
+@override_settings(E31_STAGING_ROOTS=[])
+def test_it_refuses_server_paths_when_no_root_is_set():
+    with pytest.raises(sources.SourceError, match="the operator has set no staging roots"):
+        sources.server_path("/srv/data.csv")
+
+
+@pytest.mark.parametrize(
+    ("location", "message"),
+    [
+        ("http://127.0.0.1/data.csv", "127.0.0.1"),
+        ("http://169.254.169.254/latest/meta-data/", "169.254.169.254"),
+        ("ftp://example.com/data.csv", "http"),
+        ("s3://bucket/data.csv", "S3 URIs cannot be staged yet"),
+        ("/etc/passwd", "outside the staging roots"),
+    ],
+)
+@pytest.mark.django_db
+def test_it_refuses_a_location_in_the_form(partner_client, online_slots, location, message):
+    form = job_form(location=location)
+    del form["data"]
+    response = partner_client.post("/jobs/new/", form)
+    assert response.status_code == 400
+    assert message in response.content.decode()
+    assert not Job.objects.exists()
+
+
+@pytest.mark.django_db
+def test_it_wants_the_data_one_way(partner_client, online_slots):
+    form = job_form()
+    del form["data"]
+    assert "Upload a file, or give a URL or a server path." in partner_client.post("/jobs/new/", form).content.decode()
+    both = partner_client.post("/jobs/new/", job_form(location="http://localhost/data.csv")).content.decode()
+    assert "not both" in both
+    assert not Job.objects.exists()
+
+
+@pytest.fixture
+def http_server():
+    """A plain HTTP server on loopback serving examples/, reached as `localhost` (allowed in tests)."""
+    handler = lambda *args: http.server.SimpleHTTPRequestHandler(*args, directory=str(EXAMPLE.parent))  # noqa: E731
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://localhost:{server.server_address[1]}"
+    server.shutdown()
+
+
+def assert_staged_like_the_example(job: Job, kind: str):
+    assert job.state == State.SUCCEEDED, job.error
+    assert job.source_kind == kind
+    assert job.input_bytes == EXAMPLE.stat().st_size
+    with default_storage.open(f"{job.output_path}/output.parquet", "rb") as output:
+        assert pq.read_table(output).num_rows == job.records_out == 4992
+    staging = LedgerEntry.objects.get(job=job, kind=LedgerEntry.Kind.STAGING)
+    assert (staging.bytes, staging.source_kind, staging.gpus, staging.amount) == (job.input_bytes, kind, 0, 0)
+    staged_at = job.events.get(state=State.QUEUED).at
+    assert staging.held_to <= staged_at and staging.held_from >= job.events.get(state=State.STAGING).at
+    with default_storage.open(f"{job.output_path}/manifest.json", "rb") as handle:
+        manifest = json.load(handle)
+    assert manifest["input"]["source"] == kind and manifest["input"]["sha256"] == job.input_sha256
+    assert manifest["staging"]["finished"] == staged_at.isoformat() and manifest["staging"]["mb_per_s"] > 0
+    assert sum(shard["bytes"] for shard in manifest["shards"]) == job.input_bytes - job.layout["data_offset"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_stages_and_runs_a_job_from_a_url(fleet, partner_client, http_server):
+    form = job_form(location=f"{http_server}/customers.csv")
+    del form["data"]
+    assert partner_client.post("/jobs/new/", form).status_code == 302
+    job = wait_for_end(Job.objects.get())
+    assert_staged_like_the_example(job, "url")
+    assert job.source_name == "customers.csv"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_stages_and_runs_a_job_from_a_server_path(fleet, partner_client, root):
+    shutil.copy(EXAMPLE, root / "customers.csv")
+    form = job_form(location=str(root / "customers.csv"))
+    del form["data"]
+    assert partner_client.post("/jobs/new/", form).status_code == 302
+    job = wait_for_end(Job.objects.get())
+    assert_staged_like_the_example(job, "path")
+    assert (root / "customers.csv").exists(), "the partner's own file is left where it was"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_fails_a_url_that_answers_404_and_holds_nothing(fleet, partner_client, http_server):
+    form = job_form(location=f"{http_server}/missing.csv")
+    del form["data"]
+    partner_client.post("/jobs/new/", form)
+    job = wait_for_end(Job.objects.get())
+    assert job.state == State.FAILED
+    assert job.error.startswith("Staging failed:") and "404" in job.error
+    assert not job.allocations.exists()
