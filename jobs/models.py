@@ -115,6 +115,10 @@ class Job(TimeStamped):
     input_bytes = models.BigIntegerField(null=True, blank=True)
     input_sha256 = models.CharField(max_length=64, blank=True)
     staging_seconds = models.FloatField(null=True, blank=True)
+    staging_phase = models.CharField(max_length=12, blank=True, help_text="downloading, copying or reading")
+    staging_done = models.BigIntegerField(default=0, help_text="Bytes of the current staging phase done.")
+    staging_total = models.BigIntegerField(null=True, blank=True, help_text="Bytes of the phase, when known.")
+    staging_phase_started = models.DateTimeField(null=True, blank=True)
     records_total = models.BigIntegerField(null=True, blank=True)
     retention_days = models.PositiveIntegerField(default=0, help_text="0: delete the staged copy when the job ends.")
     staged_purged_at = models.DateTimeField(null=True, blank=True)
@@ -152,6 +156,27 @@ class Job(TimeStamped):
     @property
     def storage_prefix(self) -> str:
         return f"jobs/{self.pk}"
+
+    @property
+    def staging_rate(self) -> float | None:
+        """Bytes per second of the current staging phase."""
+        if not self.staging_phase_started or not self.staging_done:
+            return None
+        elapsed = (timezone.now() - self.staging_phase_started).total_seconds()
+        return self.staging_done / elapsed if elapsed > 0 else None
+
+    @property
+    def staging_percent(self) -> int | None:
+        if not self.staging_total:
+            return None
+        return min(100, int(100 * self.staging_done / self.staging_total))
+
+    @property
+    def staging_eta(self) -> float | None:
+        rate = self.staging_rate
+        if not rate or not self.staging_total:
+            return None
+        return max(0.0, (self.staging_total - self.staging_done) / rate)
 
     def time_limit_passed(self, now=None) -> bool:
         if self.state != State.RUNNING or self.started_at is None:

@@ -84,6 +84,7 @@ def _detail_context(job) -> dict:
         "purge_due": purge_due_at(job),
         "output_files": OUTPUT_FILES if job.output_path else (),
         "staging_mb_per_s": job.input_bytes / 1e6 / job.staging_seconds if job.staging_seconds else None,
+        "staging_phase_mb_per_s": job.staging_rate / 1e6 if job.staging_rate else None,
     }
 
 

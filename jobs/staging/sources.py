@@ -15,6 +15,7 @@ from django.core.files.storage import default_storage
 
 from jobs.models import Job
 from jobs.staging import fetch
+from jobs.staging.progress import StagingProgress
 
 
 class SourceError(ValueError):
@@ -67,7 +68,8 @@ def _open_server_path(raw: str) -> Iterator[BinaryIO]:
 
 
 @contextlib.contextmanager
-def _download(url: str) -> Iterator[BinaryIO]:
+def _download(url: str, progress: StagingProgress) -> Iterator[BinaryIO]:
+    progress.phase("downloading", None)
     with tempfile.TemporaryFile(dir=settings.FILE_UPLOAD_TEMP_DIR) as scratch:
         try:
             fetch.fetch(
@@ -75,6 +77,7 @@ def _download(url: str) -> Iterator[BinaryIO]:
                 scratch,
                 max_bytes=settings.E31_MAX_DATASET_BYTES,
                 allowed_hosts=settings.E31_STAGING_ALLOWED_HOSTS,
+                progress=progress.advance,
             )
         except fetch.FetchError as error:
             raise SourceError(str(error)) from None
@@ -95,10 +98,10 @@ def check(location: str) -> None:
         server_path(location)
 
 
-def open_source(job: Job) -> contextlib.AbstractContextManager[BinaryIO]:
-    """The job's data as a binary stream, wherever it comes from."""
+def open_source(job: Job, progress: StagingProgress) -> contextlib.AbstractContextManager[BinaryIO]:
+    """The job's data as a binary stream, wherever it comes from (a URL is downloaded first)."""
     if job.source_kind == Job.Source.URL:
-        return _download(job.source_uri)
+        return _download(job.source_uri, progress)
     if job.source_kind == Job.Source.PATH:
         return _open_server_path(job.source_uri)
     return default_storage.open(job.source_path, "rb")

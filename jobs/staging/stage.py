@@ -8,6 +8,7 @@ import hashlib
 import io
 import logging
 import math
+import os
 import time
 from dataclasses import dataclass
 
@@ -23,6 +24,7 @@ from jobs.processors import ParamError
 from jobs.signals import staging_finished
 from jobs.staging import sources
 from jobs.staging.formats import SAMPLE_BYTES, FormatError, detect, iter_records, read_header
+from jobs.staging.progress import StagingProgress
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +35,9 @@ MAX_CUT_POINTS = 10_000
 class _Hashing(io.RawIOBase):
     """A read-only stream that checksums and counts the bytes read through it."""
 
-    def __init__(self, source):
+    def __init__(self, source, progress: StagingProgress):
         self.source = source
+        self.progress = progress
         self.sha256 = hashlib.sha256()
         self.bytes = 0
 
@@ -45,6 +48,7 @@ class _Hashing(io.RawIOBase):
         data = self.source.read(len(buffer))
         self.sha256.update(data)
         self.bytes += len(data)
+        self.progress.advance(self.bytes)
         buffer[: len(data)] = data
         return len(data)
 
@@ -58,11 +62,12 @@ class Cut:
     end_line: int
 
 
-def copy_to_job_storage(job: Job) -> tuple[str, int, str]:
+def copy_to_job_storage(job: Job, progress: StagingProgress) -> tuple[str, int, str]:
     """Copy the job's source into its storage; return the staged path, bytes and sha256."""
     suffix = job.source_name.rsplit(".", 1)[-1].lower() if "." in job.source_name else "data"
-    with sources.open_source(job) as source:
-        hashing = _Hashing(source)
+    with sources.open_source(job, progress) as source:
+        progress.phase("copying", _size(source))
+        hashing = _Hashing(source, progress)
         reader = io.BufferedReader(hashing, buffer_size=1024 * 1024)
         target = f"{job.storage_prefix}/input/data.{suffix}"
         default_storage.delete(target)  # what an interrupted attempt left
@@ -70,10 +75,18 @@ def copy_to_job_storage(job: Job) -> tuple[str, int, str]:
     return path, hashing.bytes, hashing.sha256.hexdigest()
 
 
-def describe_and_cut(job: Job, path: str) -> tuple[dict, dict, int, list[dict]]:
+def _size(stream) -> int | None:
+    try:
+        return os.fstat(stream.fileno()).st_size
+    except (AttributeError, OSError, io.UnsupportedOperation):
+        return getattr(stream, "size", None)
+
+
+def describe_and_cut(job: Job, path: str, progress: StagingProgress) -> tuple[dict, dict, int, list[dict]]:
     """Read the staged copy once: its layout, the processor's plan, the record count and the shards."""
     processor = processors.get(job.work)
     scanner = processor.scanner(job.params)
+    progress.phase("reading", default_storage.size(path))
     with default_storage.open(path, "rb") as stream:
         head = stream.read(SAMPLE_BYTES + 1)
         layout = detect(head[:SAMPLE_BYTES], at_eof=len(head) <= SAMPLE_BYTES, name=job.source_name)
@@ -92,6 +105,8 @@ def describe_and_cut(job: Job, path: str) -> tuple[dict, dict, int, list[dict]]:
         for record in iter_records(stream, layout, start=data_offset, first_line=header_lines + 1):
             total += 1
             since += 1
+            if not total % 1000:
+                progress.advance(record.end)
             if record.error is None:
                 if scanner:
                     scanner.add(record.value)
@@ -153,8 +168,10 @@ def stage(job_id: int) -> None:
         return
     began, started_at = time.monotonic(), timezone.now()
     try:
-        path, size, sha256 = copy_to_job_storage(job)
-        layout, plan, total, shards = describe_and_cut(job, path)
+        progress = StagingProgress(job.pk)
+        path, size, sha256 = copy_to_job_storage(job, progress)
+        layout, plan, total, shards = describe_and_cut(job, path, progress)
+        progress.flush()
     except (FormatError, ParamError, sources.SourceError) as error:
         lifecycle.fail(job, f"Staging failed: {error}")
         return

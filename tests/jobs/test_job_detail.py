@@ -1,6 +1,8 @@
 """A job's page: its live progress fragment, which tells htmx to stop polling once the job ends, and
 the operators' view of the same job in the admin console."""
 
+import re
+
 import pytest
 from django.utils import timezone
 
@@ -73,3 +75,24 @@ def test_it_shows_the_job_to_operators_with_its_shards_and_holds(running_job, op
     assert "Shards" in page and "Allocations" in page and "CPU slot 1 on fake-node" in page
     for url in ("/admin/jobs/node/", "/admin/jobs/gpu/", "/admin/portal/organisation/", "/admin/auth/user/"):
         assert client.get(url).status_code == 200, url
+
+
+def test_it_shows_how_far_staging_has_got(organisation, partner_client, online_slots):
+    from datetime import timedelta
+
+    job = Job.objects.create(
+        organisation=organisation,
+        work="clean-table",
+        source_name="big.csv",
+        gpus=1,
+        hours=1,
+        state=State.STAGING,
+        staging_phase="copying",
+        staging_done=500 * 10**6,
+        staging_total=2000 * 10**6,
+        staging_phase_started=timezone.now() - timedelta(seconds=10),
+    )
+    html = partner_client.get(f"/jobs/{job.pk}/progress/").content.decode()
+    assert re.search(r"Copying the data: 476.8\xa0MB of 1.9\xa0GB at (49|50)\.\d MB/s, 3\d s left\.", html)
+    assert 'aria-valuenow="25"' in html
+    assert "No CPU slot is held yet." in html

@@ -1,0 +1,29 @@
+"""Staging writes its progress to the job as it goes, at most twice a second."""
+
+import pytest
+
+from jobs.models import Job
+from jobs.staging import progress as staging_progress
+from jobs.staging.progress import StagingProgress
+
+pytestmark = pytest.mark.django_db
+
+
+def test_it_writes_the_phase_at_once_and_the_bytes_at_most_twice_a_second(organisation, monkeypatch):
+    job = Job.objects.create(organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1)
+    clock = iter([100.0, 100.1, 100.2, 100.7, 100.7, 100.8, 100.9])
+    monkeypatch.setattr(staging_progress.time, "monotonic", lambda: next(clock))
+    progress = StagingProgress(job.pk)
+    progress.phase("copying", 1000)  # t=100.0
+    progress.advance(100)  # t=100.1: too soon to write
+    job.refresh_from_db()
+    assert (job.staging_phase, job.staging_done, job.staging_total) == ("copying", 0, 1000)
+    progress.advance(300)  # t=100.2: still too soon
+    progress.advance(600)  # t=100.7: written
+    job.refresh_from_db()
+    assert job.staging_done == 600
+    assert job.staging_percent == 60
+    progress.add(400)  # t=100.8: too soon, until flushed
+    progress.flush()
+    job.refresh_from_db()
+    assert job.staging_done == 1000
