@@ -5,6 +5,7 @@ from decimal import Decimal
 from django.db import models
 from django.utils import timezone
 
+from jobs.models import Job
 from portal.models import Organisation, TimeStamped
 
 
@@ -51,7 +52,9 @@ class LedgerEntry(models.Model):
     held_to = models.DateTimeField()
     seconds = models.PositiveBigIntegerField(help_text="Seconds held (or staging), counted per started second.")
     bytes = models.PositiveBigIntegerField(null=True, blank=True, help_text="Bytes staged (staging entries).")
-    source_kind = models.CharField(max_length=10, blank=True, help_text="Where the data came from (staging entries).")
+    source_kind = models.CharField(
+        max_length=10, blank=True, choices=Job.Source.choices, help_text="Where the data came from (staging entries)."
+    )
     gpu_hours = models.DecimalField(max_digits=14, decimal_places=6)
     rate = models.DecimalField(max_digits=10, decimal_places=4)
     currency = models.CharField(max_length=3)
