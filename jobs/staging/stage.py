@@ -121,7 +121,8 @@ def describe_and_cut(job: Job, path: str, progress: StagingProgress) -> tuple[di
                 since = 0
                 if len(cuts) > MAX_CUT_POINTS:
                     cuts, grain = cuts[1::2], grain * 2
-        if since:
+        # The last record always ends a shard (halving the cut points may have dropped its cut).
+        if total and (not cuts or cuts[-1].records != total):
             cuts.append(last)
     if total == 0:
         raise FormatError("The file has no records.")
