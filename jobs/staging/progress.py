@@ -1,12 +1,17 @@
-"""How far a job's staging has got, written to the job for its page at most twice a second."""
+"""How far a job's staging has got, written to the job for its page at most twice a second; a job
+cancelled meanwhile stops its staging at the next write."""
 
 import time
 
 from django.utils import timezone
 
-from jobs.models import Job
+from jobs.models import Job, State
 
 INTERVAL = 0.5
+
+
+class StagingStopped(Exception):
+    """The job left staging (it was cancelled) while its data was being staged."""
 
 
 class StagingProgress:
@@ -28,9 +33,8 @@ class StagingProgress:
         if time.monotonic() - self.written >= INTERVAL:
             self.flush()
 
-    def add(self, count: int) -> None:
-        self.advance(self.done + count)
-
     def flush(self) -> None:
+        """Write the bytes done; StagingStopped when the job is no longer staging, to stop the copy."""
         self.written = time.monotonic()
-        Job.objects.filter(pk=self.job_id).update(staging_done=self.done)
+        if not Job.objects.filter(pk=self.job_id, state=State.STAGING).update(staging_done=self.done):
+            raise StagingStopped

@@ -24,7 +24,7 @@ from jobs.processors import ParamError
 from jobs.signals import staging_finished
 from jobs.staging import sources
 from jobs.staging.formats import SAMPLE_BYTES, FormatError, detect, iter_records, read_header
-from jobs.staging.progress import StagingProgress
+from jobs.staging.progress import StagingProgress, StagingStopped
 
 log = logging.getLogger(__name__)
 
@@ -62,14 +62,17 @@ class Cut:
     end_line: int
 
 
-def copy_to_job_storage(job: Job, progress: StagingProgress) -> tuple[str, int, str]:
-    """Copy the job's source into its storage; return the staged path, bytes and sha256."""
+def staged_name(job: Job) -> str:
     suffix = job.source_name.rsplit(".", 1)[-1].lower() if "." in job.source_name else "data"
+    return f"{job.storage_prefix}/input/data.{suffix}"
+
+
+def copy_to_job_storage(job: Job, target: str, progress: StagingProgress) -> tuple[str, int, str]:
+    """Copy the job's source into its storage at `target`; return the staged path, bytes and sha256."""
     with sources.open_source(job, progress) as source:
         progress.phase("copying", _size(source))
         hashing = _Hashing(source, progress)
         reader = io.BufferedReader(hashing, buffer_size=1024 * 1024)
-        target = f"{job.storage_prefix}/input/data.{suffix}"
         default_storage.delete(target)  # what an interrupted attempt left
         path = default_storage.save(target, File(reader, name="data"))
     return path, hashing.bytes, hashing.sha256.hexdigest()
@@ -166,23 +169,31 @@ def stage(job_id: int) -> None:
     started = lifecycle.move(job.pk, State.SUBMITTED, State.STAGING, message=f"staging {job.source_name}")
     # A job still staging here lost its worker mid-copy (the task was delivered again): start over.
     if not started and not Job.objects.filter(pk=job.pk, state=State.STAGING).exists():
+        _delete_upload(job)  # cancelled before staging began
         return
     began, started_at = time.monotonic(), timezone.now()
+    target = staged_name(job)
     try:
         progress = StagingProgress(job.pk)
-        path, size, sha256 = copy_to_job_storage(job, progress)
+        path, size, sha256 = copy_to_job_storage(job, target, progress)
         layout, plan, total, shards = describe_and_cut(job, path, progress)
         progress.flush()
+    except StagingStopped:
+        default_storage.delete(target)
+        return
     except (FormatError, ParamError, sources.SourceError) as error:
-        lifecycle.fail(job, f"Staging failed: {error}")
+        _give_up(job, target, f"Staging failed: {error}")
         return
     except OSError as error:
         log.exception("staging job %s failed", job.pk)
-        lifecycle.fail(job, f"Staging failed: could not read or store the data ({error.strerror or error}).")
+        _give_up(job, target, f"Staging failed: could not read or store the data ({error.strerror or error}).")
+        return
+    except Exception as error:
+        log.exception("staging job %s failed", job.pk)
+        _give_up(job, target, f"Staging failed: an internal error ({type(error).__name__}); the operators can see it.")
         return
     finally:
-        if job.source_path:
-            default_storage.delete(job.source_path)
+        _delete_upload(job)
     seconds = time.monotonic() - began
     with transaction.atomic():
         Job.objects.filter(pk=job.pk).update(
@@ -212,3 +223,13 @@ def stage(job_id: int) -> None:
         # Cancelled while staging: the staged copy has no use.
         Job.objects.filter(pk=job.pk).update(staged_purged_at=timezone.now())
         default_storage.delete(path)
+
+
+def _give_up(job: Job, target: str, reason: str) -> None:
+    default_storage.delete(target)
+    lifecycle.fail(job, reason)
+
+
+def _delete_upload(job: Job) -> None:
+    if job.source_path:
+        default_storage.delete(job.source_path)

@@ -1,5 +1,7 @@
 """Cutting a staged dataset into shards: every record in exactly one shard, whatever its size."""
 
+import itertools
+
 import pytest
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
@@ -18,7 +20,13 @@ def test_it_puts_every_record_in_exactly_one_shard(organisation, monkeypatch, ro
     monkeypatch.setattr(stage, "MAX_CUT_POINTS", 6)  # forces the cut points to be halved, several times
     params = processors.get("clean-table").validate_params({})
     job = Job.objects.create(
-        organisation=organisation, work="clean-table", params=params, source_name="n.csv", gpus=2, hours=1
+        organisation=organisation,
+        work="clean-table",
+        params=params,
+        source_name="n.csv",
+        gpus=2,
+        hours=1,
+        state="staging",
     )
     data = b"n,text\n" + b"".join(b"%d,row %d\n" % (n, n) for n in range(1, rows + 1))
     path = default_storage.save(f"test-cuts/{rows}.csv", ContentFile(data))
@@ -32,6 +40,6 @@ def test_it_puts_every_record_in_exactly_one_shard(organisation, monkeypatch, ro
         1 + sum(s["record_count"] for s in shards[:i]) for i in range(len(shards))
     ]
     assert shards[0]["start_byte"] == len(b"n,text\n") and shards[-1]["end_byte"] == len(data)
-    assert all(a["end_byte"] == b["start_byte"] for a, b in zip(shards, shards[1:], strict=False))
+    assert all(a["end_byte"] == b["start_byte"] for a, b in itertools.pairwise(shards))
     last = shards[-1]
     assert data[last["start_byte"] :].startswith(b"%d," % last["first_record"])

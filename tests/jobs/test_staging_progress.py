@@ -2,15 +2,18 @@
 
 import pytest
 
-from jobs.models import Job
+from jobs import lifecycle
+from jobs.models import Job, State
 from jobs.staging import progress as staging_progress
-from jobs.staging.progress import StagingProgress
+from jobs.staging.progress import StagingProgress, StagingStopped
 
 pytestmark = pytest.mark.django_db
 
 
 def test_it_writes_the_phase_at_once_and_the_bytes_at_most_twice_a_second(organisation, monkeypatch):
-    job = Job.objects.create(organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1)
+    job = Job.objects.create(
+        organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1, state=State.STAGING
+    )
     clock = iter([100.0, 100.1, 100.2, 100.7, 100.7, 100.8, 100.9])
     monkeypatch.setattr(staging_progress.time, "monotonic", lambda: next(clock))
     progress = StagingProgress(job.pk)
@@ -23,7 +26,19 @@ def test_it_writes_the_phase_at_once_and_the_bytes_at_most_twice_a_second(organi
     job.refresh_from_db()
     assert job.staging_done == 600
     assert job.staging_percent == 60
-    progress.add(400)  # t=100.8: too soon, until flushed
+    progress.advance(1000)  # t=100.8: too soon, until flushed
     progress.flush()
     job.refresh_from_db()
     assert job.staging_done == 1000
+
+
+def test_it_stops_the_staging_of_a_cancelled_job(organisation):
+    job = Job.objects.create(
+        organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1, state=State.STAGING
+    )
+    progress = StagingProgress(job.pk)
+    progress.phase("copying", 1000)
+    lifecycle.cancel(job)
+    progress.advance(10)
+    with pytest.raises(StagingStopped):
+        progress.flush()
