@@ -4,6 +4,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import BinaryIO
 
+from django.conf import settings
+from django.core.files.storage import default_storage
 from django.db import transaction
 from django.db.models import Count, Max, Q, Sum
 from django.http import Http404
@@ -66,7 +68,11 @@ def submit_job(
         checked_params = processor.validate_params(params)
     except processors.ParamError as error:
         raise SubmitError("work", str(error)) from None
-    source = _describe_source(processor, data, data_name, location.strip())
+    if not 0 <= retention_days <= settings.E31_MAX_RETENTION_DAYS:
+        raise SubmitError(
+            "keep_days", f"Keep the staged copy 0 to {settings.E31_MAX_RETENTION_DAYS} days, not {retention_days}."
+        )
+    source = _describe_source(processor, organisation, data, data_name, location.strip())
     try:
         gpus, hours = parse_request(gpus, hours, shape)
     except ValueError as error:
@@ -90,7 +96,7 @@ def submit_job(
     return job
 
 
-def _describe_source(processor, data: BinaryIO | None, data_name: str, location: str) -> dict:
+def _describe_source(processor, organisation, data: BinaryIO | None, data_name: str, location: str) -> dict:
     """The job's data fields, once the data is found fit for the work; SubmitError says why not.
 
     An upload or a server path is read far enough to know its format now; a URL is only checked
@@ -101,12 +107,12 @@ def _describe_source(processor, data: BinaryIO | None, data_name: str, location:
         kind, name, fields, head = Job.Source.UPLOAD, data_name, {}, data
     else:
         try:
-            sources.check(location)
+            sources.check(location, organisation.slug)
         except sources.SourceError as error:
             raise SubmitError("data", str(error)) from None
         kind, name = sources.kind_of(location), sources.name_of(location)
         fields = {"source_uri": location}
-        head = None if kind == Job.Source.URL else sources.server_path(location).open("rb")
+        head = None if kind == Job.Source.URL else sources.server_path(location, organisation.slug).open("rb")
     fields.update(source_kind=kind, source_name=uploads.safe_name(name))
     if head is None:
         return fields
@@ -131,10 +137,8 @@ def _start_staging(job: Job) -> None:
     except OperationalError:
         # The broker is down: say so on the job rather than leave it waiting for a message never sent.
         lifecycle.fail(job, "Staging could not start: the job queue was unreachable. Submit the job again.")
-
-
-def cancel_job(job: Job, by=None) -> bool:
-    return lifecycle.cancel(job, by=by)
+        if job.source_path:
+            default_storage.delete(job.source_path)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseStopPolling
 
 from billing.metering import meter_for
-from jobs import services
+from jobs import lifecycle, services
 from jobs.forms import JobForm
 from jobs.models import ACTIVE
 from jobs.outputs.assemble import OUTPUT_FILES, open_output_file
@@ -106,7 +106,7 @@ def job_progress(request, pk: int):
 @require_POST
 def job_cancel(request, pk: int):
     job = services.get_job_for_user(request, pk)
-    if services.cancel_job(job, by=request.user):
+    if lifecycle.cancel(job, by=request.user):
         messages.success(request, f"Job {job.pk} is cancelled; its GPUs are released.")
     else:
         job.refresh_from_db()

@@ -1,6 +1,6 @@
 """Where a job's data comes from: an upload in storage, an HTTP(S) URL, or a path on a shared
-filesystem under one of the operator's staging roots. Each is checked when the job is submitted and
-opened, checked again, when it is staged."""
+filesystem in the organisation's folder under one of the operator's staging roots. Each is checked
+when the job is submitted and opened, checked again, when it is staged."""
 
 import contextlib
 import os
@@ -32,35 +32,44 @@ def name_of(location: str) -> str:
     return Path(location).name
 
 
-def server_path(raw: str) -> Path:
-    """The regular file `raw` names, if it lies under a staging root once every link is followed."""
-    roots = settings.E31_STAGING_ROOTS
+def organisation_roots(slug: str) -> list[Path]:
+    """Each organisation stages only from its own folder, `<root>/<slug>/`, under each staging root."""
+    return [root / slug for root in settings.E31_STAGING_ROOTS]
+
+
+def within(path: Path, roots: list[Path]) -> bool:
+    return any(path.is_relative_to(root) for root in roots)
+
+
+def server_path(raw: str, slug: str) -> Path:
+    """The regular file `raw` names, if it lies in the organisation's folder once every link is followed.
+
+    One message covers every refusal, so the check cannot be used to learn what exists elsewhere."""
+    roots = organisation_roots(slug)
     if not roots:
         raise SourceError("Server paths are not enabled here: the operator has set no staging roots.")
+    refusal = SourceError(f"{raw} is not a readable file in your staging folders ({', '.join(map(str, roots))}).")
     path = Path(raw)
-    if not path.is_absolute():
-        raise SourceError(f"A server path must be absolute, not {raw!r}.")
+    if not path.is_absolute() or not within(Path(os.path.normpath(path)), roots):
+        raise refusal
     try:
         resolved = path.resolve(strict=True)
-    except (FileNotFoundError, NotADirectoryError):
-        raise SourceError(f"There is no file {raw} on the server.") from None
-    except (OSError, RuntimeError) as error:
-        raise SourceError(f"{raw} cannot be read: {error}.") from None
-    if not any(resolved.is_relative_to(root) for root in roots):
-        allowed = ", ".join(str(root) for root in roots)
-        raise SourceError(f"{raw} is outside the staging roots ({allowed}).")
-    if not resolved.is_file():
-        raise SourceError(f"{raw} is not a regular file.")
+    except (OSError, RuntimeError):
+        raise refusal from None
+    if not within(resolved, roots) or not resolved.is_file():
+        raise refusal
+    if resolved.stat().st_size > settings.E31_MAX_DATASET_BYTES:
+        raise SourceError(f"{raw} is larger than the {settings.E31_MAX_DATASET_BYTES:,}-byte limit for a dataset.")
     return resolved
 
 
 @contextlib.contextmanager
-def _open_server_path(raw: str) -> Iterator[BinaryIO]:
-    resolved = server_path(raw)
+def _open_server_path(raw: str, slug: str) -> Iterator[BinaryIO]:
+    resolved = server_path(raw, slug)
     descriptor = os.open(resolved, os.O_RDONLY | os.O_NOFOLLOW)
     # What was opened is checked, not only what was named: a path swapped since the check is refused.
     opened = Path(os.readlink(f"/proc/self/fd/{descriptor}")) if Path("/proc/self/fd").is_dir() else resolved
-    if not any(opened.is_relative_to(root) for root in settings.E31_STAGING_ROOTS):
+    if not within(opened, organisation_roots(slug)):
         os.close(descriptor)
         raise SourceError(f"{raw} changed while it was staged and now lies outside the staging roots.")
     with os.fdopen(descriptor, "rb") as stream:
@@ -85,7 +94,7 @@ def _download(url: str, progress: StagingProgress) -> Iterator[BinaryIO]:
         yield scratch
 
 
-def check(location: str) -> None:
+def check(location: str, slug: str) -> None:
     """At submit time: a URL's scheme and address, or a server path's place under the roots."""
     if location.lower().startswith("s3://"):
         raise SourceError("S3 URIs cannot be staged yet: give an HTTPS URL (a presigned S3 URL works), or upload it.")
@@ -95,7 +104,7 @@ def check(location: str) -> None:
         except fetch.FetchError as error:
             raise SourceError(str(error)) from None
     else:
-        server_path(location)
+        server_path(location, slug)
 
 
 def open_source(job: Job, progress: StagingProgress) -> contextlib.AbstractContextManager[BinaryIO]:
@@ -103,5 +112,5 @@ def open_source(job: Job, progress: StagingProgress) -> contextlib.AbstractConte
     if job.source_kind == Job.Source.URL:
         return _download(job.source_uri, progress)
     if job.source_kind == Job.Source.PATH:
-        return _open_server_path(job.source_uri)
+        return _open_server_path(job.source_uri, job.organisation.slug)
     return default_storage.open(job.source_path, "rb")

@@ -21,44 +21,56 @@ from tests.conftest import EXAMPLE, job_form, wait_for_end
 
 @pytest.fixture
 def root() -> Path:
-    root = settings.E31_STAGING_ROOTS[0]
+    """The partner organisation's own staging folder."""
+    root = settings.E31_STAGING_ROOTS[0] / "partner-lab"
     root.mkdir(parents=True, exist_ok=True)
     yield root
-    shutil.rmtree(root)
+    shutil.rmtree(settings.E31_STAGING_ROOTS[0])
 
 
-def test_it_finds_a_file_under_a_staging_root(root):
+def test_it_finds_a_file_in_the_organisations_staging_folder(root):
     (root / "data.csv").write_bytes(b"a,b\n1,2\n")
-    assert sources.server_path(str(root / "data.csv")) == (root / "data.csv")
+    assert sources.server_path(str(root / "data.csv"), "partner-lab") == (root / "data.csv")
 
 
 @pytest.mark.parametrize(
-    ("make", "message"),
+    "make",
     [
-        (lambda root: "relative/data.csv", "must be absolute"),
-        (lambda root: str(root / "missing.csv"), "There is no file"),
-        (str, "is not a regular file"),
-        (lambda root: "/etc/passwd", "is outside the staging roots"),
-        (lambda root: str(root / ".." / ".." / "secret.csv"), "outside the staging roots"),
-        (lambda root: str(root / "link.csv"), "is outside the staging roots"),
+        lambda root: "relative/data.csv",
+        lambda root: str(root / "missing.csv"),
+        str,  # a folder
+        lambda root: "/etc/passwd",
+        lambda root: str(root / ".." / ".." / "secret.csv"),
+        lambda root: str(root / "link.csv"),  # a link to a file outside
+        lambda root: str(root.parent / "other-lab" / "their.csv"),  # another organisation's folder
+        lambda root: str(root / ".." / "other-lab" / "their.csv"),
     ],
 )
-def test_it_refuses_paths_outside_the_roots(root, tmp_path, make, message):
+def test_it_refuses_paths_outside_the_organisations_folder_with_one_message(root, tmp_path, make):
     secret = root.parent.parent / "secret.csv"
     secret.write_bytes(b"a,b\n1,2\n")
+    (root.parent / "other-lab").mkdir()
+    (root.parent / "other-lab" / "their.csv").write_bytes(b"a,b\n1,2\n")
     (tmp_path / "outside.csv").write_bytes(b"a,b\n1,2\n")
     (root / "link.csv").symlink_to(tmp_path / "outside.csv")
     try:
-        with pytest.raises(sources.SourceError, match=message):
-            sources.server_path(make(root))
+        with pytest.raises(sources.SourceError, match="is not a readable file in your staging folders"):
+            sources.server_path(make(root), "partner-lab")
     finally:
         secret.unlink()
+
+
+@override_settings(E31_MAX_DATASET_BYTES=5)
+def test_it_refuses_a_server_file_over_the_dataset_limit(root):
+    (root / "big.csv").write_bytes(b"a,b\n1,2\n")
+    with pytest.raises(sources.SourceError, match="larger than the 5-byte limit"):
+        sources.server_path(str(root / "big.csv"), "partner-lab")
 
 
 @override_settings(E31_STAGING_ROOTS=[])
 def test_it_refuses_server_paths_when_no_root_is_set():
     with pytest.raises(sources.SourceError, match="the operator has set no staging roots"):
-        sources.server_path("/srv/data.csv")
+        sources.server_path("/srv/data.csv", "partner-lab")
 
 
 @pytest.mark.parametrize(
@@ -68,7 +80,7 @@ def test_it_refuses_server_paths_when_no_root_is_set():
         ("http://169.254.169.254/latest/meta-data/", "169.254.169.254"),
         ("ftp://example.com/data.csv", "http"),
         ("s3://bucket/data.csv", "S3 URIs cannot be staged yet"),
-        ("/etc/passwd", "outside the staging roots"),
+        ("/etc/passwd", "is not a readable file in your staging folders"),
     ],
 )
 @pytest.mark.django_db

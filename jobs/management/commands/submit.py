@@ -10,13 +10,13 @@ import sys
 import time
 from pathlib import Path
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from billing.models import LedgerEntry
 from jobs import services
 from jobs.models import Job, State
 from jobs.outputs.assemble import OUTPUT_FILES, open_output_file
+from jobs.staging import sources
 from portal.models import Organisation
 
 
@@ -28,11 +28,6 @@ def parse_params(pairs: list[str]) -> dict[str, str]:
             raise CommandError(f"--param takes name=value, not {pair!r}")
         params[name] = value
     return params
-
-
-def under_staging_root(data: str) -> bool:
-    resolved = Path(data).resolve()
-    return any(resolved.is_relative_to(root) for root in settings.E31_STAGING_ROOTS)
 
 
 def progress_line(job: Job) -> str:
@@ -107,7 +102,8 @@ class Command(BaseCommand):
         )
 
     def submit(self, organisation: Organisation, opts: dict) -> Job:
-        """A URL, or a path under a staging root, is staged from where it is; any other file is uploaded."""
+        """A URL, or a file in the organisation's staging folder, is staged from where it is; any other
+        file is uploaded."""
         request = {
             "organisation": organisation,
             "user": None,
@@ -119,7 +115,8 @@ class Command(BaseCommand):
             "retention_days": opts["keep_days"],
         }
         data = opts["data"]
-        if "://" in data or under_staging_root(data):
+        in_staging_folder = sources.within(Path(data).resolve(), sources.organisation_roots(organisation.slug))
+        if "://" in data or in_staging_folder:
             return services.submit_job(location=data if "://" in data else str(Path(data).resolve()), **request)
         path = Path(data)
         if not path.is_file():
