@@ -42,6 +42,10 @@ class JobAdmin(admin.ModelAdmin):
     def has_add_permission(self, request):
         return False
 
+    def has_delete_permission(self, request, obj=None):
+        # A job carries its holds and ledger entries; operators cancel it instead.
+        return False
+
     @admin.action(description="Cancel the selected jobs (releases their GPUs)")
     def cancel(self, request, queryset):
         cancelled = [job.pk for job in queryset if lifecycle.cancel(job, by=request.user)]

@@ -6,7 +6,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from jobs.models import ENDED, Allocation, Gpu, Job, JobEvent, Shard, State
-from jobs.signals import hold_released, hold_started
+from jobs.signals import hold_released
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,6 @@ def hold(job: Job, gpus: list[Gpu]) -> list[Allocation]:
     except IntegrityError:
         # Another scheduler took one of these GPUs first; the job stays queued.
         return []
-    hold_started.send(sender=Job, job=job, gpus=len(gpus), held_from=now)
     return allocations
 
 

@@ -178,6 +178,11 @@ class Job(TimeStamped):
             return None
         return max(0.0, (self.staging_total - self.staging_done) / rate)
 
+    @property
+    def staging_mb_per_s(self) -> float | None:
+        """How fast the whole staging went, once it is done."""
+        return self.input_bytes / 1e6 / self.staging_seconds if self.staging_seconds else None
+
     def time_limit_passed(self, now=None) -> bool:
         if self.state != State.RUNNING or self.started_at is None:
             return False
@@ -204,7 +209,6 @@ class Shard(TimeStamped):
         PENDING = "pending", "Pending"
         RUNNING = "running", "Running"
         DONE = "done", "Done"
-        FAILED = "failed", "Failed"
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="shards")
     index = models.PositiveIntegerField()

@@ -2,6 +2,8 @@
 
 All go to the control queue but run_slot, which is sent to the queue of the slot it runs on."""
 
+import logging
+
 from celery import shared_task
 
 from jobs import lifecycle, retention, scheduling
@@ -9,6 +11,8 @@ from jobs.models import Job, State
 from jobs.outputs.assemble import assemble as assemble_output
 from jobs.staging.stage import stage as stage_job
 from jobs.workers.runner import run_slot as run_slot_loop
+
+log = logging.getLogger(__name__)
 
 
 @shared_task
@@ -29,7 +33,13 @@ def run_slot(job_id: int, allocation_id: int) -> str:
 
 @shared_task
 def assemble(job_id: int) -> bool:
-    return assemble_output(job_id)
+    try:
+        return assemble_output(job_id)
+    except Exception as error:
+        # A job must not stay `finishing` for ever: it fails, naming the error, and keeps its shards.
+        log.exception("assembling the output of job %s failed", job_id)
+        lifecycle.fail(Job.objects.get(pk=job_id), f"Assembling the output failed: {type(error).__name__}: {error}")
+        return False
 
 
 @shared_task

@@ -1,5 +1,7 @@
 """Pages of jobs: the list, the form, a job's page with its live progress, cancel, and the output."""
 
+from functools import partial
+
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -83,7 +85,6 @@ def _detail_context(job) -> dict:
         "fleet": fleet(),
         "purge_due": purge_due_at(job),
         "output_files": OUTPUT_FILES if job.output_path else (),
-        "staging_mb_per_s": job.input_bytes / 1e6 / job.staging_seconds if job.staging_seconds else None,
         "staging_phase_mb_per_s": job.staging_rate / 1e6 if job.staging_rate else None,
     }
 
@@ -120,7 +121,7 @@ def job_output(request, pk: int):
     job = services.get_job_for_user(request, pk)
     if not job.output_path:
         raise Http404("This job has no output.")
-    files = [(name, open_output_file(job, name)) for name in OUTPUT_FILES]
+    files = [(name, partial(open_output_file, job, name)) for name in OUTPUT_FILES]
     response = StreamingHttpResponse(stream_zip(files), content_type="application/zip")
     response["Content-Disposition"] = f'attachment; filename="job-{job.pk}-output.zip"'
     return response

@@ -30,6 +30,11 @@ SECRET_KEY = _secret_key()
 DEBUG = env_bool("E31_DEBUG", False)
 ALLOWED_HOSTS = env_list("E31_ALLOWED_HOSTS", "127.0.0.1,localhost")
 CSRF_TRUSTED_ORIGINS = env_list("E31_CSRF_TRUSTED_ORIGINS", "")
+# Behind an HTTPS proxy in production: cookies only over HTTPS, and the proxy's word on the scheme.
+E31_HTTPS = env_bool("E31_HTTPS", False)
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = E31_HTTPS
+if E31_HTTPS:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 INSTALLED_APPS = [
     "django.contrib.admin",

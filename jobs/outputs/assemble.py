@@ -57,7 +57,7 @@ def _staging(job: Job) -> dict:
         "started": events[State.STAGING].isoformat() if State.STAGING in events else None,
         "finished": events[State.QUEUED].isoformat() if State.QUEUED in events else None,
         "seconds": round(seconds, 3),
-        "mb_per_s": round(job.input_bytes / 1e6 / seconds, 2) if seconds else None,
+        "mb_per_s": round(job.staging_mb_per_s, 2) if seconds else None,
     }
 
 

@@ -1,7 +1,7 @@
 """A zip of stored files written while it is sent, so a large output is never held whole."""
 
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
 CHUNK = 1024 * 1024
@@ -25,15 +25,16 @@ class _Sink:
         return data
 
 
-def stream_zip(files: list[tuple[str, BinaryIO]]) -> Iterator[bytes]:
-    """Yield a zip archive of (name, open file) pairs; Parquet is stored as it is, text is deflated."""
+def stream_zip(files: list[tuple[str, Callable[[], BinaryIO]]]) -> Iterator[bytes]:
+    """Yield a zip archive of (name, opener) pairs, each file opened only while it is written;
+    Parquet is stored as it is, text is deflated."""
     sink = _Sink()
     with zipfile.ZipFile(sink, "w") as archive:
-        for name, source in files:
+        for name, opener in files:
             method = zipfile.ZIP_STORED if name.endswith(".parquet") else zipfile.ZIP_DEFLATED
             info = zipfile.ZipInfo(name)
             info.compress_type = method
-            with source, archive.open(info, "w", force_zip64=True) as target:
+            with opener() as source, archive.open(info, "w", force_zip64=True) as target:
                 while block := source.read(CHUNK):
                     target.write(block)
                     yield sink.drain()

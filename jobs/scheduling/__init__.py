@@ -1,7 +1,8 @@
 """The request (GPUs × hours in a shape) and the scheduler that starts a queued job's hold.
 
 A queued job starts only when all the GPUs it asked for are free at once. Jobs start in the order
-they were queued: the head of the queue is never overtaken, so a wide job cannot starve.
+they were queued: the head of the queue is never overtaken, so a wide job cannot starve, unless it
+asks for more GPUs than are online at all (a node left): it then waits without holding up the rest.
 """
 
 import logging
@@ -10,6 +11,7 @@ from decimal import Decimal, InvalidOperation
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 
 from jobs import lifecycle
 from jobs.models import Gpu, Job, State
@@ -78,7 +80,8 @@ def parse_request(gpus, hours, shape: str = Job.Shape.SHORT_WIDE) -> tuple[int, 
 def queue_position(job: Job) -> int | None:
     if job.state != State.QUEUED:
         return None
-    return Job.objects.filter(state=State.QUEUED, queued_at__lt=job.queued_at).count() + 1
+    ahead = Q(queued_at__lt=job.queued_at) | Q(queued_at=job.queued_at, pk__lt=job.pk)
+    return Job.objects.filter(ahead, state=State.QUEUED).count() + 1
 
 
 def schedule() -> list[int]:
@@ -88,7 +91,10 @@ def schedule() -> list[int]:
         free = list(
             Gpu.objects.free().select_for_update(skip_locked=True, of=("self",)).order_by("node__name", "index")
         )
+        online = Gpu.objects.online().count()
         for job in Job.objects.filter(state=State.QUEUED).order_by("queued_at", "pk"):
+            if job.gpus > online:
+                continue  # more than the fleet has online now (a node left): it waits without blocking others
             if job.gpus > len(free):
                 break
             taken, free = free[: job.gpus], free[job.gpus :]

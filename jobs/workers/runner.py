@@ -136,6 +136,7 @@ def process_shard(job: Job, shard: Shard, token: str, gpu: Gpu) -> None:
     with default_storage.open(job.staged_path, "rb") as staged:
         staged.seek(shard.start_byte)
         data = staged.read(shard.end_byte - shard.start_byte)
+    _keep_claim(shard, token)
     records = iter_records(
         io.BytesIO(data),
         job.layout,
@@ -162,6 +163,7 @@ def process_shard(job: Job, shard: Shard, token: str, gpu: Gpu) -> None:
                 _keep_claim(shard, token)
         rejects_part = os.path.join(scratch, "rejects.parquet")
         pq.write_table(pa.table(_reject_rows(rejects, data, shard.start_byte), schema=REJECT_SCHEMA), rejects_part)
+        _keep_claim(shard, token)
         base = f"{job.storage_prefix}/shards/{shard.index:05d}-{token}"
         with open(part, "rb") as handle:
             output_path = default_storage.save(f"{base}.parquet", File(handle))

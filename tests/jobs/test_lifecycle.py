@@ -89,3 +89,51 @@ def test_it_tells_a_queued_job_its_position(organisation):
         for n in range(3)
     ]
     assert [queue_position(job) for job in jobs] == [1, 2, 3]
+
+
+def test_it_lets_smaller_jobs_pass_a_head_job_bigger_than_the_online_fleet(organisation, online_slots):
+    from django.utils import timezone
+
+    from jobs.scheduling import schedule
+
+    def queued(gpus):
+        return Job.objects.create(
+            organisation=organisation,
+            work="clean-table",
+            source_name="a.csv",
+            gpus=gpus,
+            hours=1,
+            state=State.QUEUED,
+            queued_at=timezone.now(),
+        )
+
+    too_wide, fits, waits = queued(6), queued(3), queued(2)
+    assert schedule() == [fits.pk], "the 6-GPU job waits for its node; the 2-GPU job waits behind the 3"
+    too_wide.refresh_from_db()
+    waits.refresh_from_db()
+    assert (too_wide.state, waits.state) == (State.QUEUED, State.QUEUED)
+
+
+def test_it_fails_a_job_whose_output_cannot_be_assembled(job, online_slots):
+    from jobs import tasks
+    from jobs.models import Shard
+
+    Job.objects.filter(pk=job.pk).update(state=State.QUEUED, records_total=10)
+    lifecycle.hold(job, online_slots[:2])
+    Shard.objects.create(
+        job=job, index=0, first_record=1, record_count=10, first_line=2, start_byte=0, end_byte=10,
+        status=Shard.Status.DONE, records_out=10, records_rejected=0, output_path="jobs/missing.parquet",
+        rejects_path="jobs/missing.rejects.parquet",
+    )  # fmt: skip
+    assert lifecycle.finish_pass(job)
+    assert tasks.assemble(job.pk) is False
+    job.refresh_from_db()
+    assert job.state == State.FAILED
+    assert job.error.startswith("Assembling the output failed: ")
+
+
+def test_it_does_not_let_operators_delete_a_job(job, operator):
+    from tests.conftest import client_for
+
+    response = client_for(operator).get(f"/admin/jobs/job/{job.pk}/delete/")
+    assert response.status_code == 403

@@ -46,7 +46,7 @@ class Command(BaseCommand):
         threads = str(max(1, (os.cpu_count() or 1) // len(specs)))
         by_index = {}
         for spec in specs:
-            env = {"E31_SLOT_KIND": spec.kind, **dict.fromkeys(THREAD_VARIABLES, threads)}
+            env = dict.fromkeys(THREAD_VARIABLES, threads)
             env["CUDA_VISIBLE_DEVICES"] = str(spec.index) if gpus else ""
             queue = nodes.queue_name(name, spec.index)
             by_index[spec.index] = children.start(
