@@ -9,6 +9,7 @@ from celery import shared_task
 from jobs import lifecycle, retention, scheduling
 from jobs.models import Job, State
 from jobs.outputs.assemble import assemble as assemble_output
+from jobs.reconcile import reconcile as reconcile_jobs
 from jobs.staging.stage import stage as stage_job
 from jobs.workers.runner import run_slot as run_slot_loop
 
@@ -49,6 +50,11 @@ def enforce_time_limits() -> list[int]:
         if job.time_limit_passed() and lifecycle.time_out(job):
             ended.append(job.pk)
     return ended
+
+
+@shared_task
+def reconcile() -> list[int]:
+    return reconcile_jobs()
 
 
 @shared_task

@@ -199,6 +199,7 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE = {
     "schedule-queued-jobs": {"task": "jobs.tasks.schedule", "schedule": 5.0},
     "enforce-time-limits": {"task": "jobs.tasks.enforce_time_limits", "schedule": 30.0},
+    "reconcile-jobs": {"task": "jobs.tasks.reconcile", "schedule": 30.0},
     "purge-expired-staged-copies": {"task": "jobs.tasks.purge_expired", "schedule": 600.0},
 }
 

@@ -1,0 +1,42 @@
+"""The safety net beat runs every half minute: a running job whose slots have all stopped working on
+it gets its slot tasks sent again, a running job with every shard done is finished, and a finishing
+job with no output gets its assembly sent again. Every step is idempotent, so sending twice is safe."""
+
+import logging
+from datetime import timedelta
+
+from django.conf import settings
+from django.db.models import Max
+from django.utils import timezone
+
+from jobs import lifecycle
+from jobs.models import Job, Shard, State
+
+log = logging.getLogger(__name__)
+
+
+def reconcile() -> list[int]:
+    from jobs import tasks
+
+    now = timezone.now()
+    quiet = now - timedelta(seconds=2 * settings.E31_SHARD_LEASE_SECONDS)
+    touched = []
+    for job in Job.objects.filter(state=State.RUNNING, started_at__lt=quiet):
+        shards = job.shards.all()
+        if not shards.exclude(status=Shard.Status.DONE).exists():
+            if lifecycle.finish_pass(job):
+                touched.append(job.pk)
+            continue
+        if shards.filter(status=Shard.Status.RUNNING, lease_until__gte=now).exists():
+            continue
+        last = shards.aggregate(last=Max("finished_at"))["last"]
+        if last and last > quiet:
+            continue
+        for allocation in job.allocations.filter(held_to__isnull=True).select_related("gpu"):
+            tasks.run_slot.apply_async((job.pk, allocation.pk), queue=allocation.gpu.queue)
+        log.warning("job %s had no slot working on it; its slot tasks were sent again", job.pk)
+        touched.append(job.pk)
+    for job in Job.objects.filter(state=State.FINISHING, output_path="", modified__lt=quiet):
+        tasks.assemble.delay(job.pk)
+        touched.append(job.pk)
+    return touched

@@ -1,0 +1,54 @@
+"""The safety net: a running job that no slot works on gets its slot tasks again (through the real
+broker), and a running job whose shards are all done is finished."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from billing.models import LedgerEntry
+from jobs import lifecycle
+from jobs.models import Job, Shard, State
+from jobs.reconcile import reconcile
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def stalled_job(organisation, online_slots):
+    job = Job.objects.create(
+        organisation=organisation, work="clean-table", source_name="a.csv", gpus=2, hours=1, state=State.QUEUED
+    )
+    lifecycle.hold(job, online_slots[:2])
+    Job.objects.filter(pk=job.pk).update(started_at=timezone.now() - timedelta(minutes=10))
+    for index in range(2):
+        Shard.objects.create(
+            job=job, index=index, first_record=index * 5 + 1, record_count=5, first_line=index * 5 + 2,
+            start_byte=index * 50, end_byte=(index + 1) * 50,
+        )  # fmt: skip
+    return job
+
+
+def test_it_sends_the_slot_tasks_again_when_no_slot_works_on_a_running_job(stalled_job, online_slots, redis_server):
+    queues = [slot.queue for slot in online_slots[:2]]
+    redis_server.delete(*queues)
+    try:
+        assert reconcile() == [stalled_job.pk]
+        assert [redis_server.llen(queue) for queue in queues] == [1, 1]
+    finally:
+        redis_server.delete(*queues)
+
+
+def test_it_leaves_a_job_alone_while_a_slot_holds_a_live_lease(stalled_job):
+    Shard.objects.filter(job=stalled_job, index=0).update(
+        status=Shard.Status.RUNNING, lease_until=timezone.now() + timedelta(seconds=30)
+    )
+    assert reconcile() == []
+
+
+def test_it_finishes_a_running_job_whose_shards_are_all_done(stalled_job):
+    Shard.objects.filter(job=stalled_job).update(status=Shard.Status.DONE, finished_at=timezone.now())
+    assert reconcile() == [stalled_job.pk]
+    stalled_job.refresh_from_db()
+    assert stalled_job.state == State.FINISHING
+    assert LedgerEntry.objects.filter(job=stalled_job, kind=LedgerEntry.Kind.HOLD).exists()
