@@ -39,10 +39,19 @@ class Fleet:
         return f"{n} {self.noun}{'' if n == 1 else 's'}"
 
 
+def schedulable_slots():
+    """The slots jobs run on: the GPUs when any is online (a machine that fell back to CPU slots, its
+    NVML failing, must not take jobs that pay for GPUs); CPU slots only on a fleet without GPUs."""
+    slots = Gpu.objects.all()
+    if Gpu.objects.online().filter(kind=Gpu.Kind.GPU).exists():
+        slots = slots.filter(kind=Gpu.Kind.GPU)
+    return slots
+
+
 def fleet() -> Fleet:
-    online = Gpu.objects.online()
+    online = schedulable_slots().online()
     kinds = set(online.values_list("kind", flat=True))
-    return Fleet(online=online.count(), free=Gpu.objects.free().count(), cpu_only=kinds == {Gpu.Kind.CPU})
+    return Fleet(online=online.count(), free=online.free().count(), cpu_only=kinds == {Gpu.Kind.CPU})
 
 
 def parse_request(gpus, hours, shape: str = Job.Shape.SHORT_WIDE) -> tuple[int, Decimal]:
@@ -88,10 +97,9 @@ def schedule() -> list[int]:
     """Start the hold of every queued job, in queue order, whose GPUs are all free now."""
     started = []
     with transaction.atomic():
-        free = list(
-            Gpu.objects.free().select_for_update(skip_locked=True, of=("self",)).order_by("node__name", "index")
-        )
-        online = Gpu.objects.online().count()
+        slots = schedulable_slots()
+        free = list(slots.free().select_for_update(skip_locked=True, of=("self",)).order_by("node__name", "index"))
+        online = slots.online().count()
         for job in Job.objects.filter(state=State.QUEUED).order_by("queued_at", "pk"):
             if job.gpus > online:
                 continue  # more than the fleet has online now (a node left): it waits without blocking others

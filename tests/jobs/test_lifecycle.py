@@ -137,3 +137,22 @@ def test_it_does_not_let_operators_delete_a_job(job, operator):
 
     response = client_for(operator).get(f"/admin/jobs/job/{job.pk}/delete/")
     assert response.status_code == 403
+
+
+def test_it_runs_jobs_on_gpus_only_once_any_gpu_is_online(organisation, online_slots):
+    from django.utils import timezone
+
+    from jobs.models import Gpu, Node
+    from jobs.scheduling import fleet, schedule
+
+    node = Node.objects.create(name="gpu-box", hostname="gpu-box", last_seen=timezone.now())
+    gpu = Gpu.objects.create(
+        node=node, index=0, kind=Gpu.Kind.GPU, name="NVIDIA H100", queue="slot.gpu-box.0", last_seen=timezone.now()
+    )
+    assert (fleet().online, fleet().noun) == (1, "GPU")
+    job = Job.objects.create(
+        organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1,
+        state=State.QUEUED, queued_at=timezone.now(),
+    )  # fmt: skip
+    assert schedule() == [job.pk]
+    assert [a.gpu for a in job.allocations.all()] == [gpu]
