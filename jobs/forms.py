@@ -23,7 +23,7 @@ class JobForm(forms.Form):
         label="or a URL or server path",
         required=False,
         max_length=2000,
-        help_text="An http(s) URL the portal downloads, or a path under the operator's staging roots.",
+        help_text="An http(s) URL the portal downloads, or a file in your organisation's staging folder on the server.",
     )
     work = forms.ChoiceField(label="Work", widget=forms.RadioSelect)
     gpus = forms.IntegerField(label="GPUs", min_value=1, initial=2)
