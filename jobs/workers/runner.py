@@ -94,7 +94,7 @@ def claim_next(job: Job, gpu: Gpu) -> tuple[Shard, str] | None:
             return None
         token = uuid.uuid4().hex
         won = Shard.objects.filter(
-            pk=shard.pk, status=shard.status, claim=shard.claim, attempts=shard.attempts, job__state=State.RUNNING
+            pk=shard.pk, status=shard.status, claim=shard.claim, attempts=shard.attempts, job_id__in=_running(job.pk)
         ).update(
             status=Shard.Status.RUNNING,
             claim=token,
@@ -109,9 +109,16 @@ def claim_next(job: Job, gpu: Gpu) -> tuple[Shard, str] | None:
     return None
 
 
+def _running(job_id: int):
+    """The job while it runs, as a subquery: a join (`job__state=`) would make Django's UPDATE match
+    `id IN (SELECT ... JOIN ...)`, which PostgreSQL does not recheck after a concurrent update, so two
+    slots could both win the same claim. Conditions on the shard's own row are rechecked."""
+    return Job.objects.filter(pk=job_id, state=State.RUNNING).values("pk")
+
+
 def _keep_claim(shard: Shard, token: str) -> None:
     renewed = Shard.objects.filter(
-        pk=shard.pk, claim=token, status=Shard.Status.RUNNING, job__state=State.RUNNING
+        pk=shard.pk, claim=token, status=Shard.Status.RUNNING, job_id__in=_running(shard.job_id)
     ).update(lease_until=timezone.now() + timedelta(seconds=settings.E31_SHARD_LEASE_SECONDS))
     if not renewed:
         raise ShardLost
