@@ -19,6 +19,7 @@ class JobForm(forms.Form):
         allow_empty_file=True,  # the staging check says why an empty file is no dataset
         help_text="A CSV file with a header row, or JSONL (one JSON object per line).",
     )
+    upload = forms.UUIDField(required=False, widget=forms.HiddenInput)
     location = forms.CharField(
         label="or a URL or server path",
         required=False,
@@ -62,9 +63,10 @@ class JobForm(forms.Form):
 
     def clean(self):
         cleaned = super().clean()
-        if not cleaned.get("data") and not cleaned.get("location") and "data" not in self.errors:
+        given = [name for name in ("data", "upload", "location") if cleaned.get(name)]
+        if not given and not {"data", "upload"} & set(self.errors):
             self.add_error("data", "Upload a file, or give a URL or a server path.")
-        if cleaned.get("data") and cleaned.get("location"):
+        if len(given) > 1:
             self.add_error("location", "Give the data one way: an upload, or a URL or server path, not both.")
         if cleaned.get("retention") == "keep" and not cleaned.get("keep_days"):
             self.add_error("keep_days", "Say how many days to keep the staged copy.")

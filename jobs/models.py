@@ -1,10 +1,12 @@
 """Job, Shard, Allocation, Node and Gpu: the tables of the job lifecycle in DESIGN.md."""
 
+import uuid
 from datetime import timedelta
+from pathlib import Path
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from portal.models import Organisation, TimeStamped
@@ -256,3 +258,37 @@ class Allocation(TimeStamped):
 
     def __str__(self) -> str:
         return f"{self.gpu} for job {self.job_id}"
+
+
+class Upload(TimeStamped):
+    """A resumable upload (tus 1.0) in progress: its bytes so far lie in one file under E31_UPLOAD_DIR.
+
+    `offset` counts the bytes confirmed; anything in the file past it is from a chunk that did not
+    complete and is cut off by the next one. When a job is submitted with the finished upload, the
+    file moves to storage and the row goes."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    organisation = models.ForeignKey(Organisation, on_delete=models.CASCADE, related_name="uploads")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    filename = models.CharField(max_length=200)
+    length = models.PositiveBigIntegerField()
+    offset = models.PositiveBigIntegerField(default=0)
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.CheckConstraint(condition=Q(offset__lte=F("length")), name="upload_offset_within_length")]
+
+    def __str__(self) -> str:
+        return f"{self.filename} ({self.offset} of {self.length} bytes)"
+
+    @property
+    def complete(self) -> bool:
+        return self.offset == self.length
+
+    @property
+    def path(self) -> Path:
+        return settings.E31_UPLOAD_DIR / self.id.hex
+
+    @property
+    def expired(self) -> bool:
+        return self.expires_at <= timezone.now()

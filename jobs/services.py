@@ -14,7 +14,7 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError
 
 from jobs import lifecycle, processors
-from jobs.models import Job, Shard, State
+from jobs.models import Job, Shard, State, Upload
 from jobs.scheduling import parse_request
 from jobs.staging import sources, uploads
 from portal.models import Organisation
@@ -55,14 +55,15 @@ def submit_job(
     hours,
     data: BinaryIO | None = None,
     data_name: str = "",
+    upload: Upload | None = None,
     location: str = "",
     shape: str = Job.Shape.SHORT_WIDE,
     retention_days: int = 0,
 ) -> Job:
     """Check a job's four parts, store its data and queue its staging. Nothing is held yet.
 
-    The data is an uploaded file (`data`, `data_name`) or a `location`: an HTTP(S) URL or a path
-    under one of the operator's staging roots."""
+    The data is an uploaded file (`data`, `data_name`), a finished resumable `upload`, or a
+    `location`: an HTTP(S) URL or a path under one of the operator's staging roots."""
     try:
         processor = processors.get(work)
         checked_params = processor.validate_params(params)
@@ -72,13 +73,18 @@ def submit_job(
         raise SubmitError(
             "keep_days", f"Keep the staged copy 0 to {settings.E31_MAX_RETENTION_DAYS} days, not {retention_days}."
         )
-    source = _describe_source(processor, organisation, data, data_name, location.strip())
+    if upload is not None:
+        source = _describe_upload(processor, organisation, upload, data, location)
+    else:
+        source = _describe_source(processor, organisation, data, data_name, location.strip())
     try:
         gpus, hours = parse_request(gpus, hours, shape)
     except ValueError as error:
         raise SubmitError(getattr(error, "field", "gpus"), str(error)) from None
     if data is not None:
         source["source_path"] = uploads.store_upload(data, data_name)
+    if upload is not None:
+        source["source_path"] = _take_upload(upload)
     with transaction.atomic():
         job = Job.objects.create(
             organisation=organisation,
@@ -94,6 +100,26 @@ def submit_job(
         job.events.create(state=State.SUBMITTED, at=job.created, message=f"submitted {job.source_name}")
         transaction.on_commit(partial(_start_staging, job))
     return job
+
+
+def _describe_upload(processor, organisation, upload: Upload, data, location: str) -> dict:
+    """A finished resumable upload's data fields, once it is found fit for the work."""
+    if data is not None or location.strip():
+        raise SubmitError("data", "Give the data one way: upload a file, or give a URL or a server path.")
+    if upload.organisation_id != organisation.pk:
+        raise SubmitError("data", "There is no such upload.")
+    if not upload.complete or upload.expired:
+        state = "expired" if upload.expired else f"at {upload.offset:,} of {upload.length:,} bytes"
+        raise SubmitError("data", f"The upload of {upload.filename} is {state}: finish it, then submit.")
+    with upload.path.open("rb") as head:
+        return _describe_source(processor, organisation, head, upload.filename, "")
+
+
+def _take_upload(upload: Upload) -> str:
+    """Move a finished upload's file to storage; only one job takes it, even from a form sent twice."""
+    if not Upload.objects.filter(pk=upload.pk).delete()[0]:
+        raise SubmitError("data", f"The upload of {upload.filename} was already used for a job.")
+    return uploads.store_file(upload.path, upload.filename)
 
 
 def _describe_source(processor, organisation, data: BinaryIO | None, data_name: str, location: str) -> dict:

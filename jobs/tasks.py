@@ -10,6 +10,7 @@ from jobs import lifecycle, retention, scheduling
 from jobs.models import Job, State
 from jobs.outputs.assemble import assemble as assemble_output
 from jobs.reconcile import reconcile as reconcile_jobs
+from jobs.staging import resumable
 from jobs.staging.stage import stage as stage_job
 from jobs.workers.runner import run_slot as run_slot_loop
 
@@ -65,3 +66,8 @@ def purge_staged_copy_if_due(job_id: int) -> bool:
 @shared_task
 def purge_expired() -> list[int]:
     return retention.purge_expired()
+
+
+@shared_task
+def purge_abandoned_uploads() -> int:
+    return resumable.purge_abandoned()

@@ -1,13 +1,15 @@
 """Pages of jobs: the list, the form, a job's page with its live progress, cancel, and the output."""
 
-from functools import partial
+from functools import partial, wraps
 
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import FileResponse, Http404, HttpResponse, StreamingHttpResponse
+from django.http import FileResponse, Http404, HttpResponse, HttpResponseNotAllowed, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
+from django.urls import reverse
+from django.utils.http import http_date
 from django.views.decorators.http import require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseStopPolling
@@ -15,11 +17,12 @@ from django_htmx.http import HttpResponseStopPolling
 from billing.metering import meter_for
 from jobs import lifecycle, services
 from jobs.forms import JobForm
-from jobs.models import ACTIVE
+from jobs.models import ACTIVE, Upload
 from jobs.outputs.assemble import OUTPUT_FILES, open_output_file
 from jobs.outputs.zipstream import stream_zip
 from jobs.retention import purge_due_at
 from jobs.scheduling import fleet, queue_position
+from jobs.staging import resumable
 from jobs.staging.uploads import too_large_message
 
 
@@ -49,13 +52,14 @@ def job_new(request):
         if getattr(request, "upload_too_large", False):
             form.add_error(None, too_large_message())
         elif form.is_valid():
-            upload = form.cleaned_data["data"]
+            uploaded_file = form.cleaned_data["data"]
             try:
                 job = services.submit_job(
                     organisation=organisation,
                     user=request.user,
-                    data=upload.file if upload else None,
-                    data_name=upload.name if upload else "",
+                    data=uploaded_file.file if uploaded_file else None,
+                    data_name=uploaded_file.name if uploaded_file else "",
+                    upload=_resumable_upload(organisation, form.cleaned_data["upload"]),
                     location=form.cleaned_data["location"],
                     work=form.cleaned_data["work"],
                     params=form.params(),
@@ -65,13 +69,39 @@ def job_new(request):
                     retention_days=form.retention_days(),
                 )
             except services.SubmitError as error:
-                field = "location" if error.field == "data" and not upload else error.field
+                field = "location" if error.field == "data" and form.cleaned_data["location"] else error.field
                 form.add_error(field if field in form.fields else None, str(error))
             else:
                 return redirect("jobs:detail", pk=job.pk)
     status = 400 if form.errors else 200
-    context = {"form": form, "fleet": fleet(), "max_upload_bytes": settings.E31_MAX_UPLOAD_BYTES}
+    context = {
+        "form": form,
+        "fleet": fleet(),
+        "max_upload_bytes": settings.E31_MAX_UPLOAD_BYTES,
+        "max_dataset_bytes": settings.E31_MAX_DATASET_BYTES,
+        "chunk_bytes": settings.E31_UPLOAD_CHUNK_BYTES,
+        "pending_upload": _pending_upload(form, organisation),
+    }
     return render(request, "jobs/new.html", context, status=status)
+
+
+def _pending_upload(form, organisation) -> Upload | None:
+    """The finished upload a form sent back with errors still names, so it need not be sent again."""
+    upload_id = form.cleaned_data.get("upload") if form.is_bound and hasattr(form, "cleaned_data") else None
+    if not upload_id:
+        return None
+    upload = Upload.objects.filter(organisation=organisation, pk=upload_id).first()
+    return upload if upload and upload.complete and not upload.expired else None
+
+
+def _resumable_upload(organisation, upload_id) -> Upload | None:
+    if upload_id is None:
+        return None
+    try:
+        return Upload.objects.get(organisation=organisation, pk=upload_id)
+    except Upload.DoesNotExist:
+        gone = "That upload is gone: it expired or was used. Upload the file again."
+        raise services.SubmitError("data", gone) from None
 
 
 def _detail_context(job) -> dict:
@@ -133,3 +163,86 @@ def job_output_file(request, pk: int, name: str):
     if not job.output_path or name not in OUTPUT_FILES:
         raise Http404("This job has no such output file.")
     return FileResponse(open_output_file(job, name), as_attachment=True, filename=f"job-{job.pk}-{name}")
+
+
+def _tus(response: HttpResponse) -> HttpResponse:
+    response["Tus-Resumable"] = resumable.VERSION
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+def _tus_error(error: resumable.UploadError) -> HttpResponse:
+    response = HttpResponse(str(error), status=error.status, content_type="text/plain; charset=utf-8")
+    if error.status == 412:
+        response["Tus-Version"] = resumable.VERSION
+    return _tus(response)
+
+
+def _tus_request(view):
+    """Resumable-upload endpoints: members of an organisation only, answers in the protocol's terms."""
+
+    @wraps(view)
+    def checked(request, *args, **kwargs):
+        try:
+            if request.method != "OPTIONS" and request.headers.get("Tus-Resumable") != resumable.VERSION:
+                raise resumable.UploadError(412, f"Send Tus-Resumable: {resumable.VERSION}.")
+            organisation = services.organisation_for(request.user)
+            if organisation is None:
+                raise resumable.UploadError(403, "Log in as a member of an organisation to upload.")
+            return _tus(view(request, organisation, *args, **kwargs))
+        except resumable.UploadError as error:
+            return _tus_error(error)
+
+    return checked
+
+
+@_tus_request
+def upload_create(request, organisation):
+    if request.method == "OPTIONS":
+        response = HttpResponse(status=204)
+        response["Tus-Version"] = resumable.VERSION
+        response["Tus-Extension"] = resumable.EXTENSIONS
+        response["Tus-Max-Size"] = settings.E31_MAX_DATASET_BYTES
+        response["Tus-Checksum-Algorithm"] = ",".join(resumable.ALGORITHMS)
+        return response
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["OPTIONS", "POST"])
+    upload = resumable.create(
+        organisation, request.user, request.headers.get("Upload-Length"), request.headers.get("Upload-Metadata", "")
+    )
+    response = HttpResponse(status=201)
+    response["Location"] = reverse("jobs:upload", args=[upload.pk])
+    response["Upload-Expires"] = http_date(upload.expires_at.timestamp())
+    return response
+
+
+@_tus_request
+def upload_detail(request, organisation, upload_id):
+    upload = Upload.objects.filter(organisation=organisation, pk=upload_id).first()
+    if upload is None:
+        raise resumable.UploadError(404, "There is no such upload.")
+    if request.method == "HEAD":
+        if upload.expired:
+            raise resumable.UploadError(410, "The upload expired and its data was deleted; start it again.")
+        response = HttpResponse(status=200)
+    elif request.method == "PATCH":
+        if request.content_type != resumable.CHUNK_TYPE:
+            raise resumable.UploadError(415, f"Send chunks as {resumable.CHUNK_TYPE}.")
+        resumable.write_chunk(
+            upload,
+            request.headers.get("Upload-Offset"),
+            request,
+            request.META.get("CONTENT_LENGTH"),
+            request.headers.get("Upload-Checksum", ""),
+        )
+        response = HttpResponse(status=204)
+    elif request.method == "DELETE":
+        resumable.discard(upload)
+        return HttpResponse(status=204)
+    else:
+        return HttpResponseNotAllowed(["HEAD", "PATCH", "DELETE"])
+    upload.refresh_from_db()
+    response["Upload-Offset"] = upload.offset
+    response["Upload-Length"] = upload.length
+    response["Upload-Expires"] = http_date(upload.expires_at.timestamp())
+    return response

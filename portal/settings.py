@@ -173,6 +173,11 @@ FILE_UPLOAD_TEMP_DIR.mkdir(parents=True, exist_ok=True)
 E31_MAX_UPLOAD_BYTES = env_int("E31_MAX_UPLOAD_BYTES", 2 * 1024**3, minimum=1)
 # Datasets staged from a URL or a server path can be larger than a browser upload.
 E31_MAX_DATASET_BYTES = env_int("E31_MAX_DATASET_BYTES", 50 * 1024**3, minimum=1)
+# Resumable uploads in progress; with several web servers, a folder they share.
+E31_UPLOAD_DIR = Path(env_str("E31_UPLOAD_DIR", str(VAR_DIR / "uploads"))).resolve()
+E31_UPLOAD_DIR.mkdir(parents=True, exist_ok=True)
+E31_UPLOAD_EXPIRY_HOURS = env_int("E31_UPLOAD_EXPIRY_HOURS", 24, minimum=1)
+E31_UPLOAD_CHUNK_BYTES = env_int("E31_UPLOAD_CHUNK_BYTES", 16 * 1024**2, minimum=64 * 1024)
 E31_STAGING_ROOTS = [Path(root).resolve() for root in env_list("E31_STAGING_ROOTS", "")]
 E31_STAGING_ALLOWED_HOSTS = env_list("E31_STAGING_ALLOWED_HOSTS", "")
 
@@ -201,6 +206,7 @@ CELERY_BEAT_SCHEDULE = {
     "enforce-time-limits": {"task": "jobs.tasks.enforce_time_limits", "schedule": 30.0},
     "reconcile-jobs": {"task": "jobs.tasks.reconcile", "schedule": 30.0},
     "purge-expired-staged-copies": {"task": "jobs.tasks.purge_expired", "schedule": 600.0},
+    "purge-abandoned-uploads": {"task": "jobs.tasks.purge_abandoned_uploads", "schedule": 600.0},
 }
 
 LOGGING = {

@@ -1,7 +1,7 @@
 """Uploads: streamed to a temporary file under a size limit, inspected, then put in storage."""
 
 import uuid
-from pathlib import PurePath
+from pathlib import Path, PurePath
 from typing import BinaryIO
 
 from django.conf import settings
@@ -48,11 +48,31 @@ def safe_name(name: str) -> str:
     return get_valid_filename(PurePath(name).name)[:200] or "data"
 
 
+def _storage_path(name: str) -> str:
+    return f"uploads/{uuid.uuid4().hex}/{safe_name(name)}"
+
+
 def store_upload(stream: BinaryIO, name: str) -> str:
     """Put an uploaded file where any worker can read it; staging copies it into job storage."""
-    path = f"uploads/{uuid.uuid4().hex}/{safe_name(name)}"
+    path = _storage_path(name)
     stream.seek(0)
     return default_storage.save(path, File(stream, name=path))
+
+
+class _LocalFile(File):
+    """A file on this machine's disk: the filesystem storage moves it instead of copying it."""
+
+    def temporary_file_path(self) -> str:
+        return self.file.name
+
+
+def store_file(local: Path, name: str) -> str:
+    """Put a finished resumable upload in storage, by a move where the storage is on this disk."""
+    path = _storage_path(name)
+    with local.open("rb") as handle:
+        stored = default_storage.save(path, _LocalFile(handle, name=path))
+    local.unlink(missing_ok=True)
+    return stored
 
 
 __all__ = ["FormatError", "SizeLimitUploadHandler", "inspect", "store_upload", "too_large_message"]

@@ -1,10 +1,9 @@
 // The job form: the shape cards show the request laid out in each shape, only the chosen work's
-// parameters are shown, and a file over the upload limit is refused before it is sent.
+// parameters are shown. The dataset's upload is in resumable_upload.js.
 (function () {
   const form = document.querySelector("form.job-form");
   if (!form) return;
   const noun = form.dataset.noun;
-  const maxBytes = Number(form.dataset.maxBytes);
   const plural = (n) => `${n} ${noun}${n === 1 ? "" : "s"}`;
   const hoursText = (h) => `${Number(h.toFixed(2))} h`;
 
@@ -26,12 +25,6 @@
   form.elements.gpus.addEventListener("input", updateShapes);
   form.elements.hours.addEventListener("input", updateShapes);
   form.querySelectorAll('input[name="work"]').forEach((input) => input.addEventListener("change", showParams));
-  form.elements.data.addEventListener("change", () => {
-    const file = form.elements.data.files[0];
-    const tooBig = file && file.size > maxBytes;
-    form.elements.data.setCustomValidity(tooBig ? "This file is larger than the upload limit." : "");
-    form.elements.data.reportValidity();
-  });
   updateShapes();
   showParams();
 })();

@@ -1,0 +1,164 @@
+"""Resumable uploads on tus 1.0 (https://tus.io/protocols/resumable-upload): the core protocol and
+the creation, termination, expiration and checksum extensions.
+
+A client creates an upload with its length and file name, then sends the bytes in chunks, each with
+the offset it starts at and, best, a checksum. Only a chunk that starts at the confirmed offset is
+taken; a chunk whose checksum fails leaves the upload as it was. The body is streamed to the upload's
+file in blocks, never held in memory, and flushed to disk before its offset is confirmed."""
+
+import base64
+import binascii
+import contextlib
+import fcntl
+import hashlib
+import os
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import BinaryIO
+
+from django.conf import settings
+from django.template.defaultfilters import filesizeformat
+from django.utils import timezone
+
+from jobs.models import Upload
+from jobs.staging.uploads import safe_name
+
+VERSION = "1.0.0"
+EXTENSIONS = "creation,termination,expiration,checksum"
+ALGORITHMS = {"sha1": hashlib.sha1, "sha256": hashlib.sha256, "md5": hashlib.md5}
+CHUNK_TYPE = "application/offset+octet-stream"
+BLOCK = 1024 * 1024
+
+
+class UploadError(Exception):
+    """A request the upload cannot take; `status` is the HTTP answer and the message says why."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+def _decode(value: str, what: str) -> bytes:
+    try:
+        return base64.b64decode(value, validate=True)
+    except binascii.Error:
+        raise UploadError(400, f"{what} is not base64.") from None
+
+
+def parse_metadata(header: str) -> dict[str, str]:
+    """`Upload-Metadata: filename ZGF0YS5jc3Y=,kind Y3N2`: keys with base64 values (or none)."""
+    metadata = {}
+    for pair in filter(None, (part.strip() for part in header.split(","))):
+        key, _, value = pair.partition(" ")
+        try:
+            metadata[key] = _decode(value.strip(), f"The metadata value of {key}").decode()
+        except UnicodeDecodeError:
+            raise UploadError(400, f"The metadata value of {key} is not UTF-8 text.") from None
+    return metadata
+
+
+def parse_checksum(header: str) -> tuple[str, bytes] | None:
+    """`Upload-Checksum: sha256 <base64 digest>`, or None when the chunk comes without one."""
+    if not header:
+        return None
+    name, _, value = header.strip().partition(" ")
+    if name not in ALGORITHMS:
+        raise UploadError(400, f"Checksums in {', '.join(ALGORITHMS)} are supported, not {name or 'none'}.")
+    digest = _decode(value.strip(), "The checksum")
+    if len(digest) != ALGORITHMS[name]().digest_size:
+        raise UploadError(400, f"A {name} checksum has {ALGORITHMS[name]().digest_size} bytes, not {len(digest)}.")
+    return name, digest
+
+
+def _count(value: str | None, what: str) -> int:
+    if value is None or not value.isdigit():
+        raise UploadError(400, f"{what} must be a whole number of bytes, not {value!r}.")
+    return int(value)
+
+
+def renewed_expiry():
+    return timezone.now() + timedelta(hours=settings.E31_UPLOAD_EXPIRY_HOURS)
+
+
+def create(organisation, user, length: str | None, metadata: str) -> Upload:
+    size = _count(length, "Upload-Length")
+    if size == 0:
+        raise UploadError(400, "The file is empty: a dataset needs at least a header and one record.")
+    if size > settings.E31_MAX_DATASET_BYTES:
+        limit = filesizeformat(settings.E31_MAX_DATASET_BYTES)
+        raise UploadError(413, f"The file is {filesizeformat(size)}, more than the {limit} limit for a dataset.")
+    name = parse_metadata(metadata).get("filename", "")
+    upload = Upload(
+        organisation=organisation,
+        created_by=user,
+        filename=safe_name(name),
+        length=size,
+        expires_at=renewed_expiry(),
+    )
+    upload.path.touch(exist_ok=False)
+    upload.save()
+    return upload
+
+
+@contextlib.contextmanager
+def _writing(upload: Upload) -> Iterator[BinaryIO]:
+    """The upload's file, open for writing by this request alone."""
+    try:
+        descriptor = os.open(upload.path, os.O_RDWR)
+    except FileNotFoundError:
+        raise UploadError(404, "The upload's data is gone; start the upload again.") from None
+    with os.fdopen(descriptor, "r+b") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UploadError(423, "Another request is writing this upload; retry when it ends.") from None
+        yield handle
+
+
+def write_chunk(upload: Upload, offset: str | None, body: BinaryIO, length: str | None, checksum: str) -> int:
+    """Append one chunk at the confirmed offset; the new offset, or UploadError with nothing changed."""
+    if upload.expired:
+        raise UploadError(410, "The upload expired and its data was deleted; start it again.")
+    start = _count(offset, "Upload-Offset")
+    if not length:
+        raise UploadError(411, "Send the chunk with its Content-Length.")
+    size = _count(length, "Content-Length")
+    expected = parse_checksum(checksum)
+    with _writing(upload) as handle:
+        upload.refresh_from_db(fields=["offset"])
+        if start != upload.offset:
+            raise UploadError(409, f"The upload is at byte {upload.offset}, not {start}: resume from there.")
+        if start + size > upload.length:
+            raise UploadError(400, f"The chunk ends at byte {start + size}, past the upload's {upload.length} bytes.")
+        handle.seek(start)
+        handle.truncate()  # what a chunk that did not complete left behind
+        digest = ALGORITHMS[expected[0]]() if expected else None
+        received = 0
+        while received < size and (block := body.read(min(BLOCK, size - received))):
+            handle.write(block)
+            if digest:
+                digest.update(block)
+            received += len(block)
+        if digest and (received != size or digest.digest() != expected[1]):
+            handle.truncate(start)
+            raise UploadError(460, "The chunk's checksum does not match what arrived: send it again.")
+        handle.flush()
+        os.fsync(handle.fileno())
+        Upload.objects.filter(pk=upload.pk, offset=start).update(
+            offset=start + received, expires_at=renewed_expiry(), modified=timezone.now()
+        )
+    upload.refresh_from_db(fields=["offset", "expires_at"])
+    return upload.offset
+
+
+def discard(upload: Upload) -> None:
+    upload.path.unlink(missing_ok=True)
+    upload.delete()
+
+
+def purge_abandoned() -> int:
+    """Delete the uploads nobody has added to or used before they expired; how many."""
+    expired = list(Upload.objects.filter(expires_at__lte=timezone.now()))
+    for upload in expired:
+        discard(upload)
+    return len(expired)

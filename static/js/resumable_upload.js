@@ -1,0 +1,167 @@
+// The job form's dataset goes up as a resumable upload (tus 1.0): in chunks, each with its offset
+// and a SHA-256 checksum. After a reload, a closed laptop or a dropped network, choosing the same file
+// again resumes it from the offset the server confirmed. When it is done, the form sends the upload's
+// id instead of the file. Without JavaScript the form still posts the file itself, up to a lower limit.
+(function () {
+  const form = document.querySelector("form.job-form");
+  if (!form || !window.fetch || !window.Blob || !form.dataset.uploads) return;
+  const input = form.elements.data;
+  const hidden = form.elements.upload;
+  const panel = document.getElementById("upload-status");
+  const bar = panel.querySelector(".bar > div");
+  const text = panel.querySelector(".upload-text");
+  const endpoint = form.dataset.uploads;
+  const chunkBytes = Number(form.dataset.chunkBytes);
+  const maxBytes = Number(form.dataset.maxDatasetBytes);
+  const csrf = form.elements.csrfmiddlewaretoken.value;
+  const canHash = Boolean(window.crypto && window.crypto.subtle);
+  let active = null;
+
+  class Refused extends Error {}
+
+  const sleep = (seconds) => new Promise((resolve) => setTimeout(resolve, seconds * 1000));
+  const bytesToBase64 = (bytes) => btoa(String.fromCharCode(...new Uint8Array(bytes)));
+  const storageKey = (file) => `e31-upload:${file.name}:${file.size}:${file.lastModified}`;
+  const headers = (extra) => ({ "Tus-Resumable": "1.0.0", "X-CSRFToken": csrf, ...extra });
+  const megabytes = (bytes) => (bytes / 1e6).toFixed(bytes < 1e7 ? 1 : 0);
+
+  function duration(seconds) {
+    if (!isFinite(seconds)) return "…";
+    if (seconds < 90) return `${Math.ceil(seconds)} s`;
+    if (seconds < 5400) return `${Math.round(seconds / 60)} min`;
+    return `${(seconds / 3600).toFixed(1)} h`;
+  }
+
+  function show(message, fraction, state) {
+    panel.hidden = false;
+    panel.dataset.state = state;
+    text.textContent = message;
+    bar.style.width = `${Math.round(100 * fraction)}%`;
+  }
+
+  async function create(file) {
+    const name = bytesToBase64(new TextEncoder().encode(file.name));
+    const response = await fetch(endpoint, {
+      method: "POST",
+      credentials: "same-origin",
+      headers: headers({ "Upload-Length": String(file.size), "Upload-Metadata": `filename ${name}` }),
+    });
+    if (response.status !== 201) throw new Refused(await response.text());
+    const url = new URL(response.headers.get("Location"), window.location.href).href;
+    localStorage.setItem(storageKey(file), url);
+    return url;
+  }
+
+  async function confirmedOffset(url) {
+    try {
+      const response = await fetch(url, { method: "HEAD", credentials: "same-origin", headers: headers({}) });
+      return response.ok ? Number(response.headers.get("Upload-Offset")) : null;
+    } catch (error) {
+      return undefined; // the network is down: we cannot tell yet
+    }
+  }
+
+  function patch(url, offset, body, checksum, onProgress) {
+    return new Promise((resolve) => {
+      const request = new XMLHttpRequest();
+      request.open("PATCH", url);
+      const sent = headers({ "Content-Type": "application/offset+octet-stream", "Upload-Offset": String(offset) });
+      if (checksum) sent["Upload-Checksum"] = `sha256 ${checksum}`;
+      Object.entries(sent).forEach(([name, value]) => request.setRequestHeader(name, value));
+      request.upload.onprogress = (event) => onProgress(event.loaded);
+      request.onload = () => resolve(request);
+      request.onerror = request.ontimeout = request.onabort = () => resolve(null);
+      request.send(body);
+    });
+  }
+
+  async function upload(file, job) {
+    let url = localStorage.getItem(storageKey(file));
+    let offset = url ? await confirmedOffset(url) : null;
+    if (offset === null || offset === undefined) {
+      url = await create(file);
+      offset = 0;
+    }
+    const resumedAt = offset;
+    const samples = [[performance.now(), offset]]; // the rate is over the last ten seconds sent
+    let failures = 0;
+    const report = (at) => {
+      const now = performance.now();
+      samples.push([now, at]);
+      while (samples.length > 2 && now - samples[0][0] > 10000) samples.shift();
+      const seconds = (now - samples[0][0]) / 1000;
+      const rate = seconds > 0.5 ? (at - samples[0][1]) / seconds : NaN;
+      const resumed = resumedAt ? ` (resumed at ${megabytes(resumedAt)} MB)` : "";
+      show(
+        `Uploading ${file.name}: ${megabytes(at)} of ${megabytes(file.size)} MB · ` +
+          `${isFinite(rate) ? megabytes(rate) : "…"} MB/s · ${duration((file.size - at) / rate)} left${resumed}`,
+        at / file.size,
+        "uploading",
+      );
+    };
+    report(offset);
+    while (offset < file.size) {
+      if (job.cancelled) return;
+      const body = await file.slice(offset, Math.min(offset + chunkBytes, file.size)).arrayBuffer();
+      const checksum = canHash ? bytesToBase64(await crypto.subtle.digest("SHA-256", body)) : "";
+      const start = offset;
+      const answer = await patch(url, offset, body, checksum, (loaded) => report(start + loaded));
+      if (answer && answer.status === 204) {
+        offset = Number(answer.getResponseHeader("Upload-Offset"));
+        failures = 0;
+        report(offset);
+        continue;
+      }
+      if (answer && (answer.status === 404 || answer.status === 410)) {
+        url = await create(file); // expired or gone: start again from the first byte
+        offset = 0;
+        continue;
+      }
+      if (answer && answer.status >= 400 && answer.status < 500 && ![409, 423, 460].includes(answer.status)) {
+        throw new Refused(answer.responseText);
+      }
+      failures += 1;
+      const wait = Math.min(30, 2 ** failures);
+      show(`The upload stopped at ${megabytes(offset)} MB; trying again in ${wait} s…`, offset / file.size, "waiting");
+      await sleep(wait);
+      const confirmed = await confirmedOffset(url);
+      if (typeof confirmed === "number") offset = confirmed;
+      samples.splice(0, samples.length, [performance.now(), offset]);
+    }
+    localStorage.removeItem(storageKey(file));
+    hidden.value = new URL(url).pathname.split("/").filter(Boolean).pop();
+    input.value = ""; // the bytes are on the server: the form sends the upload's id
+    show(`${file.name} is uploaded (${megabytes(file.size)} MB). Submit the job when the rest is ready.`, 1, "done");
+  }
+
+  input.addEventListener("change", () => {
+    const file = input.files[0];
+    if (active) active.cancelled = true;
+    hidden.value = "";
+    if (!file) return;
+    if (file.size > maxBytes) {
+      show(`${file.name} is larger than the ${megabytes(maxBytes)} MB limit for a dataset.`, 0, "failed");
+      input.value = "";
+      return;
+    }
+    const job = { cancelled: false };
+    active = job;
+    upload(file, job)
+      .catch((error) => {
+        if (job.cancelled) return;
+        const reason = error instanceof Refused ? error.message : "the portal could not be reached";
+        show(`${file.name} was not uploaded: ${reason}`, 0, "failed");
+        input.value = "";
+      })
+      .finally(() => {
+        if (active === job) active = null;
+      });
+  });
+
+  form.addEventListener("submit", (event) => {
+    if (active) {
+      event.preventDefault();
+      text.textContent += " The job is submitted once the upload ends: wait for it, then submit.";
+    }
+  });
+})();
