@@ -121,6 +121,10 @@ class Job(TimeStamped):
     staging_done = models.BigIntegerField(default=0, help_text="Bytes of the current staging phase done.")
     staging_total = models.BigIntegerField(null=True, blank=True, help_text="Bytes of the phase, when known.")
     staging_phase_started = models.DateTimeField(null=True, blank=True)
+    staging_claim = models.CharField(max_length=32, blank=True, help_text="The staging attempt that owns the job.")
+    staging_lease_until = models.DateTimeField(
+        null=True, blank=True, help_text="Renewed while staging makes progress; past it, another attempt takes over."
+    )
     records_total = models.BigIntegerField(null=True, blank=True)
     retention_days = models.PositiveIntegerField(default=0, help_text="0: delete the staged copy when the job ends.")
     staged_purged_at = models.DateTimeField(null=True, blank=True)

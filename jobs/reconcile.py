@@ -1,6 +1,7 @@
 """The safety net beat runs every half minute: a running job whose slots have all stopped working on
-it gets its slot tasks sent again, a running job with every shard done is finished, and a finishing
-job with no output gets its assembly sent again. Every step is idempotent, so sending twice is safe."""
+it gets its slot tasks sent again, a running job with every shard done is finished, a staging job
+whose attempt stopped renewing its lease is staged again, and a finishing job with no output gets
+its assembly sent again. Every step is idempotent, so sending twice is safe."""
 
 import logging
 from datetime import timedelta
@@ -35,6 +36,10 @@ def reconcile() -> list[int]:
         for allocation in job.allocations.filter(held_to__isnull=True).select_related("gpu"):
             tasks.run_slot.apply_async((job.pk, allocation.pk), queue=allocation.gpu.queue)
         log.warning("job %s had no slot working on it; its slot tasks were sent again", job.pk)
+        touched.append(job.pk)
+    for job in Job.objects.filter(state=State.STAGING, staging_lease_until__lt=now):
+        tasks.stage.delay(job.pk)  # its attempt stopped renewing the lease: the next one takes over
+        log.warning("job %s stopped staging; its staging was sent again", job.pk)
         touched.append(job.pk)
     for job in Job.objects.filter(state=State.FINISHING, output_path="", modified__lt=quiet):
         tasks.assemble.delay(job.pk)

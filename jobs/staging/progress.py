@@ -1,8 +1,11 @@
-"""How far a job's staging has got, written to the job for its page at most twice a second; a job
-cancelled meanwhile stops its staging at the next write."""
+"""How far a job's staging has got, written to the job for its page at most twice a second. Each
+write renews the staging attempt's lease; an attempt whose job was cancelled, or taken over by
+another attempt after its lease ran out, stops at its next write."""
 
 import time
+from datetime import timedelta
 
+from django.conf import settings
 from django.utils import timezone
 
 from jobs.models import Job, State
@@ -11,22 +14,30 @@ INTERVAL = 0.5
 
 
 class StagingStopped(Exception):
-    """The job left staging (it was cancelled) while its data was being staged."""
+    """The job left staging (it was cancelled), or another attempt took its staging over."""
+
+
+def lease_end():
+    return timezone.now() + timedelta(seconds=settings.E31_STAGING_LEASE_SECONDS)
 
 
 class StagingProgress:
-    def __init__(self, job_id: int):
+    def __init__(self, job_id: int, claim: str):
         self.job_id = job_id
+        self.claim = claim
         self.written = 0.0
         self.done = 0
+
+    def _update(self, **fields) -> None:
+        owned = Job.objects.filter(pk=self.job_id, state=State.STAGING, staging_claim=self.claim)
+        if not owned.update(staging_lease_until=lease_end(), **fields):
+            raise StagingStopped
 
     def phase(self, name: str, total: int | None) -> None:
         """Start a phase of staging (downloading, copying, reading) over `total` bytes, if known."""
         self.done = 0
         self.written = time.monotonic()
-        Job.objects.filter(pk=self.job_id).update(
-            staging_phase=name, staging_done=0, staging_total=total, staging_phase_started=timezone.now()
-        )
+        self._update(staging_phase=name, staging_done=0, staging_total=total, staging_phase_started=timezone.now())
 
     def advance(self, done: int) -> None:
         self.done = done
@@ -34,7 +45,6 @@ class StagingProgress:
             self.flush()
 
     def flush(self) -> None:
-        """Write the bytes done; StagingStopped when the job is no longer staging, to stop the copy."""
+        """Write the bytes done; StagingStopped when this attempt no longer stages the job."""
         self.written = time.monotonic()
-        if not Job.objects.filter(pk=self.job_id, state=State.STAGING).update(staging_done=self.done):
-            raise StagingStopped
+        self._update(staging_done=self.done)

@@ -10,12 +10,14 @@ import logging
 import math
 import os
 import time
+import uuid
 from dataclasses import dataclass
 
 from django.conf import settings
 from django.core.files import File
 from django.core.files.storage import default_storage
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from jobs import lifecycle, processors
@@ -24,7 +26,7 @@ from jobs.processors import ParamError
 from jobs.signals import staging_finished
 from jobs.staging import sources
 from jobs.staging.formats import SAMPLE_BYTES, FormatError, detect, iter_records, read_header
-from jobs.staging.progress import StagingProgress, StagingStopped
+from jobs.staging.progress import StagingProgress, StagingStopped, lease_end
 
 log = logging.getLogger(__name__)
 
@@ -62,9 +64,10 @@ class Cut:
     end_line: int
 
 
-def staged_name(job: Job) -> str:
+def staged_name(job: Job, claim: str) -> str:
+    """Where an attempt stages the job's data: its own name, so two attempts never write one file."""
     suffix = job.source_name.rsplit(".", 1)[-1].lower() if "." in job.source_name else "data"
-    return f"{job.storage_prefix}/input/data.{suffix}"
+    return f"{job.storage_prefix}/input/data-{claim[:12]}.{suffix}"
 
 
 def copy_to_job_storage(job: Job, target: str, progress: StagingProgress) -> tuple[str, int, str]:
@@ -162,41 +165,72 @@ def _shards(job: Job, start: Cut, cuts: list[Cut], total: int) -> list[dict]:
     return shards
 
 
+def _claim(job: Job) -> str | None:
+    """Own the job's staging: start it, or take over one whose attempt stopped renewing its lease.
+
+    None when the job is not to be staged here: another attempt holds a live lease (Redis delivered
+    the task twice), or the job left staging (cancelled)."""
+    claim, now = uuid.uuid4().hex, timezone.now()
+    if lifecycle.move(
+        job.pk,
+        State.SUBMITTED,
+        State.STAGING,
+        message=f"staging {job.source_name}",
+        staging_claim=claim,
+        staging_lease_until=lease_end(),
+    ):
+        return claim
+    lapsed = Q(staging_lease_until__lt=now) | Q(staging_lease_until__isnull=True)
+    with transaction.atomic():
+        if (
+            not Job.objects.filter(pk=job.pk, state=State.STAGING)
+            .filter(lapsed)
+            .update(
+                staging_claim=claim, staging_lease_until=lease_end(), staging_phase="", staging_done=0, modified=now
+            )
+        ):
+            return None
+        job.events.create(state=State.STAGING, at=now, message="staging again: the attempt before it stopped")
+    return claim
+
+
 def stage(job_id: int) -> None:
     job = Job.objects.filter(pk=job_id).first()
     if job is None:
         return
-    started = lifecycle.move(job.pk, State.SUBMITTED, State.STAGING, message=f"staging {job.source_name}")
-    # A job still staging here lost its worker mid-copy (the task was delivered again): start over.
-    if not started and not Job.objects.filter(pk=job.pk, state=State.STAGING).exists():
-        _delete_upload(job)  # cancelled before staging began
+    claim = _claim(job)
+    if claim is None:
+        if not Job.objects.filter(pk=job.pk, state__in=(State.SUBMITTED, State.STAGING)).exists():
+            _delete_upload(job)  # cancelled before staging began
         return
     began, started_at = time.monotonic(), timezone.now()
-    target = staged_name(job)
+    target = staged_name(job, claim)
     try:
-        progress = StagingProgress(job.pk)
+        progress = StagingProgress(job.pk, claim)
         path, size, sha256 = copy_to_job_storage(job, target, progress)
         layout, plan, total, shards = describe_and_cut(job, path, progress)
         progress.flush()
     except StagingStopped:
         default_storage.delete(target)
+        if not Job.objects.filter(pk=job.pk, state=State.STAGING).exists():
+            _delete_upload(job)  # cancelled; a takeover still needs the upload
         return
     except (FormatError, ParamError, sources.SourceError) as error:
-        _give_up(job, target, f"Staging failed: {error}")
+        _give_up(job, claim, target, f"Staging failed: {error}")
         return
     except OSError as error:
         log.exception("staging job %s failed", job.pk)
-        _give_up(job, target, f"Staging failed: could not read or store the data ({error.strerror or error}).")
+        _give_up(job, claim, target, f"Staging failed: could not read or store the data ({error.strerror or error}).")
         return
     except Exception as error:
         log.exception("staging job %s failed", job.pk)
-        _give_up(job, target, f"Staging failed: an internal error ({type(error).__name__}); the operators can see it.")
+        _give_up(
+            job, claim, target, f"Staging failed: an internal error ({type(error).__name__}); the operators can see it."
+        )
         return
-    finally:
-        _delete_upload(job)
     seconds = time.monotonic() - began
     with transaction.atomic():
-        Job.objects.filter(pk=job.pk).update(
+        owned = Job.objects.filter(pk=job.pk, state=State.STAGING, staging_claim=claim).update(
             staged_path=path,
             input_bytes=size,
             input_sha256=sha256,
@@ -205,29 +239,39 @@ def stage(job_id: int) -> None:
             plan=plan,
             records_total=total,
             staging_seconds=seconds,
+            staging_lease_until=None,
         )
-        Shard.objects.bulk_create(Shard(job=job, **shard) for shard in shards)
-        finished = timezone.now()
-        queued = lifecycle.move(
-            job.pk,
-            State.STAGING,
-            State.QUEUED,
-            at=finished,
-            queued_at=finished,
-            message=f"staged {size:,} bytes, {total:,} records in {len(shards)} shards, sha256 {sha256[:12]}…",
-        )
-        if queued:
+        if owned:
+            Shard.objects.bulk_create(Shard(job=job, **shard) for shard in shards)
+            finished = timezone.now()
+            owned = lifecycle.move(
+                job.pk,
+                State.STAGING,
+                State.QUEUED,
+                at=finished,
+                queued_at=finished,
+                message=f"staged {size:,} bytes, {total:,} records in {len(shards)} shards, sha256 {sha256[:12]}…",
+            )
+        if owned:
             staging_finished.send(sender=Job, job=job, size=size, started=started_at, finished=finished)
             lifecycle.schedule_on_commit()
-    if not queued:
-        # Cancelled while staging: the staged copy has no use.
-        Job.objects.filter(pk=job.pk).update(staged_purged_at=timezone.now())
-        default_storage.delete(path)
+    if owned:
+        _delete_upload(job)
+        return
+    # Cancelled, or taken over, while the last step ran: this attempt's copy has no use.
+    default_storage.delete(path)
+    if not Job.objects.filter(pk=job.pk, state=State.STAGING).exists():
+        Job.objects.filter(pk=job.pk, staged_path="").update(staged_purged_at=timezone.now())
+        _delete_upload(job)
 
 
-def _give_up(job: Job, target: str, reason: str) -> None:
+def _give_up(job: Job, claim: str, target: str, reason: str) -> None:
+    """Fail the job, unless another attempt has taken its staging over meanwhile."""
     default_storage.delete(target)
-    lifecycle.fail(job, reason)
+    with transaction.atomic():
+        if Job.objects.select_for_update().filter(pk=job.pk, state=State.STAGING, staging_claim=claim).exists():
+            lifecycle.fail(job, reason)
+            _delete_upload(job)
 
 
 def _delete_upload(job: Job) -> None:

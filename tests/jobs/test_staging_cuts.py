@@ -31,7 +31,7 @@ def test_it_puts_every_record_in_exactly_one_shard(organisation, monkeypatch, ro
     data = b"n,text\n" + b"".join(b"%d,row %d\n" % (n, n) for n in range(1, rows + 1))
     path = default_storage.save(f"test-cuts/{rows}.csv", ContentFile(data))
     try:
-        _, _, total, shards = stage.describe_and_cut(job, path, StagingProgress(job.pk))
+        _, _, total, shards = stage.describe_and_cut(job, path, StagingProgress(job.pk, job.staging_claim))
     finally:
         default_storage.delete(path)
     assert total == rows

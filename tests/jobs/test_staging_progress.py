@@ -16,7 +16,7 @@ def test_it_writes_the_phase_at_once_and_the_bytes_at_most_twice_a_second(organi
     )
     clock = iter([100.0, 100.1, 100.2, 100.7, 100.7, 100.8, 100.9])
     monkeypatch.setattr(staging_progress.time, "monotonic", lambda: next(clock))
-    progress = StagingProgress(job.pk)
+    progress = StagingProgress(job.pk, job.staging_claim)
     progress.phase("copying", 1000)  # t=100.0
     progress.advance(100)  # t=100.1: too soon to write
     job.refresh_from_db()
@@ -36,7 +36,7 @@ def test_it_stops_the_staging_of_a_cancelled_job(organisation):
     job = Job.objects.create(
         organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1, state=State.STAGING
     )
-    progress = StagingProgress(job.pk)
+    progress = StagingProgress(job.pk, job.staging_claim)
     progress.phase("copying", 1000)
     lifecycle.cancel(job)
     progress.advance(10)
