@@ -35,7 +35,8 @@ class JobAdmin(admin.ModelAdmin):
     list_display = ["id", "organisation", "work", "state", "gpus", "hours", "records_total", "created"]
     list_filter = ["state", "work", "organisation"]
     search_fields = ["id", "source_name", "organisation__name"]
-    readonly_fields = [field.name for field in Job._meta.fields]
+    exclude = ["source_secret"]  # the partner's S3 credentials, even encrypted, are not for display
+    readonly_fields = [field.name for field in Job._meta.fields if field.name != "source_secret"]
     inlines = [EventInline, AllocationInline, ShardInline]
     actions = ["cancel"]
 

@@ -24,8 +24,16 @@ class JobForm(forms.Form):
         label="or a URL or server path",
         required=False,
         max_length=2000,
-        help_text="An http(s) URL the portal downloads, or a file in your organisation's staging folder on the server.",
+        help_text=(
+            "An http(s) URL the portal downloads, an s3://bucket/key, "
+            "or a file in your organisation's staging folder on the server."
+        ),
     )
+    s3_access_key_id = forms.CharField(label="S3 access key ID", required=False, max_length=128)
+    s3_secret_access_key = forms.CharField(
+        label="S3 secret access key", required=False, max_length=256, widget=forms.PasswordInput
+    )
+    s3_region = forms.CharField(label="S3 region", required=False, max_length=40, help_text="e.g. eu-west-1")
     work = forms.ChoiceField(label="Work", widget=forms.RadioSelect)
     gpus = forms.IntegerField(label="GPUs", min_value=1, initial=2)
     hours = forms.DecimalField(label="Hours", min_value=0.01, decimal_places=2, max_digits=7, initial=1)
@@ -71,6 +79,18 @@ class JobForm(forms.Form):
         if cleaned.get("retention") == "keep" and not cleaned.get("keep_days"):
             self.add_error("keep_days", "Say how many days to keep the staged copy.")
         return cleaned
+
+    def s3_fields(self):
+        return [self["s3_access_key_id"], self["s3_secret_access_key"], self["s3_region"]]
+
+    def s3_credentials(self) -> dict | None:
+        """The credentials for an s3:// location, if the partner gave any; kept only until staged."""
+        given = {
+            name: self.cleaned_data[f"s3_{name}"].strip()
+            for name in ("access_key_id", "secret_access_key", "region")
+            if self.cleaned_data.get(f"s3_{name}", "").strip()
+        }
+        return given or None
 
     def retention_days(self) -> int:
         return self.cleaned_data["keep_days"] if self.cleaned_data["retention"] == "keep" else 0

@@ -106,11 +106,15 @@ class Job(TimeStamped):
         UPLOAD = "upload", "Upload"
         URL = "url", "URL"
         PATH = "path", "Server path"
+        S3 = "s3", "S3"
 
     source_kind = models.CharField(max_length=10, choices=Source.choices, default=Source.UPLOAD)
     source_name = models.CharField(max_length=255)
     source_path = models.CharField(max_length=500, blank=True, help_text="The upload, in storage.")
-    source_uri = models.CharField(max_length=2000, blank=True, help_text="The URL or server path staged from.")
+    source_uri = models.CharField(max_length=2000, blank=True, help_text="The URL, S3 URI or server path staged from.")
+    source_secret = models.TextField(
+        blank=True, help_text="Credentials for an S3 source, encrypted; wiped when staging ends."
+    )
     staged_path = models.CharField(max_length=500, blank=True)
     input_format = models.CharField(max_length=10, blank=True)
     layout = models.JSONField(default=dict, blank=True)

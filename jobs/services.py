@@ -5,7 +5,6 @@ from functools import partial
 from typing import BinaryIO
 
 from django.conf import settings
-from django.core.files.storage import default_storage
 from django.db import transaction
 from django.db.models import Count, Max, Q, Sum
 from django.http import Http404
@@ -16,7 +15,7 @@ from kombu.exceptions import OperationalError
 from jobs import lifecycle, processors
 from jobs.models import Job, Shard, State, Upload
 from jobs.scheduling import parse_request
-from jobs.staging import sources, uploads
+from jobs.staging import s3, sources, uploads
 from portal.models import Organisation
 
 
@@ -57,13 +56,15 @@ def submit_job(
     data_name: str = "",
     upload: Upload | None = None,
     location: str = "",
+    s3_credentials: dict | None = None,
     shape: str = Job.Shape.SHORT_WIDE,
     retention_days: int = 0,
 ) -> Job:
     """Check a job's four parts, store its data and queue its staging. Nothing is held yet.
 
     The data is an uploaded file (`data`, `data_name`), a finished resumable `upload`, or a
-    `location`: an HTTP(S) URL or a path under one of the operator's staging roots."""
+    `location`: an HTTP(S) URL, an S3 URI (with `s3_credentials` for the partner's own bucket) or
+    a path under one of the operator's staging roots."""
     try:
         processor = processors.get(work)
         checked_params = processor.validate_params(params)
@@ -76,7 +77,7 @@ def submit_job(
     if upload is not None:
         source = _describe_upload(processor, organisation, upload, data, location)
     else:
-        source = _describe_source(processor, organisation, data, data_name, location.strip())
+        source = _describe_source(processor, organisation, data, data_name, location.strip(), s3_credentials)
     try:
         gpus, hours = parse_request(gpus, hours, shape)
     except ValueError as error:
@@ -122,23 +123,27 @@ def _take_upload(upload: Upload) -> str:
     return uploads.store_file(upload.path, upload.filename)
 
 
-def _describe_source(processor, organisation, data: BinaryIO | None, data_name: str, location: str) -> dict:
+def _describe_source(
+    processor, organisation, data: BinaryIO | None, data_name: str, location: str, s3_credentials: dict | None = None
+) -> dict:
     """The job's data fields, once the data is found fit for the work; SubmitError says why not.
 
-    An upload or a server path is read far enough to know its format now; a URL is only checked
-    (scheme and address) and read when it is staged."""
+    An upload or a server path is read far enough to know its format now; a URL or an S3 URI is
+    only checked (its form, and who may read it) and read when it is staged."""
     if (data is None) == (not location):
         raise SubmitError("data", "Give the data one way: upload a file, or give a URL or a server path.")
     if data is not None:
         kind, name, fields, head = Job.Source.UPLOAD, data_name, {}, data
     else:
         try:
-            sources.check(location, organisation.slug)
+            sources.check(location, organisation.slug, s3_credentials)
         except sources.SourceError as error:
             raise SubmitError("data", str(error)) from None
         kind, name = sources.kind_of(location), sources.name_of(location)
         fields = {"source_uri": location}
-        head = None if kind == Job.Source.URL else sources.server_path(location, organisation.slug).open("rb")
+        if s3_credentials:
+            fields["source_secret"] = s3.seal(s3_credentials)
+        head = sources.server_path(location, organisation.slug).open("rb") if kind == Job.Source.PATH else None
     fields.update(source_kind=kind, source_name=uploads.safe_name(name))
     if head is None:
         return fields
@@ -163,8 +168,7 @@ def _start_staging(job: Job) -> None:
     except OperationalError:
         # The broker is down: say so on the job rather than leave it waiting for a message never sent.
         lifecycle.fail(job, "Staging could not start: the job queue was unreachable. Submit the job again.")
-        if job.source_path:
-            default_storage.delete(job.source_path)
+        sources.forget(job)
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,7 @@ def job_new(request):
                     data_name=uploaded_file.name if uploaded_file else "",
                     upload=_resumable_upload(organisation, form.cleaned_data["upload"]),
                     location=form.cleaned_data["location"],
+                    s3_credentials=form.s3_credentials(),
                     work=form.cleaned_data["work"],
                     params=form.params(),
                     gpus=form.cleaned_data["gpus"],

@@ -180,6 +180,11 @@ E31_UPLOAD_EXPIRY_HOURS = env_int("E31_UPLOAD_EXPIRY_HOURS", 24, minimum=1)
 E31_UPLOAD_CHUNK_BYTES = env_int("E31_UPLOAD_CHUNK_BYTES", 16 * 1024**2, minimum=64 * 1024)
 E31_STAGING_ROOTS = [Path(root).resolve() for root in env_list("E31_STAGING_ROOTS", "")]
 E31_STAGING_ALLOWED_HOSTS = env_list("E31_STAGING_ALLOWED_HOSTS", "")
+# S3 sources: the operator's buckets (read with the portal's own AWS credentials, each organisation
+# under <slug>/), and an S3-compatible endpoint instead of AWS.
+E31_STAGING_S3_BUCKETS = env_list("E31_STAGING_S3_BUCKETS", "")
+E31_STAGING_S3_ENDPOINT_URL = env_str("E31_STAGING_S3_ENDPOINT_URL", "")
+E31_STAGING_S3_REGION = env_str("E31_STAGING_S3_REGION", "us-east-1")
 
 E31_CPU_SLOTS = env_int("E31_CPU_SLOTS", 4, minimum=1)
 E31_MAX_HOURS = env_int("E31_MAX_HOURS", 72, minimum=1)

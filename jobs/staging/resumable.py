@@ -17,11 +17,10 @@ from datetime import timedelta
 from typing import BinaryIO
 
 from django.conf import settings
-from django.template.defaultfilters import filesizeformat
 from django.utils import timezone
 
 from jobs.models import Upload
-from jobs.staging.uploads import safe_name
+from jobs.staging.uploads import over_dataset_limit, safe_name
 
 VERSION = "1.0.0"
 EXTENSIONS = "creation,termination,expiration,checksum"
@@ -85,8 +84,7 @@ def create(organisation, user, length: str | None, metadata: str) -> Upload:
     if size == 0:
         raise UploadError(400, "The file is empty: a dataset needs at least a header and one record.")
     if size > settings.E31_MAX_DATASET_BYTES:
-        limit = filesizeformat(settings.E31_MAX_DATASET_BYTES)
-        raise UploadError(413, f"The file is {filesizeformat(size)}, more than the {limit} limit for a dataset.")
+        raise UploadError(413, over_dataset_limit("The file", size))
     name = parse_metadata(metadata).get("filename", "")
     upload = Upload(
         organisation=organisation,

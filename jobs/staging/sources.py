@@ -1,4 +1,4 @@
-"""Where a job's data comes from: an upload in storage, an HTTP(S) URL, or a path on a shared
+"""Where a job's data comes from: an upload in storage, an HTTP(S) URL, an S3 object, or a path on a shared
 filesystem in the organisation's folder under one of the operator's staging roots. Each is checked
 when the job is submitted and opened, checked again, when it is staged."""
 
@@ -14,7 +14,7 @@ from django.conf import settings
 from django.core.files.storage import default_storage
 
 from jobs.models import Job
-from jobs.staging import fetch
+from jobs.staging import fetch, s3
 from jobs.staging.progress import StagingProgress
 
 
@@ -23,10 +23,14 @@ class SourceError(ValueError):
 
 
 def kind_of(location: str) -> str:
+    if location.lower().startswith("s3://"):
+        return Job.Source.S3
     return Job.Source.URL if "://" in location else Job.Source.PATH
 
 
 def name_of(location: str) -> str:
+    if kind_of(location) == Job.Source.S3:
+        return Path(location.rstrip("/")).name
     if kind_of(location) == Job.Source.URL:
         return Path(urlsplit(location).path).name or urlsplit(location).hostname or "data"
     return Path(location).name
@@ -94,11 +98,29 @@ def _download(url: str, progress: StagingProgress) -> Iterator[BinaryIO]:
         yield scratch
 
 
-def check(location: str, slug: str) -> None:
-    """At submit time: a URL's scheme and address, or a server path's place under the roots."""
-    if location.lower().startswith("s3://"):
-        raise SourceError("S3 URIs cannot be staged yet: give an HTTPS URL (a presigned S3 URL works), or upload it.")
-    if kind_of(location) == Job.Source.URL:
+@contextlib.contextmanager
+def _download_s3(job: Job, progress: StagingProgress) -> Iterator[BinaryIO]:
+    credentials = s3.unseal(job.source_secret) if job.source_secret else None
+    with tempfile.TemporaryFile(dir=settings.FILE_UPLOAD_TEMP_DIR) as scratch:
+        try:
+            s3.download(job.source_uri, credentials, scratch, progress)
+        except s3.S3Error as error:
+            raise SourceError(str(error)) from None
+        scratch.seek(0)
+        yield scratch
+
+
+def check(location: str, slug: str, s3_credentials: dict | None = None) -> None:
+    """At submit time: a URL's scheme and address, an S3 URI and who may read it, or a server path's
+    place under the roots."""
+    if s3_credentials and kind_of(location) != Job.Source.S3:
+        raise SourceError("S3 credentials go with an s3:// location only.")
+    if kind_of(location) == Job.Source.S3:
+        try:
+            s3.check(location, slug, s3_credentials)
+        except s3.S3Error as error:
+            raise SourceError(str(error)) from None
+    elif kind_of(location) == Job.Source.URL:
         try:
             fetch.check_url(location, settings.E31_STAGING_ALLOWED_HOSTS)
         except fetch.FetchError as error:
@@ -111,6 +133,16 @@ def open_source(job: Job, progress: StagingProgress) -> contextlib.AbstractConte
     """The job's data as a binary stream, wherever it comes from (a URL is downloaded first)."""
     if job.source_kind == Job.Source.URL:
         return _download(job.source_uri, progress)
+    if job.source_kind == Job.Source.S3:
+        return _download_s3(job, progress)
     if job.source_kind == Job.Source.PATH:
         return _open_server_path(job.source_uri, job.organisation.slug)
     return default_storage.open(job.source_path, "rb")
+
+
+def forget(job: Job) -> None:
+    """Once staging no longer needs them: delete the job's upload and wipe its S3 credentials."""
+    if job.source_path:
+        default_storage.delete(job.source_path)
+    if job.source_secret:
+        Job.objects.filter(pk=job.pk).update(source_secret="")

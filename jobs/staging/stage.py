@@ -201,7 +201,7 @@ def stage(job_id: int) -> None:
     claim = _claim(job)
     if claim is None:
         if not Job.objects.filter(pk=job.pk, state__in=(State.SUBMITTED, State.STAGING)).exists():
-            _delete_upload(job)  # cancelled before staging began
+            sources.forget(job)  # cancelled before staging began
         return
     began, started_at = time.monotonic(), timezone.now()
     target = staged_name(job, claim)
@@ -213,7 +213,7 @@ def stage(job_id: int) -> None:
     except StagingStopped:
         default_storage.delete(target)
         if not Job.objects.filter(pk=job.pk, state=State.STAGING).exists():
-            _delete_upload(job)  # cancelled; a takeover still needs the upload
+            sources.forget(job)  # cancelled; a takeover still needs the upload
         return
     except (FormatError, ParamError, sources.SourceError) as error:
         _give_up(job, claim, target, f"Staging failed: {error}")
@@ -256,13 +256,13 @@ def stage(job_id: int) -> None:
             staging_finished.send(sender=Job, job=job, size=size, started=started_at, finished=finished)
             lifecycle.schedule_on_commit()
     if owned:
-        _delete_upload(job)
+        sources.forget(job)
         return
     # Cancelled, or taken over, while the last step ran: this attempt's copy has no use.
     default_storage.delete(path)
     if not Job.objects.filter(pk=job.pk, state=State.STAGING).exists():
         Job.objects.filter(pk=job.pk, staged_path="").update(staged_purged_at=timezone.now())
-        _delete_upload(job)
+        sources.forget(job)
 
 
 def _give_up(job: Job, claim: str, target: str, reason: str) -> None:
@@ -271,9 +271,4 @@ def _give_up(job: Job, claim: str, target: str, reason: str) -> None:
     with transaction.atomic():
         if Job.objects.select_for_update().filter(pk=job.pk, state=State.STAGING, staging_claim=claim).exists():
             lifecycle.fail(job, reason)
-            _delete_upload(job)
-
-
-def _delete_upload(job: Job) -> None:
-    if job.source_path:
-        default_storage.delete(job.source_path)
+            sources.forget(job)

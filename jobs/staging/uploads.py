@@ -14,6 +14,12 @@ from django.utils.text import get_valid_filename
 from jobs.staging.formats import SAMPLE_BYTES, FormatError, detect
 
 
+def over_dataset_limit(what: str, size: int) -> str:
+    """Why a dataset of `size` bytes is refused: exact bytes, since rounded sizes can look equal."""
+    limit = settings.E31_MAX_DATASET_BYTES
+    return f"{what} is {size:,} bytes, more than the {limit:,}-byte ({filesizeformat(limit)}) limit for a dataset."
+
+
 def too_large_message() -> str:
     return f"The file is larger than the {filesizeformat(settings.E31_MAX_UPLOAD_BYTES)} upload limit."
 

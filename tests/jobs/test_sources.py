@@ -79,7 +79,10 @@ def test_it_refuses_server_paths_when_no_root_is_set():
         ("http://127.0.0.1/data.csv", "127.0.0.1"),
         ("http://169.254.169.254/latest/meta-data/", "169.254.169.254"),
         ("ftp://example.com/data.csv", "http"),
-        ("s3://bucket/data.csv", "S3 URIs cannot be staged yet"),
+        ("s3://bucket/data.csv", "Give credentials that can read s3://bucket/"),
+        ("s3://Bucket_1/data.csv", "is not an S3 URI"),
+        ("s3://bucket/folder/", "is a prefix; give one object"),
+        ("s3://bucket", "names a bucket but no object"),
         ("/etc/passwd", "is not a readable file in your staging folders"),
     ],
 )

@@ -48,7 +48,7 @@ def test_it_runs_a_job_and_writes_the_output_and_the_ledger_line(fleet, organisa
         (["--work", "mine-bitcoin"], "Refused: There is no work kind 'mine-bitcoin'"),
         (["--param", "speed=fast"], "Refused: clean-table has no parameter 'speed'"),
         (["--data", "/no/such/file.csv"], "There is no file /no/such/file.csv."),
-        (["--data", "s3://bucket/data.csv"], "Refused: S3 URIs cannot be staged yet"),
+        (["--data", "s3://bucket/data.csv"], "Refused: Give credentials that can read s3://bucket/"),
         (["--data", "http://127.0.0.1/data.csv"], "Refused: "),
     ],
 )

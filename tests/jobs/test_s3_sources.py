@@ -1,0 +1,198 @@
+"""Staging from S3 (`s3://bucket/key`) against a real S3-compatible server on loopback (moto's server
+mode): the partner's bucket with credentials given for the job, the operator's bucket under the
+organisation's folder, and every way it can go wrong, each with a clear reason on the job."""
+
+import hashlib
+import os
+
+import boto3
+import pytest
+from moto.core.authorization import enable_iam_authentication
+from moto.server import ThreadedMotoServer
+
+from billing.models import LedgerEntry
+from jobs.models import Job, State
+from jobs.staging import s3
+from tests.conftest import EXAMPLE, Worker, client_for, job_form, wait_for_end, wait_for_slots
+from tests.jobs.test_s3_storage import free_port
+
+CREDENTIALS = {"access_key_id": "partner-key", "secret_access_key": "partner-secret-value"}
+PORTAL_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "portal",
+    "AWS_SECRET_ACCESS_KEY": "portal",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+LIMIT = 30_000_000
+BIG = b"id,text\n" + b"".join(b"%d,a record of the ranged read test %d\n" % (n, n) for n in range(500_000))
+
+
+@pytest.fixture(scope="module")
+def s3_server():
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    client = boto3.client(
+        "s3", endpoint_url=endpoint, aws_access_key_id="x", aws_secret_access_key="x", region_name="us-east-1"
+    )
+    for bucket in ("partner-data", "portal-lake"):
+        client.create_bucket(Bucket=bucket)
+    client.put_object(Bucket="partner-data", Key="exports/customers.csv", Body=EXAMPLE.read_bytes())
+    client.put_object(Bucket="partner-data", Key="exports/big.csv", Body=BIG)
+    client.put_object(Bucket="partner-data", Key="exports/huge.csv", Body=BIG + BIG[: LIMIT - len(BIG) + 1])
+    client.put_object(Bucket="portal-lake", Key="partner-lab/customers.csv", Body=EXAMPLE.read_bytes())
+    yield endpoint
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def s3_source_worker(s3_server, django_db_setup, redis_server):
+    worker = Worker(
+        f"s3src-{os.getpid()}",
+        slots=2,
+        E31_STAGING_S3_ENDPOINT_URL=s3_server,
+        E31_STAGING_S3_BUCKETS="portal-lake",
+        E31_MAX_DATASET_BYTES=str(LIMIT),
+        **PORTAL_CREDENTIALS,
+    )
+    yield worker
+    worker.stop()
+
+
+@pytest.fixture
+def s3_fleet(s3_source_worker, transactional_db):
+    return wait_for_slots(s3_source_worker)
+
+
+@pytest.fixture(autouse=True)
+def portal_bucket(settings):
+    """The web side checks locations against the operator's buckets as the worker does."""
+    settings.E31_STAGING_S3_BUCKETS = ["portal-lake"]
+
+
+def submit(client, location: str, credentials: dict | None = None):
+    form = job_form(location=location)
+    del form["data"]
+    for name, value in (credentials or {}).items():
+        form[f"s3_{name}"] = value
+    return client.post("/jobs/new/", form)
+
+
+def staged(client, location: str, credentials: dict | None = None) -> Job:
+    response = submit(client, location, credentials)
+    assert response.status_code == 302, response.content.decode()
+    return wait_for_end(Job.objects.get())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_stages_from_the_partners_bucket_with_their_credentials_then_wipes_them(
+    s3_fleet, partner_client
+):  # fmt: skip
+    job = staged(partner_client, "s3://partner-data/exports/customers.csv", CREDENTIALS)
+    assert job.state == State.SUCCEEDED, job.error
+    assert (job.source_kind, job.source_name) == (Job.Source.S3, "customers.csv")
+    assert job.input_sha256 == hashlib.sha256(EXAMPLE.read_bytes()).hexdigest()
+    assert job.source_secret == "", "the credentials are wiped once staged"
+    entry = LedgerEntry.objects.get(job=job, kind=LedgerEntry.Kind.STAGING)
+    assert (entry.source_kind, entry.bytes) == (Job.Source.S3, EXAMPLE.stat().st_size)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_reads_a_large_object_in_parallel_ranged_parts(s3_fleet, partner_client):
+    assert len(BIG) > 2 * s3.TRANSFER.multipart_chunksize / 2, "more than one ranged part"
+    job = staged(partner_client, "s3://partner-data/exports/big.csv", CREDENTIALS)
+    assert job.state == State.SUCCEEDED, job.error
+    assert job.input_sha256 == hashlib.sha256(BIG).hexdigest()
+    assert job.records_total == 500_000
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_stages_from_the_operators_bucket_under_the_organisations_folder(s3_fleet, partner_client):
+    job = staged(partner_client, "s3://portal-lake/partner-lab/customers.csv")
+    assert job.state == State.SUCCEEDED, job.error
+    assert job.input_sha256 == hashlib.sha256(EXAMPLE.read_bytes()).hexdigest()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("location", "credentials", "error"),
+    [
+        (
+            "s3://partner-data/exports/missing.csv",
+            CREDENTIALS,
+            "Staging failed: s3://partner-data/exports/missing.csv does not exist (404).",
+        ),
+        (
+            "s3://partner-data/exports/huge.csv",
+            CREDENTIALS,
+            "Staging failed: s3://partner-data/exports/huge.csv is 30,000,001 bytes, more than the 30,000,000-byte",
+        ),
+        (
+            "s3://no-such-bucket-here/data.csv",
+            CREDENTIALS,
+            "Staging failed: s3://no-such-bucket-here/data.csv does not exist",
+        ),
+    ],
+)
+def test_staging_fails_with_what_s3_said(s3_fleet, partner_client, location, credentials, error):
+    job = staged(partner_client, location, credentials)
+    assert job.state == State.FAILED
+    assert job.error.startswith(error), job.error
+    assert job.source_secret == ""
+    assert not job.allocations.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_access_denied_by_s3_fails_the_job_with_the_reason(s3_fleet, partner_client):
+    with enable_iam_authentication():
+        job = staged(partner_client, "s3://partner-data/exports/customers.csv", CREDENTIALS)
+    assert job.state == State.FAILED
+    assert job.error == (
+        "Staging failed: S3 refused access to s3://partner-data/exports/customers.csv (403): "
+        "check the credentials and the bucket's policy."
+    )
+    assert job.source_secret == ""
+    assert "S3 refused access" in partner_client.get(f"/jobs/{job.pk}/").content.decode()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("location", "credentials", "message"),
+    [
+        (
+            "s3://portal-lake/other-lab/customers.csv",
+            None,
+            "your organisation reads only under s3://portal-lake/partner-lab/",
+        ),
+        ("s3://partner-data/exports/customers.csv", None, "Give credentials that can read s3://partner-data/"),
+        ("s3://partner-data/x.csv", {"access_key_id": "only-the-id"}, "Give the S3 secret access key"),
+        ("https://example.com/data.csv", CREDENTIALS, "S3 credentials go with an s3:// location only."),
+    ],
+)
+def test_the_form_refuses_an_s3_location_it_may_not_read(partner_client, online_slots, location, credentials, message):
+    response = submit(partner_client, location, credentials)
+    assert response.status_code == 400
+    assert message in response.content.decode()
+    assert not Job.objects.exists()
+
+
+def test_credentials_are_stored_encrypted(settings):
+    sealed = s3.seal(CREDENTIALS)
+    assert CREDENTIALS["secret_access_key"] not in sealed and "partner-key" not in sealed
+    assert s3.unseal(sealed) == CREDENTIALS
+    settings.SECRET_KEY = "another portal's key"
+    with pytest.raises(s3.S3Error, match="can no longer be read"):
+        s3.unseal(sealed)
+
+
+@pytest.mark.django_db
+def test_operators_do_not_see_the_credentials_in_the_admin(organisation, operator):
+    sealed = s3.seal(CREDENTIALS)
+    job = Job.objects.create(
+        organisation=organisation, work="clean-table", source_name="c.csv", gpus=1, hours=1,
+        source_kind=Job.Source.S3, source_uri="s3://partner-data/c.csv", source_secret=sealed,
+    )  # fmt: skip
+    page = client_for(operator).get(f"/admin/jobs/job/{job.pk}/change/")
+    assert page.status_code == 200
+    assert "s3://partner-data/c.csv" in page.content.decode()
+    assert sealed not in page.content.decode() and "partner-secret-value" not in page.content.decode()
