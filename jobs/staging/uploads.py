@@ -5,6 +5,7 @@ from pathlib import Path, PurePath
 from typing import BinaryIO
 
 from django.conf import settings
+from django.core.exceptions import SuspiciousFileOperation
 from django.core.files import File
 from django.core.files.storage import default_storage
 from django.core.files.uploadhandler import FileUploadHandler, StopUpload
@@ -51,7 +52,10 @@ def inspect(stream: BinaryIO, name: str) -> dict:
 
 
 def safe_name(name: str) -> str:
-    return get_valid_filename(PurePath(name).name)[:200] or "data"
+    try:
+        return get_valid_filename(PurePath(name).name)[:200]
+    except SuspiciousFileOperation:  # nothing usable is left of it: "", "..", "/"
+        return "data"
 
 
 def _storage_path(name: str) -> str:

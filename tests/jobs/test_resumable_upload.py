@@ -340,3 +340,13 @@ def test_a_job_runs_on_a_resumable_upload_end_to_end(fleet, partner_client):
     assert job.source_kind == Job.Source.UPLOAD and job.source_name == "customers.csv"
     assert job.input_sha256 == hashlib.sha256(DATA).hexdigest()
     assert job.input_bytes == len(DATA)
+
+
+@pytest.mark.parametrize(
+    ("metadata", "name"),
+    [("", "data"), (f"filename {b64(b'..')}", "data"), (f"filename {b64(b'../../etc/x y.csv')}", "x_y.csv")],
+)
+def test_it_names_an_upload_safely(partner_client, metadata, name):
+    response = partner_client.post("/jobs/uploads/", **TUS, HTTP_UPLOAD_LENGTH="10", HTTP_UPLOAD_METADATA=metadata)
+    assert response.status_code == 201
+    assert upload_of(response["Location"]).filename == name
