@@ -17,7 +17,7 @@ class JobForm(forms.Form):
         label="Dataset",
         required=False,
         allow_empty_file=True,  # the staging check says why an empty file is no dataset
-        help_text="A CSV file with a header row, or JSONL (one JSON object per line).",
+        help_text="A CSV file with a header row, JSONL (one JSON object per line), or Parquet.",
     )
     upload = forms.UUIDField(required=False, widget=forms.HiddenInput)
     location = forms.CharField(

@@ -11,6 +11,7 @@ import re
 import unicodedata
 from collections import Counter
 from datetime import UTC, date, datetime
+from decimal import Decimal
 
 import pyarrow as pa
 
@@ -60,8 +61,12 @@ def kind_of(value) -> str:
             return "bool"
         if isinstance(value, int):
             return "int" if INT64[0] <= value <= INT64[1] else "string"
-        if isinstance(value, float):
+        if isinstance(value, float | Decimal):
             return "float"
+        if isinstance(value, datetime):  # Parquet's timestamps; a datetime is also a date
+            return "datetime_tz" if value.tzinfo else "datetime"
+        if isinstance(value, date):
+            return "date"
         return "string"
     if INT.match(value):
         try:
@@ -112,7 +117,7 @@ def _to_int(value):
 def _to_float(value):
     if type(value) is str and FLOAT.match(value):
         return float(value)
-    if type(value) in (int, float):
+    if type(value) in (int, float, Decimal):
         return float(value)
     raise ValueError
 
@@ -120,13 +125,17 @@ def _to_float(value):
 def _to_date(value):
     if type(value) is str and DATE.match(value):
         return date.fromisoformat(value)
+    if type(value) is date:
+        return value
     raise ValueError
 
 
 def _to_datetime(value, aware: bool):
-    if type(value) is not str:
+    if type(value) is date:
+        value = datetime(value.year, value.month, value.day)
+    if type(value) is not str and not isinstance(value, datetime):
         raise ValueError
-    parsed = datetime.fromisoformat(value)
+    parsed = datetime.fromisoformat(value) if type(value) is str else value
     if aware:
         return parsed.astimezone(UTC) if parsed.tzinfo else parsed.replace(tzinfo=UTC)
     if parsed.tzinfo:
@@ -141,7 +150,9 @@ def _to_string(value):
         return "true" if value else "false"
     if isinstance(value, int | float):
         return str(value)
-    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+    if isinstance(value, date | Decimal):
+        return value.isoformat() if isinstance(value, date) else str(value)
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
 
 
 def arrow_type(column: dict) -> pa.DataType:
@@ -229,7 +240,7 @@ class CleanTable(Processor):
         "and casts every record. Output: a typed Parquet table, and the rejected records with the reason."
     )
     version = "1"
-    input_formats = ("csv", "jsonl")
+    input_formats = ("csv", "jsonl", "parquet")
     params = (
         Param(
             "type_threshold",

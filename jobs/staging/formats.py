@@ -11,14 +11,15 @@ from collections.abc import Iterator
 from typing import BinaryIO, NamedTuple
 
 SAMPLE_BYTES = 64 * 1024
+PARQUET_MAGIC = b"PAR1"
 DELIMITERS = ",;\t|"
 # A field may be large (a document to embed) but not unbounded: an unmatched quote stops here.
 MAX_FIELD_CHARS = 16 * 1024 * 1024
 csv.field_size_limit(MAX_FIELD_CHARS)
 
 NEITHER = (
-    "This file is neither CSV (a header row, then rows separated by commas, semicolons, tabs or pipes) "
-    "nor JSONL (one JSON object per line)."
+    "This file is neither CSV (a header row, then rows separated by commas, semicolons, tabs or pipes), "
+    "JSONL (one JSON object per line) nor Parquet."
 )
 
 
@@ -40,6 +41,8 @@ def detect(head: bytes, *, at_eof: bool, name: str = "") -> dict:
     """The layout of a dataset from its first bytes: format, and for CSV the delimiter and header."""
     if not head.strip():
         raise FormatError("The file is empty." if not head else "The file holds nothing but whitespace.")
+    if head.startswith(PARQUET_MAGIC):
+        return {"format": "parquet"}
     if b"\x00" in head:
         raise FormatError("This is a binary file, not CSV or JSONL text.")
     text = _decode_head(head, at_eof)

@@ -24,7 +24,7 @@ from jobs import lifecycle, processors
 from jobs.models import Job, Shard, State
 from jobs.processors import ParamError
 from jobs.signals import staging_finished
-from jobs.staging import sources
+from jobs.staging import parquet, sources
 from jobs.staging.formats import SAMPLE_BYTES, FormatError, detect, iter_records, read_header
 from jobs.staging.progress import StagingProgress, StagingStopped, lease_end
 
@@ -99,6 +99,8 @@ def describe_and_cut(job: Job, path: str, progress: StagingProgress) -> tuple[di
         if layout["format"] not in processor.input_formats:
             raise FormatError(f"{processor.name} reads {', '.join(processor.input_formats)}, not {layout['format']}.")
         stream.seek(0)
+        if layout["format"] == "parquet":
+            return _describe_parquet(job, stream, scanner, progress)
         if layout["format"] == "csv":
             layout["columns"], data_offset, header_lines = read_header(stream, layout)
             stream.seek(data_offset)
@@ -137,6 +139,26 @@ def describe_and_cut(job: Job, path: str, progress: StagingProgress) -> tuple[di
     layout["data_offset"] = data_offset
     plan = scanner.plan(layout["columns"]) if scanner else {}
     return layout, plan, total, _shards(job, start, cuts, total)
+
+
+def _describe_parquet(job: Job, stream, scanner, progress: StagingProgress) -> tuple[dict, dict, int, list[dict]]:
+    """A Parquet file's rows are counted in its footer; the scanner, if the work has one, sees each row."""
+    layout = parquet.describe(stream)
+    total = sum(layout["row_groups"])
+    if total == 0:
+        raise FormatError("The Parquet file has no rows.")
+    if scanner:
+        size = stream.seek(0, io.SEEK_END)
+        stream.seek(0)
+        for record in parquet.iter_rows(stream, layout):
+            scanner.add(record.value)
+            if not record.position % 10_000:
+                progress.advance(size * record.position // total)  # the phase counts bytes
+    layout["data_offset"] = 0
+    plan = scanner.plan(layout["columns"]) if scanner else {}
+    grain = max(GRAIN, math.ceil(total / MAX_CUT_POINTS))
+    cuts = [Cut(records, 0, records) for records in [*range(grain, total, grain), total]]
+    return layout, plan, total, _shards(job, Cut(0, 0, 0), cuts, total)
 
 
 def _shards(job: Job, start: Cut, cuts: list[Cut], total: int) -> list[dict]:

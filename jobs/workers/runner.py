@@ -13,7 +13,7 @@ import tempfile
 import time
 import traceback
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import timedelta
 from itertools import islice
 
@@ -28,6 +28,7 @@ from django.utils import timezone
 from jobs import lifecycle, processors
 from jobs.models import Allocation, Gpu, Job, Shard, State
 from jobs.outputs import RECORD_COLUMN, REJECT_SCHEMA, context_for, output_schema
+from jobs.staging import parquet
 from jobs.staging.formats import FormatError, Record, iter_records
 
 log = logging.getLogger(__name__)
@@ -124,26 +125,23 @@ def _keep_claim(shard: Shard, token: str) -> None:
         raise ShardLost
 
 
-def _reject_rows(rejects: list[tuple[Record, str]], data: bytes, offset: int) -> dict[str, list]:
+def _reject_rows(rejects: list[tuple[Record, str]], raw: Callable[[Record], str]) -> dict[str, list]:
     rejects.sort(key=lambda item: item[0].position)
     return {
         "record": [record.position for record, _ in rejects],
         "line": [record.line for record, _ in rejects],
         "reason": [reason for _, reason in rejects],
-        "raw": [
-            data[record.start - offset : record.end - offset].decode("utf-8", "replace").rstrip("\r\n")
-            for record, _ in rejects
-        ],
+        "raw": [raw(record) for record, _ in rejects],
     }
 
 
-def process_shard(job: Job, shard: Shard, token: str, gpu: Gpu) -> None:
-    processor = processors.get(job.work)
-    context = context_for(job, device="cuda" if gpu.kind == Gpu.Kind.GPU else "cpu")
+def _read_shard(job: Job, shard: Shard) -> tuple[Iterable[Record], Callable[[Record], str]]:
+    """The shard's records, and how a rejected one is shown: its text as it was, or a row as JSON."""
     with default_storage.open(job.staged_path, "rb") as staged:
+        if job.layout.get("format") == "parquet":
+            return list(parquet.iter_rows(staged, job.layout, shard.first_record, shard.record_count)), parquet.raw
         staged.seek(shard.start_byte)
         data = staged.read(shard.end_byte - shard.start_byte)
-    _keep_claim(shard, token)
     records = iter_records(
         io.BytesIO(data),
         job.layout,
@@ -152,6 +150,19 @@ def process_shard(job: Job, shard: Shard, token: str, gpu: Gpu) -> None:
         first_position=shard.first_record,
         first_line=shard.first_line,
     )
+
+    def raw(record: Record) -> str:
+        text = data[record.start - shard.start_byte : record.end - shard.start_byte]
+        return text.decode("utf-8", "replace").rstrip("\r\n")
+
+    return records, raw
+
+
+def process_shard(job: Job, shard: Shard, token: str, gpu: Gpu) -> None:
+    processor = processors.get(job.work)
+    context = context_for(job, device="cuda" if gpu.kind == Gpu.Kind.GPU else "cpu")
+    records, raw = _read_shard(job, shard)
+    _keep_claim(shard, token)
     schema = output_schema(job)
     rejects: list[tuple[Record, str]] = []
     kept_total = 0
@@ -169,7 +180,7 @@ def process_shard(job: Job, shard: Shard, token: str, gpu: Gpu) -> None:
                 kept_total += len(result.kept)
                 _keep_claim(shard, token)
         rejects_part = os.path.join(scratch, "rejects.parquet")
-        pq.write_table(pa.table(_reject_rows(rejects, data, shard.start_byte), schema=REJECT_SCHEMA), rejects_part)
+        pq.write_table(pa.table(_reject_rows(rejects, raw), schema=REJECT_SCHEMA), rejects_part)
         _keep_claim(shard, token)
         base = f"{job.storage_prefix}/shards/{shard.index:05d}-{token}"
         with open(part, "rb") as handle:

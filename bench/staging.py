@@ -1,0 +1,321 @@
+"""Staging against the plain tools, side by side in one run (issue 3's targets):
+
+1. a server path: staging MB/s against `cp` of the same file on the same disk (target >= 0.8);
+2. an HTTP source on loopback: staging MB/s against `curl -o` of the same URL (target >= 0.8);
+3. a resumable upload through the Django endpoint (runserver, as `make run` serves it), driven over
+   loopback in 16 MiB chunks with SHA-256 checksums: MB/s, and the server's peak RSS (VmHWM), which
+   must stay under 200 MB whatever the size;
+4. CSV to shards: records/s of staging's read (count, check, infer types, cut shards) against
+   `pyarrow.csv.read_csv` reading the same file alone (target >= 0.7).
+
+    .venv/bin/python bench/staging.py [--gb 1] [--upload-gb 1,4] [--rows 1000000]
+
+Staging runs in this process through `jobs.staging.stage.stage`, the function the control worker
+runs, on the embedded defaults in a scratch var/ of its own. Each staging figure is split into its
+phases (download, copy into job storage, the read that counts and cuts).
+"""
+
+import argparse
+import base64
+import hashlib
+import http.client
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRATCH = Path(tempfile.mkdtemp(prefix="e31-bench-staging-"))
+os.environ["E31_VAR_DIR"] = str(SCRATCH / "var")
+os.environ["E31_STAGING_ROOTS"] = str(SCRATCH / "roots")
+os.environ["E31_STAGING_ALLOWED_HOSTS"] = "127.0.0.1"
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+for variable in ("DATABASE_URL", "REDIS_URL"):
+    os.environ.pop(variable, None)
+sys.path.insert(0, str(ROOT))
+
+import django  # noqa: E402
+
+django.setup()
+
+import pyarrow.csv as pacsv  # noqa: E402
+from django.conf import settings  # noqa: E402
+from django.contrib.auth import get_user_model  # noqa: E402
+from django.core.files.storage import default_storage  # noqa: E402
+from django.core.management import call_command  # noqa: E402
+from django.test import Client  # noqa: E402
+
+from jobs import processors  # noqa: E402
+from jobs.models import Job, State  # noqa: E402
+from jobs.staging import stage  # noqa: E402
+from jobs.staging.progress import StagingProgress  # noqa: E402
+from portal import embedded_redis  # noqa: E402
+from portal.models import Membership, Organisation  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "examples"))
+import generate  # noqa: E402
+
+MB = 1e6
+CHUNK = 16 * 1024 * 1024
+
+
+def make_csv(rows: int) -> Path:
+    path = SCRATCH / "rows.csv"
+    sys.argv = ["generate", str(rows), str(path)]
+    generate.main()
+    return path
+
+
+def grow(csv: Path, target_bytes: int, into: Path) -> Path:
+    """The CSV's body repeated under its header until the file reaches target_bytes."""
+    with csv.open("rb") as source:
+        header = source.readline()
+        body = source.read()
+    into.parent.mkdir(parents=True, exist_ok=True)
+    with into.open("wb") as out:
+        out.write(header)
+        written = len(header)
+        while written < target_bytes:
+            out.write(body)
+            written += len(body)
+    return into
+
+
+class Phases:
+    """The start of each staging phase, noted as StagingProgress announces it."""
+
+    def __init__(self):
+        self.marks: list[tuple[str, float]] = []
+        original = StagingProgress.phase
+
+        def noted(progress, name, total):
+            self.marks.append((name, time.perf_counter()))
+            return original(progress, name, total)
+
+        StagingProgress.phase = noted
+
+    def split(self, ended: float) -> dict[str, float]:
+        ends = [mark[1] for mark in self.marks[1:]] + [ended]
+        return {name: end - start for (name, start), end in zip(self.marks, ends, strict=True)}
+
+
+def run_staging(organisation, phases: Phases, **source) -> tuple[Job, float, dict]:
+    job = Job.objects.create(
+        organisation=organisation,
+        work="clean-table",
+        params=processors.get("clean-table").validate_params({}),
+        gpus=2,
+        hours=1,
+        **source,
+    )
+    phases.marks.clear()
+    began = time.perf_counter()
+    stage.stage(job.pk)
+    ended = time.perf_counter()
+    job.refresh_from_db()
+    assert job.state == State.QUEUED, job.error
+    return job, ended - began, phases.split(ended)
+
+
+def timed(command: list[str]) -> float:
+    began = time.perf_counter()
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - began
+
+
+def report(label: str, size: int, seconds: float, split: dict, baseline: str, baseline_seconds: float) -> None:
+    rate, base = size / MB / seconds, size / MB / baseline_seconds
+    print(f"{label}: staging {rate:.1f} MB/s, {baseline} {base:.1f} MB/s, ratio {rate / base:.2f}")
+    print("    phases: " + ", ".join(f"{name} {size / MB / s:.1f} MB/s ({s:.1f} s)" for name, s in split.items()))
+
+
+def bench_server_path(organisation, phases: Phases, data: Path) -> None:
+    path = data
+    cp_seconds = timed(["cp", str(path), str(SCRATCH / "cp-copy.csv")])
+    (SCRATCH / "cp-copy.csv").unlink()
+    job, seconds, split = run_staging(
+        organisation, phases, source_kind=Job.Source.PATH, source_uri=str(path), source_name=path.name
+    )
+    report(f"server path, {job.input_bytes / MB:,.0f} MB", job.input_bytes, seconds, split, "cp", cp_seconds)
+
+
+def bench_http(organisation, phases: Phases, data: Path) -> None:
+    handler = partial(_QuietHandler, directory=str(data.parent))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/{data.name}"
+    try:
+        curl_seconds = timed(["curl", "-sS", "-o", str(SCRATCH / "curl-copy.csv"), url])
+        (SCRATCH / "curl-copy.csv").unlink()
+        job, seconds, split = run_staging(
+            organisation, phases, source_kind=Job.Source.URL, source_uri=url, source_name=data.name
+        )
+    finally:
+        server.shutdown()
+    report(f"HTTP on loopback, {job.input_bytes / MB:,.0f} MB", job.input_bytes, seconds, split, "curl", curl_seconds)
+
+
+class _QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:
+        return
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM")
+
+
+def bench_upload(user, gigabytes: float) -> None:
+    """One upload of `gigabytes` through a fresh runserver; MB/s and the server's peak RSS."""
+    size = int(gigabytes * 1024**3)
+    path = SCRATCH / "upload.bin"
+    block = os.urandom(1024 * 1024)
+    with path.open("wb") as out:
+        for _ in range(size // len(block)):
+            out.write(block)
+    client = Client()
+    client.force_login(user)
+    session = client.cookies["sessionid"].value
+    token = "a" * 32
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, str(ROOT / "manage.py"), "runserver", "--noreload", f"127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        idle_rss = peak_rss_mb(server.pid)
+        headers = {
+            "Tus-Resumable": "1.0.0",
+            "Cookie": f"sessionid={session}; csrftoken={token}",
+            "X-CSRFToken": token,
+        }
+        connection = http.client.HTTPConnection("127.0.0.1", port)
+        connection.request("POST", "/jobs/uploads/", headers={**headers, "Upload-Length": str(size)})
+        response = connection.getresponse()
+        answer = response.read()
+        assert response.status == 201, (response.status, answer[:300])
+        location = response.getheader("Location")
+        began = time.perf_counter()
+        with path.open("rb") as source:
+            offset = 0
+            while chunk := source.read(CHUNK):
+                connection = http.client.HTTPConnection("127.0.0.1", port)
+                connection.request(
+                    "PATCH",
+                    location,
+                    body=chunk,
+                    headers={
+                        **headers,
+                        "Content-Type": "application/offset+octet-stream",
+                        "Upload-Offset": str(offset),
+                        "Upload-Checksum": "sha256 " + base64.b64encode(hashlib.sha256(chunk).digest()).decode(),
+                    },
+                )
+                response = connection.getresponse()
+                response.read()
+                assert response.status == 204, (response.status, offset)
+                offset = int(response.getheader("Upload-Offset"))
+        seconds = time.perf_counter() - began
+        print(
+            f"resumable upload, {size / MB:,.0f} MB in {CHUNK // 1024**2} MiB chunks: {size / MB / seconds:.1f} MB/s, "
+            f"server peak RSS {peak_rss_mb(server.pid):.0f} MB (idle {idle_rss:.0f} MB)"
+        )
+    finally:
+        server.terminate()
+        server.wait()
+        path.unlink()
+        shutil.rmtree(SCRATCH / "var" / "uploads", ignore_errors=True)
+        (SCRATCH / "var" / "uploads").mkdir()
+
+
+def bench_csv(organisation, data: Path) -> None:
+    job = Job.objects.create(
+        organisation=organisation,
+        work="clean-table",
+        params=processors.get("clean-table").validate_params({}),
+        gpus=2,
+        hours=1,
+        state=State.STAGING,
+        source_name=data.name,
+    )
+    with data.open("rb") as source:
+        stored = default_storage.save("bench/rows.csv", source)
+    began = time.perf_counter()
+    _, _, total, shards = stage.describe_and_cut(job, stored, StagingProgress(job.pk, job.staging_claim))
+    ours = total / (time.perf_counter() - began)
+    began = time.perf_counter()
+    # The rows with a field missing are skipped, as staging's read leaves them to be rejected.
+    parse = pacsv.ParseOptions(newlines_in_values=True, invalid_row_handler=lambda row: "skip")
+    table = pacsv.read_csv(data, parse_options=parse)
+    arrow = table.num_rows / (time.perf_counter() - began)
+    print(
+        f"CSV to shards, {total:,} records, {data.stat().st_size / MB:.0f} MB: staging's read {ours:,.0f} records/s "
+        f"({len(shards)} shards), pyarrow.csv.read_csv {arrow:,.0f} records/s, ratio {ours / arrow:.2f}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--gb", type=float, default=1.0, help="size of the server-path and HTTP datasets")
+    parser.add_argument("--upload-gb", default="1,4", help="sizes of the uploads, comma-separated")
+    parser.add_argument("--rows", type=int, default=1_000_000, help="rows of the CSV-to-shards dataset")
+    parser.add_argument("--only", choices=["csv", "path", "http", "upload"], help="run one part only")
+    options = parser.parse_args()
+    call_command("migrate", verbosity=0)
+    organisation = Organisation.objects.create(name="Bench", slug="bench")
+    user = get_user_model().objects.create_user("bench")
+    Membership.objects.create(user=user, organisation=organisation)
+    phases = Phases()
+    broker = subprocess.Popen(  # staging tells the scheduler when it is done
+        embedded_redis.server_argv(settings.VAR_DIR / "redis.sock", settings.VAR_DIR), stdout=subprocess.DEVNULL
+    )
+    embedded_redis.wait_until_ready(settings.VAR_DIR / "redis.sock")
+    try:
+        print(f"{os.cpu_count()} cores; scratch {SCRATCH}")
+        wanted = {options.only} if options.only else {"csv", "path", "http", "upload"}
+        if wanted & {"csv", "path", "http"}:
+            rows = make_csv(options.rows)
+        if "csv" in wanted:
+            bench_csv(organisation, rows)
+        if wanted & {"path", "http"}:
+            big = grow(rows, int(options.gb * 1e9), SCRATCH / "roots" / organisation.slug / "server.csv")
+        if "path" in wanted:
+            bench_server_path(organisation, phases, big)
+        if "http" in wanted:
+            bench_http(organisation, phases, big)
+        if "upload" in wanted:
+            for gigabytes in options.upload_gb.split(","):
+                bench_upload(user, float(gigabytes))
+    finally:
+        broker.terminate()
+        broker.wait()
+        shutil.rmtree(SCRATCH, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
