@@ -14,6 +14,7 @@ from datetime import UTC, date, datetime
 from decimal import Decimal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from jobs.processors.base import Batch, Context, Param, ParamError, Processor, Scanner
 from jobs.staging.formats import Record
@@ -36,10 +37,17 @@ ACCEPTS = {
     "datetime": ("date", "datetime", "datetime_tz"),
 }
 INT64 = (-(2**63), 2**63 - 1)
-INT = re.compile(r"[+-]?\d+\Z")
-FLOAT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?\Z")
-DATE = re.compile(r"\d{4}-\d{2}-\d{2}\Z")
-DATETIME = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}")
+# ASCII digits only, written once for Python (matched from the start, to the very end) and for
+# pyarrow's RE2 (where $ is the very end), so both read a number alike.
+INT_PATTERN = r"^[+-]?[0-9]+$"
+FLOAT_PATTERN = r"^[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?$"
+DATE_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$"
+DATETIME_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}"
+AWARE_PATTERN = r"(?:Z|[+-][0-9]{2}(?::?[0-9]{2})?)$"
+INT, FLOAT, DATE, DATETIME = (
+    re.compile(pattern.replace("$", r"\Z"), re.ASCII)
+    for pattern in (INT_PATTERN, FLOAT_PATTERN, DATE_PATTERN, DATETIME_PATTERN)
+)
 TRUE, FALSE = frozenset(("true", "yes")), frozenset(("false", "no"))
 
 
@@ -92,6 +100,53 @@ def kind_of(value) -> str:
             return "string"
         return "datetime_tz" if parsed.tzinfo else "datetime"
     return "string"
+
+
+def count_kinds(column: pa.ChunkedArray) -> Counter:
+    """The kinds of the non-empty values of a column pyarrow read from CSV, counted without Python
+    per value: a column that took a type in this block counts as that type; text is sorted by the
+    same patterns `kind_of` uses (date and datetime by their form; the pass checks each value)."""
+    counts: Counter = Counter()
+    kind, valid = column.type, len(column) - column.null_count
+    if pa.types.is_integer(kind):
+        counts["int"] = valid
+    elif pa.types.is_floating(kind):
+        whole = _count(pc.equal(column, pc.trunc(column)))
+        counts.update(int=whole, float=valid - whole)
+    elif pa.types.is_boolean(kind):
+        counts["bool"] = valid
+    elif pa.types.is_date(kind):
+        counts["date"] = valid
+    elif pa.types.is_timestamp(kind):
+        counts["datetime_tz" if kind.tz else "datetime"] = valid
+    elif pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        counts.update(_count_text(column))
+    return counts
+
+
+def _count(mask) -> int:
+    return pc.sum(mask).as_py() or 0
+
+
+def _count_text(column: pa.ChunkedArray) -> Counter:
+    text = pc.utf8_trim_whitespace(column)
+    text = pc.filter(text, pc.greater(pc.utf8_length(text), 0))
+    counts: Counter = Counter()
+    numeric = pc.filter(text, pc.match_substring_regex(text, r"^[+\-.0-9]"))
+    if len(numeric):
+        is_int = pc.and_(pc.match_substring_regex(numeric, INT_PATTERN), pc.less_equal(pc.utf8_length(numeric), 19))
+        counts["int"] = _count(is_int)
+        rest = pc.filter(numeric, pc.invert(is_int))
+        is_float = pc.match_substring_regex(rest, FLOAT_PATTERN)
+        counts["float"] = _count(is_float)
+        rest = pc.filter(rest, pc.invert(is_float))
+        counts["date"] = _count(pc.match_substring_regex(rest, DATE_PATTERN))
+        stamps = pc.filter(rest, pc.match_substring_regex(rest, DATETIME_PATTERN))
+        aware = _count(pc.match_substring_regex(stamps, AWARE_PATTERN))
+        counts.update(datetime_tz=aware, datetime=len(stamps) - aware)
+    counts["bool"] = _count(pc.match_substring_regex(text, r"^(?:true|yes|false|no)$", ignore_case=True))
+    counts["string"] = len(text) - sum(counts.values())
+    return +counts
 
 
 def _to_bool(value):
@@ -204,6 +259,13 @@ class TypeScanner(Scanner):
                 cell = clean(cell)
                 if cell is not None:
                     self.by_name.setdefault(name, Counter())[kind_of(cell)] += 1
+
+    def add_table(self, table: pa.Table) -> None:
+        """Count a block of CSV records at once: the columns as pyarrow typed them for this block."""
+        while len(self.by_index) < table.num_columns:
+            self.by_index.append(Counter())
+        for counter, column in zip(self.by_index, table.columns, strict=False):
+            counter.update(count_kinds(column))
 
     def plan(self, columns: list[str]) -> dict:
         missing = sorted(set(self.declared) - set(columns))

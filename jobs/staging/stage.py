@@ -24,7 +24,7 @@ from jobs import lifecycle, processors
 from jobs.models import Job, Shard, State
 from jobs.processors import ParamError
 from jobs.signals import staging_finished
-from jobs.staging import parquet, sources
+from jobs.staging import fastcsv, parquet, sources
 from jobs.staging.formats import SAMPLE_BYTES, FormatError, detect, iter_records, read_header
 from jobs.staging.progress import StagingProgress, StagingStopped, lease_end
 
@@ -92,7 +92,8 @@ def describe_and_cut(job: Job, path: str, progress: StagingProgress) -> tuple[di
     """Read the staged copy once: its layout, the processor's plan, the record count and the shards."""
     processor = processors.get(job.work)
     scanner = processor.scanner(job.params)
-    progress.phase("reading", default_storage.size(path))
+    size = default_storage.size(path)
+    progress.phase("reading", size)
     with default_storage.open(path, "rb") as stream:
         head = stream.read(SAMPLE_BYTES + 1)
         layout = detect(head[:SAMPLE_BYTES], at_eof=len(head) <= SAMPLE_BYTES, name=job.source_name)
@@ -103,6 +104,21 @@ def describe_and_cut(job: Job, path: str, progress: StagingProgress) -> tuple[di
             return _describe_parquet(job, stream, scanner, progress)
         if layout["format"] == "csv":
             layout["columns"], data_offset, header_lines = read_header(stream, layout)
+            if scanner is None or hasattr(scanner, "add_table"):
+                try:
+                    total, points = fastcsv.read(
+                        stream, layout, data_offset, header_lines, size, getattr(scanner, "add_table", None),
+                        progress.advance,
+                    )  # fmt: skip
+                except fastcsv.Unsure:
+                    scanner = processor.scanner(job.params)  # count again from nothing, the exact way
+                else:
+                    if total == 0:
+                        raise FormatError("The file has no records.")
+                    layout["data_offset"] = data_offset
+                    plan = scanner.plan(layout["columns"]) if scanner else {}
+                    cuts = [Cut(*point) for point in points]
+                    return layout, plan, total, _shards(job, Cut(0, data_offset, header_lines), cuts, total)
             stream.seek(data_offset)
         else:
             data_offset, header_lines = 0, 0
