@@ -44,6 +44,7 @@ FLOAT_PATTERN = r"^[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?$"
 DATE_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$"
 DATETIME_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}"
 AWARE_PATTERN = r"(?:Z|[+-][0-9]{2}(?::?[0-9]{2})?)$"
+NUMERIC_STARTS = pa.array(list("+-.0123456789"))
 INT, FLOAT, DATE, DATETIME = (
     re.compile(pattern.replace("$", r"\Z"), re.ASCII)
     for pattern in (INT_PATTERN, FLOAT_PATTERN, DATE_PATTERN, DATETIME_PATTERN)
@@ -132,7 +133,7 @@ def _count_text(column: pa.ChunkedArray) -> Counter:
     text = pc.utf8_trim_whitespace(column)
     text = pc.filter(text, pc.greater(pc.utf8_length(text), 0))
     counts: Counter = Counter()
-    numeric = pc.filter(text, pc.match_substring_regex(text, r"^[+\-.0-9]"))
+    numeric = pc.filter(text, pc.is_in(pc.utf8_slice_codeunits(text, 0, 1), NUMERIC_STARTS))
     if len(numeric):
         is_int = pc.and_(pc.match_substring_regex(numeric, INT_PATTERN), pc.less_equal(pc.utf8_length(numeric), 19))
         counts["int"] = _count(is_int)
@@ -144,7 +145,8 @@ def _count_text(column: pa.ChunkedArray) -> Counter:
         stamps = pc.filter(rest, pc.match_substring_regex(rest, DATETIME_PATTERN))
         aware = _count(pc.match_substring_regex(stamps, AWARE_PATTERN))
         counts.update(datetime_tz=aware, datetime=len(stamps) - aware)
-    counts["bool"] = _count(pc.match_substring_regex(text, r"^(?:true|yes|false|no)$", ignore_case=True))
+    short = pc.filter(text, pc.less_equal(pc.utf8_length(text), 5))
+    counts["bool"] = _count(pc.match_substring_regex(short, r"^(?:true|yes|false|no)$", ignore_case=True))
     counts["string"] = len(text) - sum(counts.values())
     return +counts
 

@@ -35,7 +35,8 @@ def _suspicious_quote(delimiter: bytes) -> re.Pattern:
     """A quote with a character other than a delimiter, a line end or a quote on both sides: literal
     in an unquoted field, or an error in a quoted one. Either way, quote parity cannot be trusted."""
     other = b"[^" + re.escape(delimiter) + b'\\r\\n"]'
-    return re.compile(other + b'"' + other)
+    # The quote first, so the search jumps from quote to quote; the lookbehind then sees the character before it.
+    return re.compile(b'"(?=' + other + b")(?<=" + other + b'")')
 
 
 def _boundary(data: bytes, start: int, target: int) -> int:
@@ -51,15 +52,15 @@ def _boundary(data: bytes, start: int, target: int) -> int:
     return -1
 
 
-def _check(block: bytes, delimiter: bytes, suspicious: re.Pattern) -> None:
+def _check(block: bytes, suspicious: re.Pattern, last: bool) -> None:
     try:
         block.decode("utf-8")
     except UnicodeDecodeError:
         raise Unsure from None
-    if block.count(b"\r") != block.count(b"\r\n") or suspicious.search(block):
+    if (b"\r" in block and block.count(b"\r") != block.count(b"\r\n")) or suspicious.search(block):
         raise Unsure
-    if block.count(b'"') % 2:
-        raise Unsure  # an unmatched quote: the exact read says where
+    if last and block.count(b'"') % 2:
+        raise Unsure  # an unmatched quote (other blocks end where the count is even): the exact read says where
 
 
 def _parse(block: bytes, columns: list[str], delimiter: str) -> tuple[pa.Table, int]:
@@ -121,7 +122,7 @@ def read(
             continue
         wanted = 2 * target
         block, pending = (pending[:end], pending[end:]) if end != -1 else (pending, b"")
-        _check(block, delimiter.encode(), suspicious)
+        _check(block, suspicious, last=end == -1)
         table, malformed = _parse(block, columns, delimiter)
         if add_table is not None and table.num_rows:
             add_table(table)
