@@ -262,8 +262,11 @@ def fetch(
     max_resumes: int = 5,
     chunk_size: int = 1024 * 1024,
     progress: Callable[[int], None] | None = None,
+    on_length: Callable[[int | None], None] | None = None,
 ) -> Fetched:
-    """Stream url's body into dest (a writable binary file); FetchError for anything refused or failed.
+    """Stream url's body into dest (a writable binary file, written in order only); FetchError for
+    anything refused or failed. `on_length` hears the body's length (None: not announced) before
+    any of it is written.
 
     `timeout` bounds each connect and each read, not the whole transfer.
     """
@@ -274,6 +277,8 @@ def fetch(
             raise FetchError(f"{host} answered HTTP {response.status} {response.reason}".rstrip() + ".")
         total = _length(response, host)
         copy.check_size(total)
+        if on_length:
+            on_length(total)
         content_type = response.getheader("Content-Type", "")
         validator = response.getheader("ETag", "")
         validator = response.getheader("Last-Modified", "") if validator.startswith("W/") else validator

@@ -5,6 +5,7 @@ when the job is submitted and opened, checked again, when it is staged."""
 import contextlib
 import os
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -80,22 +81,60 @@ def _open_server_path(raw: str, slug: str) -> Iterator[BinaryIO]:
         yield stream
 
 
-@contextlib.contextmanager
-def _download(url: str, progress: StagingProgress) -> Iterator[BinaryIO]:
-    progress.phase("downloading", None)
-    with tempfile.TemporaryFile(dir=settings.FILE_UPLOAD_TEMP_DIR) as scratch:
+class _Download(threading.Thread):
+    """A URL's body fetched in a thread of its own into a pipe, so that staging reads it as it
+    arrives and writes it straight into job storage: no temporary copy of the whole dataset."""
+
+    def __init__(self, url: str):
+        super().__init__(name="e31-download", daemon=True)
+        self.url = url
+        reader, writer = os.pipe()
+        self.reader = os.fdopen(reader, "rb")
+        self.writer = os.fdopen(writer, "wb")
+        self.headers_seen = threading.Event()
+        self.size: int | None = None
+        self.error: fetch.FetchError | None = None
+
+    def _heard(self, length: int | None) -> None:
+        self.size = length
+        self.headers_seen.set()
+
+    def run(self) -> None:
         try:
             fetch.fetch(
-                url,
-                scratch,
+                self.url,
+                self.writer,
                 max_bytes=settings.E31_MAX_DATASET_BYTES,
                 allowed_hosts=settings.E31_STAGING_ALLOWED_HOSTS,
-                progress=progress.advance,
+                on_length=self._heard,
             )
         except fetch.FetchError as error:
-            raise SourceError(str(error)) from None
-        scratch.seek(0)
-        yield scratch
+            self.error = error
+        except OSError:
+            pass  # staging stopped reading (cancelled, or storage failed): it says why
+        finally:
+            self.headers_seen.set()
+            with contextlib.suppress(OSError):
+                self.writer.close()
+
+
+@contextlib.contextmanager
+def _download(url: str, progress: StagingProgress) -> Iterator[BinaryIO]:
+    download = _Download(url)
+    download.start()
+    try:
+        download.headers_seen.wait()
+        if download.error:
+            raise SourceError(str(download.error))
+        download.reader.size = download.size  # what copy_to_job_storage reports progress against
+        download.reader.phase = "downloading"
+        yield download.reader
+        download.join()
+        if download.error:
+            raise SourceError(str(download.error))  # after the first byte: the copy in storage is discarded
+    finally:
+        download.reader.close()
+        download.join(timeout=60)
 
 
 @contextlib.contextmanager

@@ -73,7 +73,7 @@ def staged_name(job: Job, claim: str) -> str:
 def copy_to_job_storage(job: Job, target: str, progress: StagingProgress) -> tuple[str, int, str]:
     """Copy the job's source into its storage at `target`; return the staged path, bytes and sha256."""
     with sources.open_source(job, progress) as source:
-        progress.phase("copying", _size(source))
+        progress.phase(getattr(source, "phase", "copying"), _size(source))
         hashing = _Hashing(source, progress)
         reader = io.BufferedReader(hashing, buffer_size=1024 * 1024)
         default_storage.delete(target)  # what an interrupted attempt left
@@ -82,10 +82,12 @@ def copy_to_job_storage(job: Job, target: str, progress: StagingProgress) -> tup
 
 
 def _size(stream) -> int | None:
+    if hasattr(stream, "size"):  # a Django file, or a download that announced its length
+        return stream.size
     try:
         return os.fstat(stream.fileno()).st_size
     except (AttributeError, OSError, io.UnsupportedOperation):
-        return getattr(stream, "size", None)
+        return None
 
 
 def describe_and_cut(job: Job, path: str, progress: StagingProgress) -> tuple[dict, dict, int, list[dict]]:

@@ -164,3 +164,37 @@ def test_it_fails_a_url_that_answers_404_and_holds_nothing(fleet, partner_client
     assert job.state == State.FAILED
     assert job.error.startswith("Staging failed:") and "404" in job.error
     assert not job.allocations.exists()
+
+
+class _Drops(http.server.BaseHTTPRequestHandler):
+    """Sends half of the example, then hangs up; asked to resume, sends it all again (no Range)."""
+
+    def do_GET(self):
+        body = EXAMPLE.read_bytes()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body[: len(body) // 2])
+        self.close_connection = True
+
+    def log_message(self, *args):
+        return
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_download_that_breaks_and_cannot_resume_fails_and_leaves_nothing_staged(fleet, partner_client):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Drops)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        form = job_form(location=f"http://localhost:{server.server_address[1]}/customers.csv")
+        del form["data"]
+        partner_client.post("/jobs/new/", form)
+        job = wait_for_end(Job.objects.get())
+    finally:
+        server.shutdown()
+    assert job.state == State.FAILED
+    assert job.error == (
+        "Staging failed: The connection to localhost dropped and it cannot resume (it sent the whole file again)."
+    )
+    staged = f"{job.storage_prefix}/input"
+    assert not default_storage.exists(staged) or default_storage.listdir(staged) == ([], []), "no partial copy kept"
