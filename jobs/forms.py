@@ -21,7 +21,7 @@ class JobForm(forms.Form):
     )
     upload = forms.UUIDField(required=False, widget=forms.HiddenInput)
     location = forms.CharField(
-        label="or a URL or server path",
+        label="or a URL, s3:// URI or server path",
         required=False,
         max_length=2000,
         help_text=(
