@@ -28,7 +28,7 @@ from django.utils import timezone
 from jobs import lifecycle, processors
 from jobs.models import Allocation, Gpu, Job, Shard, State
 from jobs.outputs import RECORD_COLUMN, REJECT_SCHEMA, context_for, output_schema
-from jobs.staging import parquet
+from jobs.staging import parquet, ranged
 from jobs.staging.formats import FormatError, Record, iter_records
 
 log = logging.getLogger(__name__)
@@ -137,7 +137,7 @@ def _reject_rows(rejects: list[tuple[Record, str]], raw: Callable[[Record], str]
 
 def _read_shard(job: Job, shard: Shard) -> tuple[Iterable[Record], Callable[[Record], str]]:
     """The shard's records, and how a rejected one is shown: its text as it was, or a row as JSON."""
-    with default_storage.open(job.staged_path, "rb") as staged:
+    with ranged.open_for_ranges(job.staged_path) as staged:
         if job.layout.get("format") == "parquet":
             return list(parquet.iter_rows(staged, job.layout, shard.first_record, shard.record_count)), parquet.raw
         staged.seek(shard.start_byte)

@@ -8,12 +8,16 @@ import socket
 import zipfile
 
 import boto3
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from django.core.files.base import ContentFile
+from django.core.files.storage import default_storage
 from django.test import override_settings
 from moto.server import ThreadedMotoServer
 
 from jobs.models import Job, State
+from jobs.staging import ranged
 from tests.conftest import EXAMPLE, Worker, job_form, wait_for, wait_for_end, wait_for_slots
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -95,3 +99,35 @@ def test_it_stages_runs_and_returns_the_output_through_s3(s3_endpoint, s3_worker
     assert {f"{job.output_path}/{name}" for name in ("output.parquet", "rejects.csv", "manifest.json")} <= keys
     assert job.staged_path not in keys, "the staged copy was purged, as chosen"
     assert not any(key.startswith("uploads/") for key in keys), "the upload was removed once staged"
+
+
+def test_a_slot_reads_only_its_part_of_a_staged_copy_on_s3(s3_endpoint, monkeypatch):
+    storages = {
+        "default": {
+            "BACKEND": "storages.backends.s3.S3Storage",
+            "OPTIONS": {"bucket_name": BUCKET, "endpoint_url": s3_endpoint, "file_overwrite": False},
+        },
+        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    }
+    data = bytes(range(256)) * 80_000  # 20 MB
+    table = pa.table({"n": list(range(100_000))})
+    with override_settings(STORAGES=storages):
+        path = default_storage.save("ranged/data.bin", ContentFile(data))
+        sink = io.BytesIO()
+        pq.write_table(table, sink, row_group_size=10_000)
+        parquet_path = default_storage.save("ranged/data.parquet", ContentFile(sink.getvalue()))
+        with ranged.open_for_ranges(path) as staged:
+            asked = []
+            fetch = staged.raw.client.get_object
+            monkeypatch.setattr(staged.raw.client, "get_object", lambda **kw: asked.append(kw["Range"]) or fetch(**kw))
+            staged.seek(12_345_678)
+            assert staged.read(1_000_000) == data[12_345_678:13_345_678]
+        assert asked and all(_span(rng) <= 8 * 1024 * 1024 for rng in asked), asked
+        with ranged.open_for_ranges(parquet_path) as staged:
+            rows = pq.ParquetFile(staged).read_row_group(7).column("n").to_pylist()
+        assert rows == list(range(70_000, 80_000))
+
+
+def _span(header: str) -> int:
+    start, end = header.removeprefix("bytes=").split("-")
+    return int(end) - int(start) + 1
