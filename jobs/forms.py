@@ -17,7 +17,9 @@ class JobForm(forms.Form):
         label="Dataset",
         required=False,
         allow_empty_file=True,  # the staging check says why an empty file is no dataset
-        help_text="A CSV file with a header row, JSONL (one JSON object per line), or Parquet.",
+        help_text=(
+            "A CSV file with a header row, JSONL (one JSON object per line), Parquet, or a .zip or .tar of images."
+        ),
     )
     upload = forms.UUIDField(required=False, widget=forms.HiddenInput)
     location = forms.CharField(
@@ -52,8 +54,7 @@ class JobForm(forms.Form):
         super().__init__(*args, **kwargs)
         kinds = processors.available()
         self.fields["work"].choices = [(p.name, f"{p.name}: {p.description}") for p in kinds]
-        if len(kinds) == 1:
-            self.fields["work"].initial = kinds[0].name
+        self.fields["work"].initial = "clean-table" if any(p.name == "clean-table" for p in kinds) else None
         self.fields["keep_days"].validators.append(MaxValueValidator(settings.E31_MAX_RETENTION_DAYS))
         self.fields["keep_days"].widget.attrs["max"] = settings.E31_MAX_RETENTION_DAYS
         for processor in kinds:

@@ -174,6 +174,9 @@ E31_MAX_UPLOAD_BYTES = env_int("E31_MAX_UPLOAD_BYTES", 2 * 1024**3, minimum=1)
 # Datasets staged from a URL or a server path can be larger than a browser upload.
 E31_MAX_DATASET_BYTES = env_int("E31_MAX_DATASET_BYTES", 50 * 1024**3, minimum=1)
 # Resumable uploads in progress; with several web servers, a folder they share.
+# Image collections (.zip, .tar): the most members, and bytes once expanded, an archive may hold.
+E31_ARCHIVE_MAX_MEMBERS = env_int("E31_ARCHIVE_MAX_MEMBERS", 1_000_000, minimum=1)
+E31_ARCHIVE_MAX_BYTES = env_int("E31_ARCHIVE_MAX_BYTES", 4 * E31_MAX_DATASET_BYTES, minimum=1)
 E31_UPLOAD_DIR = Path(env_str("E31_UPLOAD_DIR", str(VAR_DIR / "uploads"))).resolve()
 E31_UPLOAD_DIR.mkdir(parents=True, exist_ok=True)
 E31_UPLOAD_EXPIRY_HOURS = env_int("E31_UPLOAD_EXPIRY_HOURS", 24, minimum=1)

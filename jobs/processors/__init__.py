@@ -6,10 +6,11 @@ from importlib.metadata import entry_points
 
 from jobs.processors.base import Batch, Context, Param, ParamError, Processor
 from jobs.processors.clean_table import CleanTable
+from jobs.processors.image_thumbs import ImageThumbs
 
 __all__ = ["Batch", "Context", "Param", "ParamError", "Processor", "available", "get"]
 
-BUILT_IN: tuple[type[Processor], ...] = (CleanTable,)
+BUILT_IN: tuple[type[Processor], ...] = (CleanTable, ImageThumbs)
 
 
 @cache

@@ -19,7 +19,7 @@ csv.field_size_limit(MAX_FIELD_CHARS)
 
 NEITHER = (
     "This file is neither CSV (a header row, then rows separated by commas, semicolons, tabs or pipes), "
-    "JSONL (one JSON object per line) nor Parquet."
+    "JSONL (one JSON object per line), Parquet, nor a .zip or .tar of images."
 )
 
 
@@ -43,6 +43,10 @@ def detect(head: bytes, *, at_eof: bool, name: str = "") -> dict:
         raise FormatError("The file is empty." if not head else "The file holds nothing but whitespace.")
     if head.startswith(PARQUET_MAGIC):
         return {"format": "parquet"}
+    if head.startswith(b"PK\x03\x04"):
+        return {"format": "images", "archive": "zip"}
+    if head[257:262] == b"ustar":
+        return {"format": "images", "archive": "tar"}
     if b"\x00" in head:
         raise FormatError("This is a binary file, not CSV or JSONL text.")
     text = _decode_head(head, at_eof)

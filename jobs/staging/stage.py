@@ -24,7 +24,7 @@ from jobs import lifecycle, processors
 from jobs.models import Job, Shard, State
 from jobs.processors import ParamError
 from jobs.signals import staging_finished
-from jobs.staging import fastcsv, parquet, sources
+from jobs.staging import archives, fastcsv, parquet, sources
 from jobs.staging.formats import SAMPLE_BYTES, FormatError, detect, iter_records, read_header
 from jobs.staging.progress import StagingProgress, StagingStopped, lease_end
 
@@ -104,6 +104,8 @@ def describe_and_cut(job: Job, path: str, progress: StagingProgress) -> tuple[di
         stream.seek(0)
         if layout["format"] == "parquet":
             return _describe_parquet(job, stream, scanner, progress)
+        if layout["format"] == "images":
+            return _describe_images(job, stream, layout, size)
         if layout["format"] == "csv":
             layout["columns"], data_offset, header_lines = read_header(stream, layout)
             if scanner is None or hasattr(scanner, "add_table"):
@@ -179,9 +181,23 @@ def _describe_parquet(job: Job, stream, scanner, progress: StagingProgress) -> t
     return layout, plan, total, _shards(job, Cut(0, 0, 0), cuts, total)
 
 
-def _shards(job: Job, start: Cut, cuts: list[Cut], total: int) -> list[dict]:
+def _describe_images(job: Job, stream, layout: dict, size: int) -> tuple[dict, dict, int, list[dict]]:
+    """An image collection: its members checked, the images counted; a tar's shards start at a header."""
+    images = archives.members(stream, layout["archive"])
+    total = len(images)
+    layout.update(columns=["name", "data"], data_offset=0)
+    grain = max(1, math.ceil(total / MAX_CUT_POINTS))
+
+    def cut(records: int) -> Cut:
+        return Cut(records, images[records].offset if records < total else size, records)
+
+    cuts = [cut(records) for records in [*range(grain, total, grain), total]]
+    return layout, {}, total, _shards(job, cut(0), cuts, total, smallest=1)
+
+
+def _shards(job: Job, start: Cut, cuts: list[Cut], total: int, smallest: int = GRAIN) -> list[dict]:
     """Merge cut points into shards of similar size: about four per GPU, within the size limits."""
-    target = min(settings.E31_SHARD_RECORDS, max(GRAIN, math.ceil(total / (job.gpus * 4))))
+    target = min(settings.E31_SHARD_RECORDS, max(smallest, math.ceil(total / (job.gpus * 4))))
     shards, begin = [], start
     for index, cut in enumerate(cuts):
         last = index == len(cuts) - 1

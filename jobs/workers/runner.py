@@ -28,7 +28,7 @@ from django.utils import timezone
 from jobs import lifecycle, processors
 from jobs.models import Allocation, Gpu, Job, Shard, State
 from jobs.outputs import RECORD_COLUMN, REJECT_SCHEMA, context_for, output_schema
-from jobs.staging import parquet, ranged
+from jobs.staging import archives, parquet, ranged
 from jobs.staging.formats import FormatError, Record, iter_records
 
 log = logging.getLogger(__name__)
@@ -140,6 +140,9 @@ def _read_shard(job: Job, shard: Shard) -> tuple[Iterable[Record], Callable[[Rec
     with ranged.open_for_ranges(job.staged_path) as staged:
         if job.layout.get("format") == "parquet":
             return list(parquet.iter_rows(staged, job.layout, shard.first_record, shard.record_count)), parquet.raw
+        if job.layout.get("format") == "images":
+            images = archives.iter_images(staged, job.layout, shard.start_byte, shard.first_record, shard.record_count)
+            return list(images), lambda record: record.value["name"]
         staged.seek(shard.start_byte)
         data = staged.read(shard.end_byte - shard.start_byte)
     records = iter_records(
