@@ -8,12 +8,17 @@ when staging ends. Without credentials, an organisation reads from the operator'
 
 import base64
 import hashlib
+import io
 import json
 import re
+import tarfile
 import time
+from pathlib import PurePosixPath
 from typing import BinaryIO, NamedTuple
 
 import boto3
+import pyarrow as pa
+import pyarrow.parquet as pq
 from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
@@ -22,7 +27,9 @@ from django.conf import settings
 from s3transfer.manager import TransferManager
 from s3transfer.subscribers import BaseSubscriber
 
+from jobs.staging import archives
 from jobs.staging.progress import StagingProgress
+from jobs.staging.ranged import RangedS3File
 from jobs.staging.uploads import over_dataset_limit
 
 BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z")
@@ -39,6 +46,11 @@ class Location(NamedTuple):
     bucket: str
     key: str
 
+    @property
+    def is_prefix(self) -> bool:
+        """`s3://bucket/folder/` stages every object under the folder as one dataset."""
+        return self.key.endswith("/")
+
     def __str__(self) -> str:
         return f"s3://{self.bucket}/{self.key}"
 
@@ -48,9 +60,7 @@ def parse(uri: str) -> Location:
     if not uri.lower().startswith("s3://") or not BUCKET.match(bucket):
         raise S3Error(f"{uri} is not an S3 URI: write s3://bucket/key, with the bucket's name in lower case.")
     if not key:
-        raise S3Error(f"{uri} names a bucket but no object: write s3://{bucket}/path/to/data.csv.")
-    if key.endswith("/"):
-        raise S3Error(f"{uri} is a prefix; give one object (s3://{bucket}/{key}data.csv).")
+        raise S3Error(f"{uri} names a bucket but no object: write s3://{bucket}/path/to/data.csv, or a folder/.")
     return Location(bucket, key)
 
 
@@ -121,9 +131,12 @@ class _Counted(BaseSubscriber):
 
 
 def download(uri: str, credentials: dict | None, into: BinaryIO, progress: StagingProgress) -> int:
-    """Copy the object into `into` in parallel ranged GETs, reporting bytes as they arrive; its size."""
+    """Copy the object into `into` in parallel ranged GETs, reporting bytes as they arrive; its size.
+    A prefix is gathered into one dataset (see `gather`)."""
     location = parse(uri)
     s3 = client(credentials)
+    if location.is_prefix:
+        return gather(s3, location, into, progress)
     try:
         size = s3.head_object(Bucket=location.bucket, Key=location.key)["ContentLength"]
     except (ClientError, BotoCoreError) as error:
@@ -146,3 +159,123 @@ def download(uri: str, credentials: dict | None, into: BinaryIO, progress: Stagi
             raise
     progress.advance(size)
     return size
+
+
+def _objects(s3, location: Location) -> list[dict]:
+    """The objects under a prefix, in key order, within the dataset's limits."""
+    found, total = [], 0
+    try:
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=location.bucket, Prefix=location.key):
+            for item in page.get("Contents", []):
+                if item["Key"].endswith("/"):
+                    continue  # a folder marker
+                found.append(item)
+                total += item["Size"]
+                if total > settings.E31_MAX_DATASET_BYTES:
+                    raise S3Error(over_dataset_limit(f"{location} (at {item['Key']})", total))
+                if len(found) > settings.E31_ARCHIVE_MAX_MEMBERS:
+                    raise S3Error(f"{location} holds more than {settings.E31_ARCHIVE_MAX_MEMBERS:,} objects.")
+    except (ClientError, BotoCoreError) as error:
+        raise explain(error, location) from None
+    if not found:
+        raise S3Error(f"{location} holds no objects.")
+    return sorted(found, key=lambda item: item["Key"])
+
+
+def _kind(key: str) -> str:
+    suffix = PurePosixPath(key).suffix.lower()
+    if archives.is_image(key):
+        return "images"
+    return {".csv": "csv", ".tsv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}.get(suffix, "")
+
+
+def gather(s3, location: Location, into: BinaryIO, progress: StagingProgress) -> int:
+    """Every object under the prefix as one dataset in `into`: images as a tar of them, CSV parts
+    under their one header, JSONL parts one after another, Parquet parts as one file. Objects of
+    other kinds, or of two kinds at once, are refused by name."""
+    objects = _objects(s3, location)
+    kinds = {item["Key"]: _kind(item["Key"]) for item in objects}
+    unknown = [key for key, kind in kinds.items() if not kind]
+    if unknown:
+        raise S3Error(f"{location} holds {unknown[0]!r}, which is no image, CSV, JSONL or Parquet file.")
+    if len(set(kinds.values())) > 1:
+        raise S3Error(f"{location} mixes {' and '.join(sorted(set(kinds.values())))} files; stage one kind at a time.")
+    kind = next(iter(kinds.values()))
+    progress.phase("downloading", sum(item["Size"] for item in objects))
+    {"images": _gather_images, "parquet": _gather_parquet}.get(kind, _gather_lines)(
+        s3, location, objects, into, progress
+    )
+    return into.tell()
+
+
+def _body(s3, bucket: str, key: str):
+    try:
+        return s3.get_object(Bucket=bucket, Key=key)["Body"]
+    except (ClientError, BotoCoreError) as error:
+        raise explain(error, Location(bucket, key)) from None
+
+
+def _gather_images(s3, location: Location, objects: list[dict], into: BinaryIO, progress: StagingProgress) -> None:
+    """Images into a tar, named by their path under the prefix."""
+    done = 0
+    with tarfile.open(fileobj=into, mode="w") as archive:
+        for item in objects:
+            member = tarfile.TarInfo(item["Key"][len(location.key) :])
+            member.size = item["Size"]
+            archive.addfile(member, _body(s3, location.bucket, item["Key"]))
+            done += item["Size"]
+            progress.advance(done)
+
+
+def _gather_lines(s3, location: Location, objects: list[dict], into: BinaryIO, progress: StagingProgress) -> None:
+    """CSV parts under the first part's header (each part's own must be the same), or JSONL parts."""
+    header, done = None, 0
+    for item in objects:
+        body = _body(s3, location.bucket, item["Key"])
+        first = body.readline()
+        if item["Key"].lower().endswith((".csv", ".tsv")):
+            if header is None:
+                header = first
+            elif first.rstrip(b"\r\n") != header.rstrip(b"\r\n"):
+                raise S3Error(f"s3://{location.bucket}/{item['Key']} has another header than the first part.")
+            else:
+                first = b""  # one header for all the parts
+        into.write(first)
+        while block := body.read(1024 * 1024):
+            into.write(block)
+        if not _ends_with_newline(into):
+            into.write(b"\n")
+        done += item["Size"]
+        progress.advance(done)
+
+
+def _ends_with_newline(stream: BinaryIO) -> bool:
+    position = stream.tell()
+    if position == 0:
+        return True
+    stream.seek(position - 1)
+    last = stream.read(1)
+    return last == b"\n"
+
+
+def _gather_parquet(s3, location: Location, objects: list[dict], into: BinaryIO, progress: StagingProgress) -> None:
+    """Parquet parts rewritten into one file, a row group at a time; parts must share one schema."""
+    writer, done = None, 0
+    try:
+        for item in objects:
+            part = pq.ParquetFile(io.BufferedReader(RangedS3File(s3, location.bucket, item["Key"]), 8 * 1024**2))
+            if writer is None:
+                writer = pq.ParquetWriter(into, part.schema_arrow)
+            elif part.schema_arrow != writer.schema:
+                raise S3Error(f"s3://{location.bucket}/{item['Key']} has another schema than the first part.")
+            for group in range(part.num_row_groups):
+                writer.write_table(part.read_row_group(group))
+            done += item["Size"]
+            progress.advance(done)
+    except (pa.ArrowException, OSError) as error:
+        raise S3Error(f"A Parquet part under {location} could not be read: {error}.") from None
+    except (ClientError, BotoCoreError) as error:
+        raise explain(error, location) from None
+    finally:
+        if writer is not None:
+            writer.close()

@@ -3,9 +3,12 @@ mode): the partner's bucket with credentials given for the job, the operator's b
 organisation's folder, and every way it can go wrong, each with a clear reason on the job."""
 
 import hashlib
+import io
 import os
 
 import boto3
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from moto.core.authorization import enable_iam_authentication
 from moto.server import ThreadedMotoServer
@@ -14,6 +17,7 @@ from billing.models import LedgerEntry
 from jobs.models import Job, State
 from jobs.staging import s3
 from tests.conftest import EXAMPLE, Worker, client_for, job_form, wait_for_end, wait_for_slots
+from tests.jobs.test_images import picture
 from tests.jobs.test_s3_storage import free_port
 
 CREDENTIALS = {"access_key_id": "partner-key", "secret_access_key": "partner-secret-value"}
@@ -24,6 +28,29 @@ PORTAL_CREDENTIALS = {
 }
 LIMIT = 30_000_000
 BIG = b"id,text\n" + b"".join(b"%d,a record of the ranged read test %d\n" % (n, n) for n in range(500_000))
+
+
+def _parquet(rows: range) -> bytes:
+    sink = io.BytesIO()
+    pq.write_table(pa.table({"id": list(rows), "text": [f"row {n}" for n in rows]}), sink)
+    return sink.getvalue()
+
+
+PREFIXES = {
+    "photos/a.png": picture(),
+    "photos/b.png": picture((300, 200)),
+    "photos/sub/c.jpg": picture(kind="JPEG"),
+    "parts/part-0.csv": b"id,text\n" + b"".join(b"%d,row %d\n" % (n, n) for n in range(0, 700)),
+    "parts/part-1.csv": b"id,text\r\n" + b"".join(b"%d,row %d\n" % (n, n) for n in range(700, 1500)).rstrip(b"\n"),
+    "jsonl/a.jsonl": b"".join(b'{"id": %d}\n' % n for n in range(300)),
+    "jsonl/b.jsonl": b"".join(b'{"id": %d}\n' % n for n in range(300, 500)),
+    "pq/part-0.parquet": _parquet(range(0, 600)),
+    "pq/part-1.parquet": _parquet(range(600, 1000)),
+    "badparts/part-0.csv": b"id,text\n1,a\n",
+    "badparts/part-1.csv": b"id,name\n2,b\n",
+    "mixed/a.csv": b"id,text\n1,a\n",
+    "mixed/b.png": picture(),
+}
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +68,8 @@ def s3_server():
     client.put_object(Bucket="partner-data", Key="exports/big.csv", Body=BIG)
     client.put_object(Bucket="partner-data", Key="exports/huge.csv", Body=BIG + BIG[: LIMIT - len(BIG) + 1])
     client.put_object(Bucket="portal-lake", Key="partner-lab/customers.csv", Body=EXAMPLE.read_bytes())
+    for name, body in PREFIXES.items():
+        client.put_object(Bucket="partner-data", Key=name, Body=body)
     yield endpoint
     server.stop()
 
@@ -196,3 +225,36 @@ def test_operators_do_not_see_the_credentials_in_the_admin(organisation, operato
     assert page.status_code == 200
     assert "s3://partner-data/c.csv" in page.content.decode()
     assert sealed not in page.content.decode() and "partner-secret-value" not in page.content.decode()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("prefix", "work", "records"),
+    [("photos/", "image-thumbs", 3), ("parts/", "clean-table", 1500), ("jsonl/", "clean-table", 500),
+     ("pq/", "clean-table", 1000)],
+    ids=["images", "csv parts", "jsonl parts", "parquet parts"],
+)  # fmt: skip
+def test_a_prefix_stages_every_object_under_it_as_one_dataset(s3_fleet, partner_client, prefix, work, records):
+    form = job_form(location=f"s3://partner-data/{prefix}", work=work)
+    del form["data"]
+    form.update({f"s3_{name}": value for name, value in CREDENTIALS.items()})
+    assert partner_client.post("/jobs/new/", form).status_code == 302
+    job = wait_for_end(Job.objects.get())
+    assert job.state == State.SUCCEEDED, job.error
+    assert job.records_total == records
+    assert job.records_out + job.records_rejected == records
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("prefix", "error"),
+    [
+        ("badparts/", "s3://partner-data/badparts/part-1.csv has another header than the first part."),
+        ("mixed/", "s3://partner-data/mixed/ mixes csv and images files; stage one kind at a time."),
+        ("nothing-here/", "s3://partner-data/nothing-here/ holds no objects."),
+    ],
+)
+def test_a_prefix_that_is_no_one_dataset_fails_with_the_reason(s3_fleet, partner_client, prefix, error):
+    job = staged(partner_client, f"s3://partner-data/{prefix}", CREDENTIALS)
+    assert job.state == State.FAILED
+    assert job.error == f"Staging failed: {error}"

@@ -81,7 +81,6 @@ def test_it_refuses_server_paths_when_no_root_is_set():
         ("ftp://example.com/data.csv", "http"),
         ("s3://bucket/data.csv", "Give credentials that can read s3://bucket/"),
         ("s3://Bucket_1/data.csv", "is not an S3 URI"),
-        ("s3://bucket/folder/", "is a prefix; give one object"),
         ("s3://bucket", "names a bucket but no object"),
         ("/etc/passwd", "is not a readable file in your staging folders"),
     ],
