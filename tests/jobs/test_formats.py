@@ -127,7 +127,7 @@ def test_it_refuses_prose_as_neither_csv_nor_jsonl():
     with pytest.raises(FormatError) as caught:
         detect(b"Dear team, thanks for the GPUs.\nWe will be done by Friday.\n", at_eof=True)
     assert str(caught.value) == NEITHER
-    assert "neither CSV" in NEITHER and "JSONL" in NEITHER and "nor Parquet" in NEITHER
+    assert "neither CSV" in NEITHER and "JSONL" in NEITHER and "Parquet" in NEITHER and "images" in NEITHER
 
 
 def test_it_accepts_a_single_column_when_the_name_ends_in_csv():
