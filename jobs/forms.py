@@ -22,6 +22,12 @@ class JobForm(forms.Form):
         ),
     )
     upload = forms.UUIDField(required=False, widget=forms.HiddenInput)
+    sha256 = forms.CharField(
+        label="SHA-256 of the data (optional)",
+        required=False,
+        max_length=100,
+        help_text="Staging checks the data against it and fails the job if they differ.",
+    )
     location = forms.CharField(
         label="or a URL, s3:// URI or server path",
         required=False,

@@ -120,6 +120,9 @@ class Job(TimeStamped):
     layout = models.JSONField(default=dict, blank=True)
     input_bytes = models.BigIntegerField(null=True, blank=True)
     input_sha256 = models.CharField(max_length=64, blank=True)
+    expected_sha256 = models.CharField(
+        max_length=64, blank=True, help_text="The data's SHA-256 as the partner gave it; staging checks it."
+    )
     staging_seconds = models.FloatField(null=True, blank=True)
     staging_phase = models.CharField(max_length=12, blank=True, help_text="downloading, copying or reading")
     staging_done = models.BigIntegerField(default=0, help_text="Bytes of the current staging phase done.")

@@ -1,5 +1,6 @@
 """What the rest of the portal may do with jobs: submit, find, cancel and read their progress."""
 
+import re
 from dataclasses import dataclass
 from functools import partial
 from typing import BinaryIO
@@ -17,6 +18,8 @@ from jobs.models import Job, Shard, State, Upload
 from jobs.scheduling import parse_request
 from jobs.staging import s3, sources, uploads
 from portal.models import Organisation
+
+SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 class SubmitError(ValueError):
@@ -59,6 +62,7 @@ def submit_job(
     s3_credentials: dict | None = None,
     shape: str = Job.Shape.SHORT_WIDE,
     retention_days: int = 0,
+    expected_sha256: str = "",
 ) -> Job:
     """Check a job's four parts, store its data and queue its staging. Nothing is held yet.
 
@@ -70,6 +74,9 @@ def submit_job(
         checked_params = processor.validate_params(params)
     except processors.ParamError as error:
         raise SubmitError("work", str(error)) from None
+    expected_sha256 = expected_sha256.strip().lower()
+    if expected_sha256 and not SHA256.fullmatch(expected_sha256):
+        raise SubmitError("sha256", f"A SHA-256 is 64 hexadecimal digits, not {expected_sha256!r}.")
     if not 0 <= retention_days <= settings.E31_MAX_RETENTION_DAYS:
         raise SubmitError(
             "keep_days", f"Keep the staged copy 0 to {settings.E31_MAX_RETENTION_DAYS} days, not {retention_days}."
@@ -96,6 +103,7 @@ def submit_job(
             hours=hours,
             shape=shape,
             retention_days=retention_days,
+            expected_sha256=expected_sha256,
             **source,
         )
         job.events.create(state=State.SUBMITTED, at=job.created, message=f"submitted {job.source_name}")

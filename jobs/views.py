@@ -68,6 +68,7 @@ def job_new(request):
                     hours=form.cleaned_data["hours"],
                     shape=form.cleaned_data["shape"],
                     retention_days=form.retention_days(),
+                    expected_sha256=form.cleaned_data["sha256"],
                 )
             except services.SubmitError as error:
                 field = "location" if error.field == "data" and form.cleaned_data["location"] else error.field

@@ -264,6 +264,10 @@ def stage(job_id: int) -> None:
     try:
         progress = StagingProgress(job.pk, claim)
         path, size, sha256 = copy_to_job_storage(job, target, progress)
+        if job.expected_sha256 and sha256 != job.expected_sha256:
+            raise sources.SourceError(
+                f"checksum mismatch: the data's SHA-256 is {sha256}, not the {job.expected_sha256} given with the job."
+            )
         layout, plan, total, shards = describe_and_cut(job, path, progress)
         progress.flush()
     except StagingStopped:

@@ -1,6 +1,7 @@
 """Data from a server path under a staging root, or from an HTTP(S) URL: refused when outside what
 the operator allows, staged like an upload when inside, with the staging on the ledger."""
 
+import hashlib
 import http.server
 import json
 import shutil
@@ -197,3 +198,31 @@ def test_a_download_that_breaks_and_cannot_resume_fails_and_leaves_nothing_stage
     )
     staged = f"{job.storage_prefix}/input"
     assert not default_storage.exists(staged) or default_storage.listdir(staged) == ([], []), "no partial copy kept"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_staging_checks_the_checksum_given_with_the_job(fleet, partner_client, http_server):
+    right = hashlib.sha256(EXAMPLE.read_bytes()).hexdigest()
+    wrong = "0" * 64
+    form = job_form(location=f"{http_server}/customers.csv", sha256=wrong)
+    del form["data"]
+    partner_client.post("/jobs/new/", form)
+    job = wait_for_end(Job.objects.get())
+    assert job.state == State.FAILED
+    assert job.error == (
+        f"Staging failed: checksum mismatch: the data's SHA-256 is {right}, not the {wrong} given with the job."
+    )
+    assert not job.allocations.exists()
+    Job.objects.all().delete()
+    partner_client.post("/jobs/new/", job_form(sha256=right.upper()))
+    job = wait_for_end(Job.objects.get())
+    assert job.state == State.SUCCEEDED, job.error
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("value", ["abc", "g" * 64, "0" * 63, "0" * 65])
+def test_the_form_refuses_a_checksum_that_is_no_sha256(partner_client, online_slots, value):
+    response = partner_client.post("/jobs/new/", job_form(sha256=value))
+    assert response.status_code == 400
+    assert f"A SHA-256 is 64 hexadecimal digits, not &#x27;{value}&#x27;." in response.content.decode()
+    assert not Job.objects.exists()
