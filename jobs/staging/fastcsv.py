@@ -10,8 +10,10 @@ raises `Unsure`, and staging reads the file again the exact, slower way, which a
 
 import io
 import re
-from collections.abc import Callable
-from typing import BinaryIO
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import BinaryIO, NamedTuple
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -19,6 +21,7 @@ import pyarrow.csv as pacsv
 MIN_BLOCK = 64 * 1024
 MAX_BLOCK = 4 * 1024 * 1024
 BLOCKS_PER_FILE = 64  # small files still get enough cut points for their shards
+PARSERS = 2  # blocks parsed at once while the one before is counted (pyarrow lets go of the GIL)
 TRUE_VALUES = ["true", "True", "TRUE", "yes", "Yes", "YES"]
 FALSE_VALUES = ["false", "False", "FALSE", "no", "No", "NO"]
 
@@ -108,6 +111,40 @@ def read(
     target = block_size(size)
     stream.seek(data_offset)
     records, lines, position, cuts = 0, header_lines, data_offset, []
+    parsing: deque[tuple[Future, int, int]] = deque()
+
+    def take_one() -> None:
+        """The oldest block parsed: count it in order (pyarrow parses the next ones meanwhile)."""
+        nonlocal records, lines, position
+        future, length, newlines = parsing.popleft()
+        table, malformed = future.result()
+        if add_table is not None and table.num_rows:
+            add_table(table)
+        records += table.num_rows + malformed
+        lines += newlines
+        position += length
+        cuts.append((records, position, lines))
+        advance(position)
+
+    with ThreadPoolExecutor(max_workers=PARSERS, thread_name_prefix="e31-csv") as parsers:
+        for block in _blocks(stream, target):
+            _check(block.data, suspicious, last=block.last)
+            newlines = block.data.count(b"\n") + (0 if block.data.endswith(b"\n") else 1)
+            parsing.append((parsers.submit(_parse, block.data, columns, delimiter), len(block.data), newlines))
+            if len(parsing) > PARSERS:
+                take_one()
+        while parsing:
+            take_one()
+    return records, cuts
+
+
+class _Block(NamedTuple):
+    data: bytes
+    last: bool  # the rest of the file, taken whole: it may end inside an unmatched quote
+
+
+def _blocks(stream: BinaryIO, target: int) -> Iterator[_Block]:
+    """The file in blocks of about `target` bytes, each ending where a record ends."""
     pending, at_end, wanted = b"", False, 2 * target
     while True:
         while not at_end and len(pending) < wanted:
@@ -115,19 +152,14 @@ def read(
             at_end = not more
             pending += more
         if not pending:
-            return records, cuts
+            return
         end = _boundary(pending, 0, min(target, len(pending)))
         if end == -1 and not at_end:
             wanted = len(pending) + MAX_BLOCK  # a record longer than a block: read on to its end
             continue
         wanted = 2 * target
-        block, pending = (pending[:end], pending[end:]) if end != -1 else (pending, b"")
-        _check(block, suspicious, last=end == -1)
-        table, malformed = _parse(block, columns, delimiter)
-        if add_table is not None and table.num_rows:
-            add_table(table)
-        records += table.num_rows + malformed
-        lines += block.count(b"\n") + (0 if block.endswith(b"\n") else 1)
-        position += len(block)
-        cuts.append((records, position, lines))
-        advance(position)
+        if end == -1:
+            yield _Block(pending, True)
+            return
+        yield _Block(pending[:end], False)
+        pending = pending[end:]
