@@ -167,8 +167,8 @@ def _objects(s3, location: Location) -> list[dict]:
     try:
         for page in s3.get_paginator("list_objects_v2").paginate(Bucket=location.bucket, Prefix=location.key):
             for item in page.get("Contents", []):
-                if item["Key"].endswith("/"):
-                    continue  # a folder marker
+                if item["Key"].endswith("/") or PurePosixPath(item["Key"]).name.startswith(("_", ".")):
+                    continue  # a folder marker, or a hidden file such as Spark's _SUCCESS
                 found.append(item)
                 total += item["Size"]
                 if total > settings.E31_MAX_DATASET_BYTES:

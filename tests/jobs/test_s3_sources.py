@@ -46,6 +46,8 @@ PREFIXES = {
     "jsonl/b.jsonl": b"".join(b'{"id": %d}\n' % n for n in range(300, 500)),
     "pq/part-0.parquet": _parquet(range(0, 600)),
     "pq/part-1.parquet": _parquet(range(600, 1000)),
+    "pq/_SUCCESS": b"",  # hidden files, as Spark and Hadoop write them, are left aside
+    "pq/.part-1.parquet.crc": b"\x00\x01",
     "badparts/part-0.csv": b"id,text\n1,a\n",
     "badparts/part-1.csv": b"id,name\n2,b\n",
     "mixed/a.csv": b"id,text\n1,a\n",
