@@ -56,7 +56,7 @@ class JobAdmin(admin.ModelAdmin):
 class GpuInline(admin.TabularInline):
     model = Gpu
     extra = 0
-    fields = ["index", "kind", "name", "uuid", "memory_mb", "queue", "last_seen"]
+    fields = ["index", "kind", "name", "uuid", "memory_mb", "utilisation", "memory_used_mb", "queue", "last_seen"]
     readonly_fields = fields
 
 
@@ -68,5 +68,5 @@ class NodeAdmin(admin.ModelAdmin):
 
 @admin.register(Gpu)
 class GpuAdmin(admin.ModelAdmin):
-    list_display = ["__str__", "kind", "memory_mb", "queue", "last_seen"]
+    list_display = ["__str__", "kind", "utilisation", "memory_used_mb", "memory_mb", "queue", "last_seen"]
     list_filter = ["kind", "node"]

@@ -66,6 +66,10 @@ class Gpu(TimeStamped):
     compute_capability = models.CharField(max_length=10, blank=True)
     queue = models.CharField(max_length=250, unique=True)
     last_seen = models.DateTimeField(null=True, blank=True)
+    utilisation = models.PositiveSmallIntegerField(
+        null=True, blank=True, help_text="Percent busy, at the last heartbeat."
+    )
+    memory_used_mb = models.PositiveIntegerField(null=True, blank=True, help_text="At the last heartbeat.")
 
     objects = GpuQuerySet.as_manager()
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from django.utils import timezone
 
 from jobs.models import Gpu, Node
-from jobs.workers.nvml import GpuInfo
+from jobs.workers.nvml import GpuInfo, Reading
 
 
 @dataclass(frozen=True)
@@ -33,8 +33,15 @@ def default_node_name() -> str:
     return socket.gethostname()
 
 
-def register(node_name: str, specs: list[SlotSpec], driver: str = "", alive: set[int] | None = None) -> list[Gpu]:
-    """Create or refresh the node and its slots; slots in `alive` (all by default) are seen now."""
+def register(
+    node_name: str,
+    specs: list[SlotSpec],
+    driver: str = "",
+    alive: set[int] | None = None,
+    readings: dict[int, Reading] | None = None,
+) -> list[Gpu]:
+    """Create or refresh the node and its slots; slots in `alive` (all by default) are seen now, with
+    their GPU's utilisation and memory in use when NVML gave `readings`."""
     now = timezone.now()
     node, _ = Node.objects.update_or_create(
         name=node_name, defaults={"hostname": socket.gethostname(), "driver": driver, "last_seen": now}
@@ -42,6 +49,7 @@ def register(node_name: str, specs: list[SlotSpec], driver: str = "", alive: set
     slots = []
     for spec in specs:
         seen = now if alive is None or spec.index in alive else None
+        reading = (readings or {}).get(spec.index)
         slot, _ = Gpu.objects.update_or_create(
             node=node,
             index=spec.index,
@@ -53,6 +61,8 @@ def register(node_name: str, specs: list[SlotSpec], driver: str = "", alive: set
                 "compute_capability": spec.compute_capability,
                 "queue": queue_name(node_name, spec.index),
                 "last_seen": seen,
+                "utilisation": reading.utilisation if reading else None,
+                "memory_used_mb": reading.memory_used_mb if reading else None,
             },
         )
         slots.append(slot)

@@ -47,3 +47,35 @@ def discover() -> list[GpuInfo]:
         return found
     finally:
         nvml.nvmlShutdown()
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One GPU at one heartbeat: how busy it is, and the memory in use."""
+
+    index: int
+    utilisation: int  # percent of the last sample period the GPU was running a kernel
+    memory_used_mb: int
+
+
+def readings() -> dict[int, Reading]:
+    """Each GPU's utilisation and memory now, by index; nothing when NVML cannot answer."""
+    nvml = importlib.import_module(settings.E31_NVML_MODULE)
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError:
+        return {}
+    try:
+        found = {}
+        for index in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            found[index] = Reading(
+                index=index,
+                utilisation=int(nvml.nvmlDeviceGetUtilizationRates(handle).gpu),
+                memory_used_mb=nvml.nvmlDeviceGetMemoryInfo(handle).used // (1024 * 1024),
+            )
+        return found
+    except nvml.NVMLError:
+        return {}
+    finally:
+        nvml.nvmlShutdown()

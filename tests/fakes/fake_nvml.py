@@ -52,3 +52,9 @@ def nvmlDeviceGetMemoryInfo(handle):
 
 def nvmlDeviceGetCudaComputeCapability(handle):
     return (9, 0)
+
+
+def nvmlDeviceGetUtilizationRates(handle):
+    """GPU n is busy 10 × n percent of the time (E31_FAKE_UTILISATION adds to it, up to 100)."""
+    busy = min(100, 10 * handle + int(os.environ.get("E31_FAKE_UTILISATION", "0")))
+    return SimpleNamespace(gpu=busy, memory=busy // 2)

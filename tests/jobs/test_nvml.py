@@ -47,3 +47,26 @@ def test_it_labels_cpu_slots_as_such():
     assert [slot.label for slot in slots] == [f"CPU slot {i} on laptop" for i in range(3)]
     node.go_offline("laptop")
     assert not Gpu.objects.online().exists()
+
+
+@override_settings(E31_NVML_MODULE=FAKE)
+def test_it_reads_each_gpus_utilisation_and_memory(monkeypatch):
+    monkeypatch.setenv("E31_FAKE_GPUS", "3")
+    assert nvml.readings() == {
+        0: nvml.Reading(0, 0, 0),
+        1: nvml.Reading(1, 10, 1024),
+        2: nvml.Reading(2, 20, 2048),
+    }
+    monkeypatch.setenv("E31_FAKE_GPUS", "0")
+    assert nvml.readings() == {}
+
+
+@pytest.mark.django_db
+@override_settings(E31_NVML_MODULE=FAKE)
+def test_a_heartbeat_records_each_gpus_readings(monkeypatch):
+    monkeypatch.setenv("E31_FAKE_GPUS", "2")
+    specs = node.slot_specs(nvml.discover(), cpu_slots=4)
+    node.register("gpu-box", specs, readings=nvml.readings())
+    assert list(Gpu.objects.order_by("index").values_list("utilisation", "memory_used_mb")) == [(0, 0), (10, 1024)]
+    node.register("gpu-box", specs, readings={})
+    assert set(Gpu.objects.values_list("utilisation", "memory_used_mb")) == {(None, None)}, "no reading: none shown"

@@ -67,7 +67,7 @@ class Command(BaseCommand):
                         child.start()
                 close_old_connections()
                 alive = {index for index, child in by_index.items() if child.alive}
-                nodes.register(name, specs, driver, alive)
+                nodes.register(name, specs, driver, alive, nvml.readings() if gpus else None)
                 if not scheduled:
                     from jobs import tasks
 
