@@ -238,6 +238,9 @@ class Shard(TimeStamped):
     status = models.CharField(max_length=8, choices=Status.choices, default=Status.PENDING)
     attempts = models.PositiveIntegerField(default=0)
     gpu = models.ForeignKey(Gpu, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    failed_on = models.ForeignKey(
+        Gpu, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", help_text="The slot it last failed on."
+    )
     claim = models.CharField(max_length=32, blank=True)
     worker_pid = models.PositiveIntegerField(null=True, blank=True)
     lease_until = models.DateTimeField(null=True, blank=True)

@@ -10,8 +10,8 @@ RECORD_COLUMN = "_record"
 REJECT_SCHEMA = pa.schema([("record", pa.int64()), ("line", pa.int64()), ("reason", pa.string()), ("raw", pa.string())])
 
 
-def context_for(job: Job, device: str = "cpu") -> Context:
-    return Context(params=job.params, plan=job.plan, layout=job.layout, device=device)
+def context_for(job: Job, device: str = "cpu", slot: int | None = None) -> Context:
+    return Context(params=job.params, plan=job.plan, layout=job.layout, device=device, slot=slot)
 
 
 def output_schema(job: Job) -> pa.Schema:

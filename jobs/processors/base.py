@@ -47,6 +47,7 @@ class Context:
     plan: dict
     layout: dict
     device: str = "cpu"
+    slot: int | None = None  # the index of the GPU (or CPU slot) on its machine, None outside a pass
 
 
 @dataclass

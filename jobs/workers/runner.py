@@ -78,7 +78,11 @@ def run_slot(job_id: int, allocation_id: int) -> str:
         except Exception:
             log.exception("shard %s of job %s failed", shard.index, job.pk)
             Shard.objects.filter(pk=shard.pk, claim=token).update(
-                status=Shard.Status.PENDING, claim="", lease_until=None, error=traceback.format_exc(limit=5)
+                status=Shard.Status.PENDING,
+                claim="",
+                lease_until=None,
+                error=traceback.format_exc(limit=5),
+                failed_on=gpu,
             )
 
 
@@ -88,7 +92,10 @@ def claim_next(job: Job, gpu: Gpu) -> tuple[Shard, str] | None:
     claimable = Q(status=Shard.Status.PENDING) | Q(status=Shard.Status.RUNNING, lease_until__lt=now)
     # A running shard of this very slot was left by a worker process that died on it.
     claimable |= Q(status=Shard.Status.RUNNING, gpu=gpu)
-    for shard in Shard.objects.filter(job=job).filter(claimable).order_by("index")[:8]:
+    candidates = Shard.objects.filter(job=job).filter(claimable)
+    if _another_live_slot(job, gpu):
+        candidates = candidates.exclude(status=Shard.Status.PENDING, failed_on=gpu)  # retried elsewhere
+    for shard in candidates.order_by("index")[:8]:
         if shard.attempts >= settings.E31_SHARD_MAX_ATTEMPTS:
             detail = shard.error.strip().splitlines()[-1] if shard.error.strip() else "its worker stopped"
             lifecycle.fail(job, f"Shard {shard.index} failed {shard.attempts} times: {detail}")
@@ -108,6 +115,12 @@ def claim_next(job: Job, gpu: Gpu) -> tuple[Shard, str] | None:
         if won:
             return shard, token
     return None
+
+
+def _another_live_slot(job: Job, gpu: Gpu) -> bool:
+    """Whether the job holds another slot that is online, to retry a failed shard on."""
+    held = Allocation.objects.filter(job=job, held_to__isnull=True).exclude(gpu=gpu)
+    return held.filter(gpu__in=Gpu.objects.online()).exists()
 
 
 def _running(job_id: int):
@@ -163,7 +176,7 @@ def _read_shard(job: Job, shard: Shard) -> tuple[Iterable[Record], Callable[[Rec
 
 def process_shard(job: Job, shard: Shard, token: str, gpu: Gpu) -> None:
     processor = processors.get(job.work)
-    context = context_for(job, device="cuda" if gpu.kind == Gpu.Kind.GPU else "cpu")
+    context = context_for(job, device="cuda" if gpu.kind == Gpu.Kind.GPU else "cpu", slot=gpu.index)
     records, raw = _read_shard(job, shard)
     _keep_claim(shard, token)
     schema = output_schema(job)

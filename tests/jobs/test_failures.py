@@ -43,3 +43,17 @@ def test_it_stops_retrying_a_poison_shard_and_fails_the_job(fleet, partner_clien
     assert job.error == f"Shard {poison.index} failed 3 times: RuntimeError: record 600 is poison"
     assert not job.allocations.filter(held_to__isnull=True).exists()
     assert LedgerEntry.objects.filter(job=job, kind=LedgerEntry.Kind.HOLD).exists(), "the hours held are on the ledger"
+
+
+def test_a_shard_that_fails_on_one_slot_is_retried_on_another(fleet, partner_client):
+    form = job_form(csv_bytes(2000), name="numbers.csv", work="test-slow-echo")
+    form["param-test-slow-echo-seconds_per_batch"] = "0"
+    form["param-test-slow-echo-fail_on_slot"] = "0"
+    partner_client.post("/jobs/new/", form)
+    job = wait_for_end(Job.objects.get())
+    assert job.state == State.SUCCEEDED, job.error
+    shards = list(Shard.objects.filter(job=job).select_related("gpu", "failed_on"))
+    assert {shard.gpu.index for shard in shards} == {1}, "every shard was finished on the slot that works"
+    retried = [shard for shard in shards if shard.attempts > 1]
+    assert retried and all(shard.failed_on.index == 0 and shard.attempts == 2 for shard in retried)
+    assert job.records_out == 2000

@@ -2,7 +2,8 @@
 
 `test-slow-echo` copies every field as text and sleeps a while per batch, so a test can catch a
 shard while it runs: to kill its worker, to cancel its job, or to keep its GPUs busy. It can also
-raise on a chosen record, to test a shard that fails every time.
+raise on a chosen record, to test a shard that fails every time, or on one slot, to test a retry
+on another.
 """
 
 import time
@@ -21,6 +22,7 @@ class SlowEcho(Processor):
     params = (
         Param("seconds_per_batch", float, 0.1, "How long each batch takes.", minimum=0.0, maximum=10.0),
         Param("fail_at_record", int, 0, "Raise on the batch holding this input position (0: never).", minimum=0),
+        Param("fail_on_slot", int, -1, "Raise on every batch run on the slot of this index (-1: none).", minimum=-1),
     )
     batch_size = 50
 
@@ -29,6 +31,8 @@ class SlowEcho(Processor):
 
     def process_batch(self, records, context: Context) -> Batch:
         time.sleep(context.params["seconds_per_batch"])
+        if context.slot == context.params["fail_on_slot"]:
+            raise RuntimeError(f"slot {context.slot} is broken")
         poison = context.params["fail_at_record"]
         if poison and any(record.position == poison for record in records):
             raise RuntimeError(f"record {poison} is poison")
