@@ -54,6 +54,14 @@ class JobForm(forms.Form):
         initial="delete",
         widget=forms.RadioSelect,
     )
+    allow_partial = forms.BooleanField(
+        label="Allow partial output",
+        required=False,
+        help_text=(
+            "If a shard still fails after its retries, finish without it: its records are listed in the "
+            "rejects. Otherwise the job fails."
+        ),
+    )
     keep_days = forms.IntegerField(label="days", min_value=1, initial=7, required=False)
 
     def __init__(self, *args, **kwargs):

@@ -138,6 +138,9 @@ class Job(TimeStamped):
     )
     records_total = models.BigIntegerField(null=True, blank=True)
     retention_days = models.PositiveIntegerField(default=0, help_text="0: delete the staged copy when the job ends.")
+    allow_partial = models.BooleanField(
+        default=False, help_text="A shard that uses all its attempts is left out (its records rejected), not fatal."
+    )
     staged_purged_at = models.DateTimeField(null=True, blank=True)
 
     # request
@@ -226,6 +229,7 @@ class Shard(TimeStamped):
         PENDING = "pending", "Pending"
         RUNNING = "running", "Running"
         DONE = "done", "Done"
+        FAILED = "failed", "Failed"  # used all its attempts in a job that allows partial output
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="shards")
     index = models.PositiveIntegerField()
@@ -256,8 +260,15 @@ class Shard(TimeStamped):
         ordering = ["job", "index"]
         constraints = [models.UniqueConstraint(fields=["job", "index"], name="one_shard_per_index")]
 
+    SETTLED = (Status.DONE, Status.FAILED)  # nothing more will be done to it in this pass
+
     def __str__(self) -> str:
         return f"shard {self.index} of job {self.job_id}"
+
+    @property
+    def last_error(self) -> str:
+        """The last line of its last error (the exception), or why there is none."""
+        return self.error.strip().splitlines()[-1] if self.error.strip() else "its worker stopped"
 
 
 class Allocation(TimeStamped):

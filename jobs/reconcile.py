@@ -24,7 +24,7 @@ def reconcile() -> list[int]:
     touched = []
     for job in Job.objects.filter(state=State.RUNNING, started_at__lt=quiet):
         shards = job.shards.all()
-        if not shards.exclude(status=Shard.Status.DONE).exists():
+        if not shards.exclude(status__in=Shard.SETTLED).exists():
             if lifecycle.finish_pass(job):
                 touched.append(job.pk)
             continue

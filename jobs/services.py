@@ -63,6 +63,7 @@ def submit_job(
     shape: str = Job.Shape.SHORT_WIDE,
     retention_days: int = 0,
     expected_sha256: str = "",
+    allow_partial: bool = False,
 ) -> Job:
     """Check a job's four parts, store its data and queue its staging. Nothing is held yet.
 
@@ -104,6 +105,7 @@ def submit_job(
             shape=shape,
             retention_days=retention_days,
             expected_sha256=expected_sha256,
+            allow_partial=allow_partial,
             **source,
         )
         job.events.create(state=State.SUBMITTED, at=job.created, message=f"submitted {job.source_name}")
@@ -196,7 +198,7 @@ class Progress:
 
 
 def progress(job: Job) -> Progress:
-    done = Q(status=Shard.Status.DONE)
+    done = Q(status__in=Shard.SETTLED)  # a failed shard of a partial output is settled too
     totals = job.shards.aggregate(
         shards=Count("pk"),
         shards_done=Count("pk", filter=done),

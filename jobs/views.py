@@ -69,6 +69,7 @@ def job_new(request):
                     shape=form.cleaned_data["shape"],
                     retention_days=form.retention_days(),
                     expected_sha256=form.cleaned_data["sha256"],
+                    allow_partial=form.cleaned_data["allow_partial"],
                 )
             except services.SubmitError as error:
                 field = "location" if error.field == "data" and form.cleaned_data["location"] else error.field

@@ -22,6 +22,7 @@ from jobs import lifecycle, processors
 from jobs.models import Job, Shard, State
 from jobs.outputs import output_schema
 from jobs.retention import purge_staged_copy_if_due
+from jobs.workers.runner import read_shard
 
 OUTPUT_FILES = ("output.parquet", "rejects.csv", "manifest.json")
 
@@ -34,7 +35,8 @@ def _digest(path: str) -> dict:
     return {"bytes": os.path.getsize(path), "sha256": sha256.hexdigest()}
 
 
-def _write_parts(shards: list[Shard], schema, output: str, rejects: str) -> None:
+def _write_parts(job: Job, shards: list[Shard], failed: list[Shard], schema, output: str, rejects: str) -> None:
+    """The done shards' parts in order; every record of a failed shard (partial output) as a reject."""
     with pq.ParquetWriter(output, schema) as writer:
         for shard in shards:
             with default_storage.open(shard.output_path, "rb") as part:
@@ -44,7 +46,12 @@ def _write_parts(shards: list[Shard], schema, output: str, rejects: str) -> None
     with open(rejects, "w", newline="", encoding="utf-8") as handle:
         out = csv.writer(handle)
         out.writerow(["record", "line", "reason", "raw"])
-        for shard in shards:
+        for shard in sorted([*shards, *failed], key=lambda shard: shard.index):
+            if shard.status == Shard.Status.FAILED:
+                reason = f"shard {shard.index} failed {shard.attempts} times: {shard.last_error}"
+                records, raw = read_shard(job, shard)
+                out.writerows((record.position, record.line, reason, raw(record)) for record in records)
+                continue
             with default_storage.open(shard.rejects_path, "rb") as part:
                 for batch in pq.ParquetFile(part).iter_batches():
                     out.writerows(zip(*(batch.column(i).to_pylist() for i in range(4)), strict=True))
@@ -61,8 +68,9 @@ def _staging(job: Job) -> dict:
     }
 
 
-def manifest(job: Job, shards: list[Shard], complete: bool, files: dict) -> dict:
+def manifest(job: Job, shards: list[Shard], complete: bool, files: dict, failed: list[Shard] = ()) -> dict:
     processor = processors.get(job.work)
+    left_out = sum(shard.record_count for shard in failed)
     return {
         "job": job.pk,
         "organisation": job.organisation.slug,
@@ -84,9 +92,20 @@ def manifest(job: Job, shards: list[Shard], complete: bool, files: dict) -> dict
         "records": {
             "in": job.records_total,
             "out": sum(shard.records_out for shard in shards),
-            "rejected": sum(shard.records_rejected for shard in shards),
-            "not_processed": job.records_total - sum(s.records_out + s.records_rejected for s in shards),
+            "rejected": sum(shard.records_rejected for shard in shards) + left_out,
+            "in_failed_shards": left_out,
+            "not_processed": job.records_total - sum(s.records_out + s.records_rejected for s in shards) - left_out,
         },
+        "failed_shards": [
+            {
+                "index": shard.index,
+                "first_record": shard.first_record,
+                "records": shard.record_count,
+                "attempts": shard.attempts,
+                "error": shard.last_error,
+            }
+            for shard in failed
+        ],
         "shards": [
             {
                 "index": shard.index,
@@ -112,31 +131,34 @@ def assemble(job_id: int) -> bool:
         return False
     shards = list(job.shards.filter(status=Shard.Status.DONE).select_related("gpu__node").order_by("index"))
     complete = job.state == State.FINISHING
-    accounted = sum(shard.records_out + shard.records_rejected for shard in shards)
+    failed = list(job.shards.filter(status=Shard.Status.FAILED).order_by("index")) if complete else []
+    left_out = sum(shard.record_count for shard in failed)
+    accounted = sum(shard.records_out + shard.records_rejected for shard in shards) + left_out
     if complete and accounted != job.records_total:
         lifecycle.fail(job, f"Output check failed: {accounted} of {job.records_total} records accounted for.")
         return False
-    if not shards:
+    if not shards and not failed:
         return False
     prefix = f"{job.storage_prefix}/output-{uuid.uuid4().hex[:8]}"
     with tempfile.TemporaryDirectory(prefix="e31-output-") as scratch:
         paths = {name: os.path.join(scratch, name) for name in OUTPUT_FILES}
-        _write_parts(shards, output_schema(job), paths["output.parquet"], paths["rejects.csv"])
+        _write_parts(job, shards, failed, output_schema(job), paths["output.parquet"], paths["rejects.csv"])
         files = {name: _digest(paths[name]) for name in ("output.parquet", "rejects.csv")}
         with open(paths["manifest.json"], "w", encoding="utf-8") as handle:
-            json.dump(manifest(job, shards, complete, files), handle, indent=2)
+            json.dump(manifest(job, shards, complete, files, failed), handle, indent=2)
         for name, path in paths.items():
             with open(path, "rb") as handle:
                 default_storage.save(f"{prefix}/{name}", File(handle))
     out = sum(shard.records_out for shard in shards)
-    rejected = sum(shard.records_rejected for shard in shards)
+    rejected = sum(shard.records_rejected for shard in shards) + left_out
+    left = f"; {len(failed)} failed shard{'s' if len(failed) != 1 else ''} left out" if failed else ""
     with transaction.atomic():
         won = Job.objects.filter(pk=job.pk, output_path="").update(
             output_path=prefix, records_out=out, records_rejected=rejected
         )
         if won and complete:
             lifecycle.move(
-                job.pk, State.FINISHING, State.SUCCEEDED, message=f"{out:,} records out, {rejected:,} rejected"
+                job.pk, State.FINISHING, State.SUCCEEDED, message=f"{out:,} records out, {rejected:,} rejected{left}"
             )
     if not won:
         for name in OUTPUT_FILES:

@@ -62,7 +62,7 @@ def run_slot(job_id: int, allocation_id: int) -> str:
             return "continued"
         claimed = claim_next(job, gpu)
         if claimed is None:
-            if not Shard.objects.filter(job=job).exclude(status=Shard.Status.DONE).exists():
+            if not Shard.objects.filter(job=job).exclude(status__in=Shard.SETTLED).exists():
                 lifecycle.finish_pass(job)
                 return "finished"
             time.sleep(0.5)  # the last shards run on other slots; stay to take any they lose
@@ -97,9 +97,15 @@ def claim_next(job: Job, gpu: Gpu) -> tuple[Shard, str] | None:
         candidates = candidates.exclude(status=Shard.Status.PENDING, failed_on=gpu)  # retried elsewhere
     for shard in candidates.order_by("index")[:8]:
         if shard.attempts >= settings.E31_SHARD_MAX_ATTEMPTS:
-            detail = shard.error.strip().splitlines()[-1] if shard.error.strip() else "its worker stopped"
-            lifecycle.fail(job, f"Shard {shard.index} failed {shard.attempts} times: {detail}")
-            return None
+            reason = f"Shard {shard.index} failed {shard.attempts} times: {shard.last_error}"
+            if not job.allow_partial:
+                lifecycle.fail(job, reason)
+                return None
+            # Partial output allowed: the shard is left out; assembly lists its records as rejected.
+            Shard.objects.filter(pk=shard.pk, status=shard.status, claim=shard.claim, attempts=shard.attempts).update(
+                status=Shard.Status.FAILED, claim="", lease_until=None
+            )
+            continue
         token = uuid.uuid4().hex
         won = Shard.objects.filter(
             pk=shard.pk, status=shard.status, claim=shard.claim, attempts=shard.attempts, job_id__in=_running(job.pk)
@@ -148,7 +154,7 @@ def _reject_rows(rejects: list[tuple[Record, str]], raw: Callable[[Record], str]
     }
 
 
-def _read_shard(job: Job, shard: Shard) -> tuple[Iterable[Record], Callable[[Record], str]]:
+def read_shard(job: Job, shard: Shard) -> tuple[Iterable[Record], Callable[[Record], str]]:
     """The shard's records, and how a rejected one is shown: its text as it was, or a row as JSON."""
     with ranged.open_for_ranges(job.staged_path) as staged:
         if job.layout.get("format") == "parquet":
@@ -177,7 +183,7 @@ def _read_shard(job: Job, shard: Shard) -> tuple[Iterable[Record], Callable[[Rec
 def process_shard(job: Job, shard: Shard, token: str, gpu: Gpu) -> None:
     processor = processors.get(job.work)
     context = context_for(job, device="cuda" if gpu.kind == Gpu.Kind.GPU else "cpu", slot=gpu.index)
-    records, raw = _read_shard(job, shard)
+    records, raw = read_shard(job, shard)
     _keep_claim(shard, token)
     schema = output_schema(job)
     rejects: list[tuple[Record, str]] = []

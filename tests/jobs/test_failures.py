@@ -1,6 +1,11 @@
 """Jobs that cannot succeed end `failed` with the reason on their page, and hold nothing afterwards."""
 
+import csv
+import io
+import json
+
 import pytest
+from django.core.files.storage import default_storage
 
 from billing.models import LedgerEntry
 from jobs.models import Job, Shard, State
@@ -57,3 +62,37 @@ def test_a_shard_that_fails_on_one_slot_is_retried_on_another(fleet, partner_cli
     retried = [shard for shard in shards if shard.attempts > 1]
     assert retried and all(shard.failed_on.index == 0 and shard.attempts == 2 for shard in retried)
     assert job.records_out == 2000
+
+
+def test_with_partial_output_allowed_a_poison_shard_is_left_out_and_its_records_rejected(fleet, partner_client):
+    form = job_form(csv_bytes(1000), name="numbers.csv", work="test-slow-echo", allow_partial="on")
+    form["param-test-slow-echo-seconds_per_batch"] = "0"
+    form["param-test-slow-echo-fail_at_record"] = "600"
+    partner_client.post("/jobs/new/", form)
+    job = wait_for_end(Job.objects.get())
+    assert job.state == State.SUCCEEDED, job.error
+    poison = Shard.objects.get(job=job, first_record__lte=600, first_record__gt=600 - 250)
+    assert (poison.status, poison.attempts) == (Shard.Status.FAILED, 3)
+    assert job.records_out == 1000 - poison.record_count
+    assert job.records_rejected == poison.record_count
+    with default_storage.open(f"{job.output_path}/rejects.csv") as handle:
+        rejects = list(csv.DictReader(io.StringIO(handle.read().decode())))
+    first = poison.first_record
+    assert [int(row["record"]) for row in rejects] == list(range(first, first + poison.record_count))
+    assert rejects[0]["reason"] == f"shard {poison.index} failed 3 times: RuntimeError: record 600 is poison"
+    assert rejects[0]["line"] == str(first + 1) and rejects[0]["raw"] == f"{first},record {first}"
+    with default_storage.open(f"{job.output_path}/manifest.json") as handle:
+        manifest = json.load(handle)
+    assert manifest["complete"] is True
+    assert manifest["failed_shards"] == [
+        {
+            "index": poison.index,
+            "first_record": first,
+            "records": poison.record_count,
+            "attempts": 3,
+            "error": "RuntimeError: record 600 is poison",
+        }
+    ]
+    assert manifest["records"]["in_failed_shards"] == poison.record_count
+    assert manifest["records"]["not_processed"] == 0
+    assert "failed shard left out" in job.events.get(state=State.SUCCEEDED).message

@@ -55,6 +55,11 @@ class Command(BaseCommand):
         parser.add_argument("--hours", required=True)
         parser.add_argument("--shape", default=Job.Shape.SHORT_WIDE, choices=Job.Shape.values)
         parser.add_argument("--keep-days", type=int, default=0, help="Keep the staged copy this many days.")
+        parser.add_argument(
+            "--allow-partial",
+            action="store_true",
+            help="Finish without a shard that keeps failing (its records rejected).",
+        )
         parser.add_argument("--sha256", default="", help="The data's SHA-256; staging fails the job if it differs.")
         parser.add_argument("--wait", action="store_true", help="Wait for the job to end, showing progress.")
         parser.add_argument("--output", help="With --wait: write the output files into this folder.")
@@ -115,6 +120,7 @@ class Command(BaseCommand):
             "shape": opts["shape"],
             "retention_days": opts["keep_days"],
             "expected_sha256": opts["sha256"],
+            "allow_partial": opts["allow_partial"],
         }
         data = opts["data"]
         in_staging_folder = sources.within(Path(data).resolve(), sources.organisation_roots(organisation.slug))
