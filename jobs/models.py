@@ -24,6 +24,7 @@ class State(models.TextChoices):
     TIMED_OUT = "timed_out", "Timed out"
 
 
+OUTPUT_FILES = ("output.parquet", "rejects.csv", "manifest.json")  # in every output; a work kind may add more
 ENDED = (State.SUCCEEDED, State.FAILED, State.CANCELLED, State.TIMED_OUT)
 ACTIVE = (State.SUBMITTED, State.STAGING, State.QUEUED, State.RUNNING, State.FINISHING)
 
@@ -155,6 +156,7 @@ class Job(TimeStamped):
 
     # output
     output_path = models.CharField(max_length=500, blank=True)
+    output_files = models.JSONField(default=list, blank=True, help_text="The names of the files in the output folder.")
     records_out = models.BigIntegerField(null=True, blank=True)
     records_rejected = models.BigIntegerField(null=True, blank=True)
 
@@ -176,6 +178,13 @@ class Job(TimeStamped):
     @property
     def storage_prefix(self) -> str:
         return f"jobs/{self.pk}"
+
+    @property
+    def output_names(self) -> list[str]:
+        """The files of the job's output, once there is one."""
+        if not self.output_path:
+            return []
+        return list(self.output_files) or list(OUTPUT_FILES)
 
     @property
     def staging_rate(self) -> float | None:

@@ -18,7 +18,7 @@ from billing.metering import meter_for
 from jobs import lifecycle, services
 from jobs.forms import JobForm
 from jobs.models import ACTIVE, Upload
-from jobs.outputs.assemble import OUTPUT_FILES, open_output_file
+from jobs.outputs.assemble import open_output_file
 from jobs.outputs.zipstream import stream_zip
 from jobs.retention import purge_due_at
 from jobs.scheduling import fleet, queue_position
@@ -117,7 +117,7 @@ def _detail_context(job) -> dict:
         "position": queue_position(job),
         "fleet": fleet(),
         "purge_due": purge_due_at(job),
-        "output_files": OUTPUT_FILES if job.output_path else (),
+        "output_files": job.output_names,
         "staging_phase_mb_per_s": job.staging_rate / 1e6 if job.staging_rate else None,
     }
 
@@ -154,7 +154,7 @@ def job_output(request, pk: int):
     job = services.get_job_for_user(request, pk)
     if not job.output_path:
         raise Http404("This job has no output.")
-    files = [(name, partial(open_output_file, job, name)) for name in OUTPUT_FILES]
+    files = [(name, partial(open_output_file, job, name)) for name in job.output_names]
     response = StreamingHttpResponse(stream_zip(files), content_type="application/zip")
     response["Content-Disposition"] = f'attachment; filename="job-{job.pk}-output.zip"'
     return response
@@ -163,7 +163,7 @@ def job_output(request, pk: int):
 @login_required
 def job_output_file(request, pk: int, name: str):
     job = services.get_job_for_user(request, pk)
-    if not job.output_path or name not in OUTPUT_FILES:
+    if name not in job.output_names:
         raise Http404("This job has no such output file.")
     return FileResponse(open_output_file(job, name), as_attachment=True, filename=f"job-{job.pk}-{name}")
 

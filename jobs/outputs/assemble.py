@@ -19,12 +19,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from jobs import lifecycle, processors
-from jobs.models import Job, Shard, State
+from jobs.models import OUTPUT_FILES, Job, Shard, State
 from jobs.outputs import output_schema
 from jobs.retention import purge_staged_copy_if_due
 from jobs.workers.runner import read_shard
-
-OUTPUT_FILES = ("output.parquet", "rejects.csv", "manifest.json")
 
 
 def _digest(path: str) -> dict:
@@ -143,7 +141,9 @@ def assemble(job_id: int) -> bool:
     with tempfile.TemporaryDirectory(prefix="e31-output-") as scratch:
         paths = {name: os.path.join(scratch, name) for name in OUTPUT_FILES}
         _write_parts(job, shards, failed, output_schema(job), paths["output.parquet"], paths["rejects.csv"])
-        files = {name: _digest(paths[name]) for name in ("output.parquet", "rejects.csv")}
+        extra = processors.get(job.work).finish_output(paths["output.parquet"], scratch)
+        paths.update((os.path.basename(path), path) for path in extra)
+        files = {name: _digest(path) for name, path in paths.items() if name != "manifest.json"}
         with open(paths["manifest.json"], "w", encoding="utf-8") as handle:
             json.dump(manifest(job, shards, complete, files, failed), handle, indent=2)
         for name, path in paths.items():
@@ -154,14 +154,14 @@ def assemble(job_id: int) -> bool:
     left = f"; {len(failed)} failed shard{'s' if len(failed) != 1 else ''} left out" if failed else ""
     with transaction.atomic():
         won = Job.objects.filter(pk=job.pk, output_path="").update(
-            output_path=prefix, records_out=out, records_rejected=rejected
+            output_path=prefix, output_files=list(paths), records_out=out, records_rejected=rejected
         )
         if won and complete:
             lifecycle.move(
                 job.pk, State.FINISHING, State.SUCCEEDED, message=f"{out:,} records out, {rejected:,} rejected{left}"
             )
     if not won:
-        for name in OUTPUT_FILES:
+        for name in paths:
             default_storage.delete(f"{prefix}/{name}")
         return False
     for shard in shards:

@@ -94,3 +94,8 @@ class Processor:
 
     def process_batch(self, records: list[Record], context: Context) -> Batch:
         raise NotImplementedError
+
+    def finish_output(self, output_path: str, scratch: str) -> list[str]:
+        """Once output.parquet is assembled at `output_path`: write any further output files into
+        `scratch` (and rewrite output.parquet if need be); their paths. None by default."""
+        return []

@@ -4,14 +4,18 @@ perceptual hash (a 64-bit difference hash) to find near-duplicates.
 
 Images are opened with Pillow's decompression-bomb warning turned into an error, so an image that
 claims more than Image.MAX_IMAGE_PIXELS pixels is rejected, named, before it is decoded. An image
-Pillow cannot read is rejected with Pillow's reason. Output: a Parquet index of the images, each
-with its thumbnail's bytes.
+Pillow cannot read is rejected with Pillow's reason. Output: thumbnails.zip, and a Parquet index of
+the images naming each one's thumbnail in the zip.
 """
 
 import io
+import os
 import warnings
+import zipfile
+from pathlib import PurePosixPath
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from jobs.processors.base import Batch, Context, Param, ParamError, Processor
@@ -30,6 +34,16 @@ SCHEMA = pa.schema(
         ("thumbnail", pa.binary()),
     ]
 )
+
+
+def _member_name(row: dict, taken: set[str]) -> str:
+    """The image's path with the thumbnail's suffix; a path met twice gets its record number too."""
+    path = PurePosixPath(row["name"].replace("\\", "/").lstrip("/"))
+    name = str(path.with_suffix("." + row["format"]))
+    if name in taken:
+        name = str(path.with_name(f"{path.stem}-{row['_record']}.{row['format']}"))
+    taken.add(name)
+    return name
 
 
 def difference_hash(image: Image.Image) -> str:
@@ -80,7 +94,7 @@ class ImageThumbs(Processor):
     title = "Image thumbnails"
     description = (
         "Resizes every image of a .zip or .tar to a maximum side, converts it, strips its metadata and "
-        "computes a perceptual hash. Output: a Parquet index with each thumbnail."
+        "computes a perceptual hash. Output: a zip of the thumbnails and a Parquet index of them."
     )
     input_formats = ("images",)
     batch_size = 64
@@ -99,6 +113,28 @@ class ImageThumbs(Processor):
 
     def output_schema(self, context: Context) -> pa.Schema:
         return SCHEMA
+
+    def finish_output(self, output_path: str, scratch: str) -> list[str]:
+        """The thumbnails move into thumbnails.zip; output.parquet keeps an index of them, each row
+        naming its file in the zip (the image's path, with the thumbnail's suffix)."""
+        bundle, index = os.path.join(scratch, "thumbnails.zip"), os.path.join(scratch, "index.parquet")
+        taken: set[str] = set()
+        with zipfile.ZipFile(bundle, "w", zipfile.ZIP_STORED) as archive:
+            source = pq.ParquetFile(output_path)
+            schema = source.schema_arrow.remove(source.schema_arrow.get_field_index("thumbnail"))
+            schema = schema.append(pa.field("file", pa.string()))
+            with pq.ParquetWriter(index, schema) as writer:
+                for group in range(source.num_row_groups):
+                    table = source.read_row_group(group)
+                    files = []
+                    for row in table.select(["_record", "name", "format", "thumbnail"]).to_pylist():
+                        name = _member_name(row, taken)
+                        archive.writestr(name, row["thumbnail"])
+                        files.append(name)
+                    table = table.drop_columns(["thumbnail"]).append_column("file", pa.array(files, pa.string()))
+                    writer.write_table(table)
+        os.replace(index, output_path)
+        return [bundle]
 
     def process_batch(self, records: list[Record], context: Context) -> Batch:
         params = context.params

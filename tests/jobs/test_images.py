@@ -190,12 +190,21 @@ def test_an_image_collection_runs_end_to_end(fleet, partner_client, pack):
     assert job.state == State.SUCCEEDED, job.error
     assert (job.input_format, job.records_total) == ("images", 32)
     assert job.shards.count() > 1
+    assert job.output_names == ["output.parquet", "rejects.csv", "manifest.json", "thumbnails.zip"]
     output = b"".join(partner_client.get(f"/jobs/{job.pk}/output/output.parquet").streaming_content)
     index = pq.read_table(io.BytesIO(output)).to_pylist()
-    assert [row["name"] for row in index] == [name for name in files if name.startswith("photos/0")]
+    images = [name for name in files if name.startswith("photos/0")]
+    assert [row["name"] for row in index] == images
     assert all(max(row["thumb_width"], row["thumb_height"]) == 64 and row["format"] == "jpeg" for row in index)
-    with Image.open(io.BytesIO(index[0]["thumbnail"])) as small:
-        assert small.size == (64, 48)
+    assert "thumbnail" not in index[0], "the index names each thumbnail; the bytes are in the zip"
+    bundle = b"".join(partner_client.get(f"/jobs/{job.pk}/output/thumbnails.zip").streaming_content)
+    with zipfile.ZipFile(io.BytesIO(bundle)) as thumbs:
+        assert thumbs.namelist() == [row["file"] for row in index]
+        assert index[0]["file"] == images[0].rsplit(".", 1)[0] + ".jpeg"
+        with Image.open(thumbs.open(index[0]["file"])) as small:
+            assert (small.format, small.size) == ("JPEG", (64, 48))
+    whole = zipfile.ZipFile(io.BytesIO(b"".join(partner_client.get(f"/jobs/{job.pk}/output/").streaming_content)))
+    assert "thumbnails.zip" in whole.namelist()
     rejects = list(
         csv.DictReader(
             io.StringIO(b"".join(partner_client.get(f"/jobs/{job.pk}/output/rejects.csv").streaming_content).decode())

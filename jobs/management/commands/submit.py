@@ -15,7 +15,7 @@ from django.core.management.base import BaseCommand, CommandError
 from billing.models import LedgerEntry
 from jobs import services
 from jobs.models import Job, State
-from jobs.outputs.assemble import OUTPUT_FILES, open_output_file
+from jobs.outputs.assemble import open_output_file
 from jobs.staging import sources
 from portal.models import Organisation
 
@@ -149,7 +149,7 @@ class Command(BaseCommand):
 
     def write_output(self, job: Job, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
-        for name in OUTPUT_FILES:
+        for name in job.output_names:
             with open_output_file(job, name) as source, (folder / name).open("wb") as target:
                 shutil.copyfileobj(source, target, 1024 * 1024)
-        self.stderr.write(f"Output written to {folder}/ ({', '.join(OUTPUT_FILES)})")
+        self.stderr.write(f"Output written to {folder}/ ({', '.join(job.output_names)})")
