@@ -14,24 +14,14 @@ import io
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-SCRATCH = Path(tempfile.mkdtemp(prefix="e31-bench-"))
-os.environ["E31_VAR_DIR"] = str(SCRATCH / "var")
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
-for variable in ("DATABASE_URL", "REDIS_URL"):
-    os.environ.pop(variable, None)
-sys.path.insert(0, str(ROOT))
+import scratch
 
-import django  # noqa: E402
-
-django.setup()
+scratch.setup()
 
 import pyarrow.parquet as pq  # noqa: E402
-from django.conf import settings  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 
 from jobs import processors, services  # noqa: E402
@@ -39,18 +29,9 @@ from jobs.models import Gpu, Job, State  # noqa: E402
 from jobs.outputs import context_for, output_schema  # noqa: E402
 from jobs.staging.formats import iter_records, read_header  # noqa: E402
 from jobs.workers.runner import batched  # noqa: E402
-from portal import embedded_redis  # noqa: E402
 from portal.models import Organisation  # noqa: E402
 
-sys.path.insert(0, str(ROOT / "examples"))
-import generate  # noqa: E402
-
-
-def make_csv(rows: int) -> Path:
-    path = SCRATCH / "rows.csv"
-    sys.argv = ["generate", str(rows), str(path)]
-    generate.main()
-    return path
+ROOT, SCRATCH = scratch.ROOT, scratch.SCRATCH
 
 
 def bare_loop(path: Path, job: Job) -> float:
@@ -119,12 +100,8 @@ def main() -> None:
     rows = parser.parse_args().rows
     call_command("migrate", verbosity=0)
     organisation = Organisation.objects.create(name="Bench", slug="bench")
-    redis = subprocess.Popen(
-        embedded_redis.server_argv(settings.VAR_DIR / "redis.sock", settings.VAR_DIR), stdout=subprocess.DEVNULL
-    )
-    embedded_redis.wait_until_ready(settings.VAR_DIR / "redis.sock")
-    try:
-        path = make_csv(rows)
+    with scratch.embedded_broker():
+        path = scratch.make_csv(rows)
         print(f"dataset: {rows:,} rows, {path.stat().st_size / 1e6:.1f} MB, {os.cpu_count()} cores")
         held, whole = {}, {}
         for slots in (1, 2):
@@ -145,9 +122,6 @@ def main() -> None:
                 f"{label} system, {slots} slot(s): {held[slots]:>9,.0f} {name} = {held[slots] / limit:.2f}"
                 f"   {whole[slots]:>9,.0f} {name} = {whole[slots] / limit:.2f}"
             )
-    finally:
-        redis.terminate()
-        redis.wait()
 
 
 if __name__ == "__main__":

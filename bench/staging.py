@@ -24,29 +24,20 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-SCRATCH = Path(tempfile.mkdtemp(prefix="e31-bench-staging-"))
-os.environ["E31_VAR_DIR"] = str(SCRATCH / "var")
-os.environ["E31_STAGING_ROOTS"] = str(SCRATCH / "roots")
-os.environ["E31_STAGING_ALLOWED_HOSTS"] = "127.0.0.1"
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
-for variable in ("DATABASE_URL", "REDIS_URL"):
-    os.environ.pop(variable, None)
-sys.path.insert(0, str(ROOT))
+import scratch
 
-import django  # noqa: E402
-
-django.setup()
+scratch.setup(
+    E31_STAGING_ROOTS=str(scratch.SCRATCH / "roots"),
+    E31_STAGING_ALLOWED_HOSTS="127.0.0.1",
+)
 
 import pyarrow.csv as pacsv  # noqa: E402
-from django.conf import settings  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.core.files.storage import default_storage  # noqa: E402
 from django.core.management import call_command  # noqa: E402
@@ -56,21 +47,11 @@ from jobs import processors  # noqa: E402
 from jobs.models import Job, State  # noqa: E402
 from jobs.staging import stage  # noqa: E402
 from jobs.staging.progress import StagingProgress  # noqa: E402
-from portal import embedded_redis  # noqa: E402
 from portal.models import Membership, Organisation  # noqa: E402
 
-sys.path.insert(0, str(ROOT / "examples"))
-import generate  # noqa: E402
-
+ROOT, SCRATCH = scratch.ROOT, scratch.SCRATCH
 MB = 1e6
 CHUNK = 16 * 1024 * 1024
-
-
-def make_csv(rows: int) -> Path:
-    path = SCRATCH / "rows.csv"
-    sys.argv = ["generate", str(rows), str(path)]
-    generate.main()
-    return path
 
 
 def grow(csv: Path, target_bytes: int, into: Path) -> Path:
@@ -106,15 +87,19 @@ class Phases:
         return {name: end - start for (name, start), end in zip(self.marks, ends, strict=True)}
 
 
-def run_staging(organisation, phases: Phases, **source) -> tuple[Job, float, dict]:
-    job = Job.objects.create(
+def clean_table_job(organisation, **fields) -> Job:
+    return Job.objects.create(
         organisation=organisation,
         work="clean-table",
         params=processors.get("clean-table").validate_params({}),
         gpus=2,
         hours=1,
-        **source,
+        **fields,
     )
+
+
+def run_staging(organisation, phases: Phases, **source) -> tuple[Job, float, dict]:
+    job = clean_table_job(organisation, **source)
     phases.marks.clear()
     began = time.perf_counter()
     stage.stage(job.pk)
@@ -254,15 +239,7 @@ def bench_upload(user, gigabytes: float) -> None:
 
 
 def bench_csv(organisation, data: Path) -> None:
-    job = Job.objects.create(
-        organisation=organisation,
-        work="clean-table",
-        params=processors.get("clean-table").validate_params({}),
-        gpus=2,
-        hours=1,
-        state=State.STAGING,
-        source_name=data.name,
-    )
+    job = clean_table_job(organisation, state=State.STAGING, source_name=data.name)
     with data.open("rb") as source:
         stored = default_storage.save("bench/rows.csv", source)
     began = time.perf_counter()
@@ -291,29 +268,24 @@ def main() -> None:
     user = get_user_model().objects.create_user("bench")
     Membership.objects.create(user=user, organisation=organisation)
     phases = Phases()
-    broker = subprocess.Popen(  # staging tells the scheduler when it is done
-        embedded_redis.server_argv(settings.VAR_DIR / "redis.sock", settings.VAR_DIR), stdout=subprocess.DEVNULL
-    )
-    embedded_redis.wait_until_ready(settings.VAR_DIR / "redis.sock")
     try:
-        print(f"{os.cpu_count()} cores; scratch {SCRATCH}")
-        wanted = {options.only} if options.only else {"csv", "path", "http", "upload"}
-        if wanted & {"csv", "path", "http"}:
-            rows = make_csv(options.rows)
-        if "csv" in wanted:
-            bench_csv(organisation, rows)
-        if wanted & {"path", "http"}:
-            big = grow(rows, int(options.gb * 1e9), SCRATCH / "roots" / organisation.slug / "server.csv")
-        if "path" in wanted:
-            bench_server_path(organisation, phases, big)
-        if "http" in wanted:
-            bench_http(organisation, phases, big)
-        if "upload" in wanted:
-            for gigabytes in options.upload_gb.split(","):
-                bench_upload(user, float(gigabytes))
+        with scratch.embedded_broker():  # staging tells the scheduler when it is done
+            print(f"{os.cpu_count()} cores; scratch {SCRATCH}")
+            wanted = {options.only} if options.only else {"csv", "path", "http", "upload"}
+            if wanted & {"csv", "path", "http"}:
+                rows = scratch.make_csv(options.rows)
+            if "csv" in wanted:
+                bench_csv(organisation, rows)
+            if wanted & {"path", "http"}:
+                big = grow(rows, int(options.gb * 1e9), SCRATCH / "roots" / organisation.slug / "server.csv")
+            if "path" in wanted:
+                bench_server_path(organisation, phases, big)
+            if "http" in wanted:
+                bench_http(organisation, phases, big)
+            if "upload" in wanted:
+                for gigabytes in options.upload_gb.split(","):
+                    bench_upload(user, float(gigabytes))
     finally:
-        broker.terminate()
-        broker.wait()
         shutil.rmtree(SCRATCH, ignore_errors=True)
 
 
