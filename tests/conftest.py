@@ -4,12 +4,16 @@ Personas: the partner (member of the partner organisation), a teammate in the sa
 an outsider from another organisation, and an operator (staff, in no organisation).
 """
 
+import contextlib
 import os
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -45,6 +49,28 @@ def _flush_past_deadlocks(case):
 
 
 TransactionTestCase._fixture_teardown = _flush_past_deadlocks
+
+
+@contextlib.contextmanager
+def s3_on_loopback() -> Iterator[tuple[str, Any]]:
+    """moto's S3 server (a real S3-compatible server, not a mock) on a free loopback port, and a
+    client of it."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        yield endpoint, boto3.client(
+            "s3", endpoint_url=endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
+            region_name="us-east-1",
+        )  # fmt: skip
+    finally:
+        server.stop()
 
 
 def wait_for(predicate, timeout: float = 30.0, interval: float = 0.05, what: str = "the condition"):

@@ -6,19 +6,16 @@ import hashlib
 import io
 import os
 
-import boto3
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from moto.core.authorization import enable_iam_authentication
-from moto.server import ThreadedMotoServer
 
 from billing.models import LedgerEntry
 from jobs.models import Job, State
 from jobs.staging import s3
-from tests.conftest import EXAMPLE, Worker, client_for, job_form, wait_for_end, wait_for_slots
+from tests.conftest import EXAMPLE, Worker, client_for, job_form, s3_on_loopback, wait_for_end, wait_for_slots
 from tests.jobs.test_images import picture
-from tests.jobs.test_s3_storage import free_port
 
 CREDENTIALS = {"access_key_id": "partner-key", "secret_access_key": "partner-secret-value"}
 PORTAL_CREDENTIALS = {
@@ -57,23 +54,16 @@ PREFIXES = {
 
 @pytest.fixture(scope="module")
 def s3_server():
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    endpoint = f"http://127.0.0.1:{port}"
-    client = boto3.client(
-        "s3", endpoint_url=endpoint, aws_access_key_id="x", aws_secret_access_key="x", region_name="us-east-1"
-    )
-    for bucket in ("partner-data", "portal-lake"):
-        client.create_bucket(Bucket=bucket)
-    client.put_object(Bucket="partner-data", Key="exports/customers.csv", Body=EXAMPLE.read_bytes())
-    client.put_object(Bucket="partner-data", Key="exports/big.csv", Body=BIG)
-    client.put_object(Bucket="partner-data", Key="exports/huge.csv", Body=BIG + BIG[: LIMIT - len(BIG) + 1])
-    client.put_object(Bucket="portal-lake", Key="partner-lab/customers.csv", Body=EXAMPLE.read_bytes())
-    for name, body in PREFIXES.items():
-        client.put_object(Bucket="partner-data", Key=name, Body=body)
-    yield endpoint
-    server.stop()
+    with s3_on_loopback() as (endpoint, client):
+        for bucket in ("partner-data", "portal-lake"):
+            client.create_bucket(Bucket=bucket)
+        client.put_object(Bucket="partner-data", Key="exports/customers.csv", Body=EXAMPLE.read_bytes())
+        client.put_object(Bucket="partner-data", Key="exports/big.csv", Body=BIG)
+        client.put_object(Bucket="partner-data", Key="exports/huge.csv", Body=BIG + BIG[: LIMIT - len(BIG) + 1])
+        client.put_object(Bucket="portal-lake", Key="partner-lab/customers.csv", Body=EXAMPLE.read_bytes())
+        for name, body in PREFIXES.items():
+            client.put_object(Bucket="partner-data", Key=name, Body=body)
+        yield endpoint
 
 
 @pytest.fixture(scope="module")

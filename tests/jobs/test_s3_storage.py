@@ -4,7 +4,6 @@ loopback (moto's server mode) that the web side and the worker processes both ta
 import csv
 import io
 import os
-import socket
 import zipfile
 
 import boto3
@@ -14,11 +13,10 @@ import pytest
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 from django.test import override_settings
-from moto.server import ThreadedMotoServer
 
 from jobs.models import Job, State
 from jobs.staging import ranged
-from tests.conftest import EXAMPLE, Worker, job_form, wait_for, wait_for_end, wait_for_slots
+from tests.conftest import EXAMPLE, Worker, job_form, s3_on_loopback, wait_for, wait_for_end, wait_for_slots
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -26,23 +24,13 @@ BUCKET = "e31-test-jobs"
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def s3_endpoint():
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    endpoint = f"http://127.0.0.1:{port}"
-    for name, value in CREDENTIALS.items():
-        os.environ.setdefault(name, value)
-    boto3.client("s3", endpoint_url=endpoint, **_client_credentials()).create_bucket(Bucket=BUCKET)
-    yield endpoint
-    server.stop()
+    with s3_on_loopback() as (endpoint, client):
+        for name, value in CREDENTIALS.items():
+            os.environ.setdefault(name, value)
+        client.create_bucket(Bucket=BUCKET)
+        yield endpoint
 
 
 def _client_credentials() -> dict:
