@@ -36,6 +36,9 @@ class Node(TimeStamped):
     hostname = models.CharField(max_length=200)
     driver = models.CharField(max_length=100, blank=True)
     last_seen = models.DateTimeField(null=True, blank=True)
+    work_kinds = models.JSONField(
+        default=list, blank=True, help_text="The work kinds its slots can run (their libraries are installed)."
+    )
 
     def __str__(self) -> str:
         return self.name
@@ -94,16 +97,35 @@ class Job(TimeStamped):
         SHORT_WIDE = "short-wide", "Short-wide"
         LONG_NARROW = "long-narrow", "Long-narrow"
 
+    class Kind(models.TextChoices):
+        PASS = "pass", "Pass"
+        SAMPLE = "sample", "Sample"
+
     organisation = models.ForeignKey(Organisation, on_delete=models.CASCADE, related_name="jobs")
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     state = models.CharField(max_length=10, choices=State.choices, default=State.SUBMITTED)
     error = models.TextField(blank=True)
+    kind = models.CharField(
+        max_length=6,
+        choices=Kind.choices,
+        default=Kind.PASS,
+        help_text="A sample runs the work over a part of the data.",
+    )
+    sample = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="passes",
+        help_text="The sample this pass was sized by; its staged copy is the pass's data.",
+    )  # fmt: skip
+    sample_result = models.JSONField(
+        default=dict, blank=True, help_text="A sample's measurements: records, seconds, records per second, memory."
+    )
 
     # work
     work = models.CharField(max_length=60)
     params = models.JSONField(default=dict, blank=True)
+    model_path = models.CharField(max_length=500, blank=True, help_text="The partner's model file, in storage.")
+    model_name = models.CharField(max_length=255, blank=True)
     plan = models.JSONField(default=dict, blank=True, help_text="What the processor decided while staging.")
 
     # data
@@ -239,6 +261,7 @@ class Shard(TimeStamped):
         RUNNING = "running", "Running"
         DONE = "done", "Done"
         FAILED = "failed", "Failed"  # used all its attempts in a job that allows partial output
+        SKIPPED = "skipped", "Skipped"  # past a sample's time budget: not part of the sample
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="shards")
     index = models.PositiveIntegerField()
@@ -261,6 +284,9 @@ class Shard(TimeStamped):
     finished_at = models.DateTimeField(null=True, blank=True)
     records_out = models.PositiveIntegerField(null=True, blank=True)
     records_rejected = models.PositiveIntegerField(null=True, blank=True)
+    peak_memory_mb = models.PositiveIntegerField(
+        null=True, blank=True, help_text="The slot process's peak resident memory when the shard was done."
+    )
     output_path = models.CharField(max_length=500, blank=True)
     rejects_path = models.CharField(max_length=500, blank=True)
     error = models.TextField(blank=True)
@@ -269,7 +295,7 @@ class Shard(TimeStamped):
         ordering = ["job", "index"]
         constraints = [models.UniqueConstraint(fields=["job", "index"], name="one_shard_per_index")]
 
-    SETTLED = (Status.DONE, Status.FAILED)  # nothing more will be done to it in this pass
+    SETTLED = (Status.DONE, Status.FAILED, Status.SKIPPED)  # nothing more will be done to it in this pass
 
     def __str__(self) -> str:
         return f"shard {self.index} of job {self.job_id}"
