@@ -2,6 +2,7 @@
 still running."""
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -28,13 +29,24 @@ class Meter:
 
 def price(gpus: int, held_from: datetime, held_to: datetime) -> Meter:
     """GPUs × hours held × the rate in force when the hold started, counted per started second."""
-    seconds = max(0, math.ceil((held_to - held_from).total_seconds()))
+    return price_holds(gpus, [(held_from, held_to)] * gpus)
+
+
+def price_holds(gpus: int, holds: Sequence[tuple[datetime, datetime]]) -> Meter:
+    """The seconds of each GPU's hold (held_from to held_to, per started second) added up, at the rate
+    in force when the first hold started: a GPU released early (its node went offline) counts only
+    until then. `seconds` is the span from the first hold's start to the last one's end."""
+    if not holds:
+        raise ValueError("a meter needs at least one hold")
+    held_from = min(start for start, _ in holds)
+    held_to = max(end for _, end in holds)
+    gpu_seconds = sum(_started_seconds(start, end) for start, end in holds)
     card = RateCard.in_force(held_from)
     rate = card.rate_per_gpu_hour if card else Decimal(0)
-    gpu_hours = (Decimal(gpus * seconds) / 3600).quantize(GPU_HOURS)
+    gpu_hours = (Decimal(gpu_seconds) / 3600).quantize(GPU_HOURS)
     return Meter(
         gpus=gpus,
-        seconds=seconds,
+        seconds=_started_seconds(held_from, held_to),
         gpu_hours=gpu_hours,
         rate=rate,
         currency=card.currency if card else "USD",
@@ -42,28 +54,36 @@ def price(gpus: int, held_from: datetime, held_to: datetime) -> Meter:
     )
 
 
+def _started_seconds(start: datetime, end: datetime) -> int:
+    return max(0, math.ceil((end - start).total_seconds()))
+
+
 def meter_for(job) -> Meter | None:
-    """What a job's hold has cost so far: the ledger entry once released, the running meter before."""
+    """What a job's hold has cost so far: the ledger entry once released, the running meter before
+    (the holds still open counted until now)."""
     entry = LedgerEntry.objects.filter(job=job, kind=LedgerEntry.Kind.HOLD).first()
     if entry:
         return Meter(entry.gpus, entry.seconds, entry.gpu_hours, entry.rate, entry.currency, entry.amount)
-    held = [a.held_from for a in job.allocations.all() if a.held_to is None]
-    if not held:
+    allocations = list(job.allocations.all())
+    if not allocations:
         return None
-    return price(len(held), min(held), timezone.now())
+    now = timezone.now()
+    holds = [(a.held_from, a.held_to or now) for a in allocations]
+    return price_holds(len({a.gpu_id for a in allocations}), holds)
 
 
 @receiver(hold_released)
-def record_hold(sender, job, gpus: int, held_from: datetime, held_to: datetime, **kwargs) -> LedgerEntry:
-    meter = price(gpus, held_from, held_to)
+def record_hold(sender, job, gpus: int, holds: list[tuple[datetime, datetime]], **kwargs) -> LedgerEntry:
+    """The job's one hold entry: every GPU it held, each for its own time (GPU-seconds added up)."""
+    meter = price_holds(gpus, holds)
     entry, _ = LedgerEntry.objects.get_or_create(
         job=job,
         kind=LedgerEntry.Kind.HOLD,
         defaults={
             "organisation_id": job.organisation_id,
             "gpus": gpus,
-            "held_from": held_from,
-            "held_to": held_to,
+            "held_from": min(start for start, _ in holds),
+            "held_to": max(end for _, end in holds),
             "seconds": meter.seconds,
             "gpu_hours": meter.gpu_hours,
             "rate": meter.rate,

@@ -14,7 +14,8 @@ TRANSITIONS: dict[str, tuple[str, ...]] = {
     State.SUBMITTED: (State.STAGING, State.FAILED, State.CANCELLED),
     State.STAGING: (State.QUEUED, State.FAILED, State.CANCELLED),
     State.QUEUED: (State.RUNNING, State.FAILED, State.CANCELLED),
-    State.RUNNING: (State.FINISHING, State.FAILED, State.CANCELLED, State.TIMED_OUT),
+    # Back to queued only when every slot it held went offline (lose_slots).
+    State.RUNNING: (State.QUEUED, State.FINISHING, State.FAILED, State.CANCELLED, State.TIMED_OUT),
     State.FINISHING: (State.SUCCEEDED, State.FAILED),
 }
 
@@ -50,17 +51,51 @@ def hold(job: Job, gpus: list[Gpu]) -> list[Allocation]:
 
 
 def release(job: Job, at=None) -> bool:
-    """End the job's hold: held_to on every open allocation, and one ledger entry. Safe to repeat."""
+    """End the job's hold: held_to on every open allocation, and one ledger entry for every GPU it
+    held, each for its own time. Safe to repeat; False when no hold was open."""
     now = at or timezone.now()
     with transaction.atomic():
         open_holds = list(Allocation.objects.select_for_update().filter(job=job, held_to__isnull=True))
-        if not open_holds:
-            return False
         Allocation.objects.filter(pk__in=[a.pk for a in open_holds]).update(held_to=now, modified=now)
-        held_from = min(a.held_from for a in open_holds)
-        hold_released.send(sender=Job, job=job, gpus=len(open_holds), held_from=held_from, held_to=now)
-    schedule_on_commit()
-    return True
+        held = list(Allocation.objects.filter(job=job))
+        if held:
+            holds = [(a.held_from, a.held_to) for a in held]
+            hold_released.send(sender=Job, job=job, gpus=len({a.gpu_id for a in held}), holds=holds)
+    if open_holds:
+        schedule_on_commit()
+    return bool(open_holds)
+
+
+def lose_slots(job: Job, gpus: list[Gpu], at, node: str) -> int:
+    """Slots of a running job went offline with their node: their holds end at `at`, when the node was
+    last seen (a dead GPU is not metered), and their running shards go back to pending at once for the
+    job's other slots. With no slot left the job goes back to the head of the queue, its meter stopped,
+    and is held again when GPUs are free. Returns how many holds ended."""
+    now = timezone.now()
+    with transaction.atomic():
+        # The job's row first, as finish_pass and cancel lock it before its allocations.
+        if not list(Job.objects.select_for_update().filter(pk=job.pk, state=State.RUNNING).values_list("pk")):
+            return 0
+        lost = list(Allocation.objects.select_for_update().filter(job=job, gpu__in=gpus, held_to__isnull=True))
+        for allocation in lost:
+            Allocation.objects.filter(pk=allocation.pk).update(held_to=max(at, allocation.held_from), modified=now)
+        if not lost:
+            return 0
+        returned = Shard.objects.filter(job=job, gpu__in=gpus, status=Shard.Status.RUNNING).update(
+            status=Shard.Status.PENDING, claim="", lease_until=None
+        )
+        noun = "CPU slot" if gpus[0].kind == Gpu.Kind.CPU else "GPU"
+        what = (
+            f"node {node} went offline (last seen {at:%Y-%m-%d %H:%M:%S}): its {len(lost)} {noun}"
+            f"{'s' if len(lost) != 1 else ''} released, {returned} running shard{'s' if returned != 1 else ''} returned"
+        )
+        if Allocation.objects.filter(job=job, held_to__isnull=True).exists():
+            JobEvent.objects.create(job=job, state=State.RUNNING, at=now, message=f"{what} to the job's other slots")
+        else:
+            move(job.pk, State.RUNNING, State.QUEUED, at=now, message=f"{what}; no slot left, back in the queue")
+            schedule_on_commit()
+    log.warning("job %s: %s", job.pk, what)
+    return len(lost)
 
 
 def finish_pass(job: Job) -> bool:

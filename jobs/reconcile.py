@@ -1,7 +1,8 @@
-"""The safety net beat runs every half minute: a running job whose slots have all stopped working on
-it gets its slot tasks sent again, a running job with every shard done is finished, a staging job
-whose attempt stopped renewing its lease is staged again, and a finishing job with no output gets
-its assembly sent again. Every step is idempotent, so sending twice is safe."""
+"""The safety net beat runs every half minute: nodes that missed their heartbeats give up the slots
+they held (jobs.workers.node; live nodes' heartbeats do it sooner), a running job whose slots have
+all stopped working on it gets its slot tasks sent again, a running job with every shard done is
+finished, a staging job whose attempt stopped renewing its lease is staged again, and a finishing
+job with no output gets its assembly sent again. Every step is idempotent, so sending twice is safe."""
 
 import logging
 from datetime import timedelta
@@ -12,6 +13,7 @@ from django.utils import timezone
 
 from jobs import lifecycle
 from jobs.models import Job, Shard, State
+from jobs.workers.node import take_silent_nodes_offline
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +23,7 @@ def reconcile() -> list[int]:
 
     now = timezone.now()
     quiet = now - timedelta(seconds=2 * settings.E31_SHARD_LEASE_SECONDS)
-    touched = []
+    touched = take_silent_nodes_offline()
     for job in Job.objects.filter(state=State.RUNNING, started_at__lt=quiet):
         shards = job.shards.all()
         if not shards.exclude(status__in=Shard.SETTLED).exists():

@@ -2,7 +2,7 @@
 
 from django.dispatch import Signal
 
-# sent with job, gpus, held_from, held_to
+# sent when a job ends, with job, gpus (how many it held) and holds: (held_from, held_to) of each allocation
 hold_released = Signal()
 # sent with job, size (bytes staged), started, finished
 staging_finished = Signal()

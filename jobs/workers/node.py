@@ -2,10 +2,14 @@
 
 import socket
 from dataclasses import dataclass
+from datetime import timedelta
 
+from django.conf import settings
+from django.db.models import Q
 from django.utils import timezone
 
-from jobs.models import Gpu, Node
+from jobs import lifecycle
+from jobs.models import Allocation, Gpu, Node, State
 from jobs.workers.nvml import GpuInfo, Reading
 
 
@@ -39,13 +43,16 @@ def register(
     driver: str = "",
     alive: set[int] | None = None,
     readings: dict[int, Reading] | None = None,
+    work_kinds: list[str] | None = None,
 ) -> list[Gpu]:
     """Create or refresh the node and its slots; slots in `alive` (all by default) are seen now, with
-    their GPU's utilisation and memory in use when NVML gave `readings`."""
+    their GPU's utilisation and memory in use when NVML gave `readings`. `work_kinds`, when given, are
+    the kinds the node's slots can run."""
     now = timezone.now()
-    node, _ = Node.objects.update_or_create(
-        name=node_name, defaults={"hostname": socket.gethostname(), "driver": driver, "last_seen": now}
-    )
+    defaults = {"hostname": socket.gethostname(), "driver": driver, "last_seen": now}
+    if work_kinds is not None:
+        defaults["work_kinds"] = work_kinds
+    node, _ = Node.objects.update_or_create(name=node_name, defaults=defaults)
     slots = []
     for spec in specs:
         seen = now if alive is None or spec.index in alive else None
@@ -71,5 +78,33 @@ def register(
 
 
 def go_offline(node_name: str) -> None:
+    """The node stops (its gpuworker is asked to): it is offline now, and its holds end now."""
+    now = timezone.now()
     Node.objects.filter(name=node_name).update(last_seen=None)
     Gpu.objects.filter(node__name=node_name).update(last_seen=None)
+    take_offline(Allocation.objects.filter(gpu__node__name=node_name), now)
+
+
+def take_silent_nodes_offline() -> list[int]:
+    """Nodes past their heartbeat deadline (3 beats) that still hold slots of running jobs: each such
+    hold ends when its node was last seen, and its job carries on without it. Run by every live
+    node's heartbeat and by beat's reconcile; safe to run anywhere, any number of times. Returns the
+    jobs that lost slots."""
+    now = timezone.now()
+    cutoff = now - timedelta(seconds=3 * settings.E31_HEARTBEAT_SECONDS)
+    silent = Q(gpu__node__last_seen__lt=cutoff) | Q(gpu__node__last_seen__isnull=True)
+    return take_offline(Allocation.objects.filter(silent), now)
+
+
+def take_offline(allocations, now) -> list[int]:
+    """End these open holds of running jobs, one node and job at a time (lifecycle.lose_slots)."""
+    stranded = allocations.filter(held_to__isnull=True, job__state=State.RUNNING).select_related("gpu__node", "job")
+    by_node_and_job: dict[tuple[int, int], list[Allocation]] = {}
+    for allocation in stranded:
+        by_node_and_job.setdefault((allocation.gpu.node_id, allocation.job_id), []).append(allocation)
+    jobs = []
+    for held in by_node_and_job.values():
+        node, job = held[0].gpu.node, held[0].job
+        if lifecycle.lose_slots(job, [a.gpu for a in held], at=node.last_seen or now, node=node.name):
+            jobs.append(job.pk)
+    return jobs

@@ -26,7 +26,7 @@ def test_it_moves_once_and_records_the_event(job):
         (State.SUBMITTED, State.RUNNING),
         (State.QUEUED, State.STAGING),
         (State.SUCCEEDED, State.RUNNING),
-        (State.RUNNING, State.QUEUED),
+        (State.RUNNING, State.STAGING),
         (State.FINISHING, State.CANCELLED),
     ],
 )

@@ -2,7 +2,8 @@
 
 One Celery worker process per GPU found by NVML (or per CPU slot), pinned to it and consuming a
 queue of its own, plus one worker for the control queue (staging, scheduling, assembly). The node
-and its slots are registered and kept alive with heartbeats; a worker that dies is restarted.
+and its slots are registered and kept alive with heartbeats; a worker that dies is restarted. Each
+heartbeat also takes nodes that missed theirs offline (jobs.workers.node.take_silent_nodes_offline).
 """
 
 import os
@@ -11,13 +12,18 @@ import sys
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
-from django.db import close_old_connections
+from django.db import DatabaseError, close_old_connections
+from kombu.exceptions import OperationalError
 
+from jobs import processors
 from jobs.workers import node as nodes
 from jobs.workers import nvml
 from portal.procs import Children, StopRequested
 
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+# Each slot's share of the cores, for every math library's thread pool (RAYON: Hugging Face's tokenizers).
+THREAD_VARIABLES = (
+    "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS", "RAYON_NUM_THREADS"
+)  # fmt: skip
 
 
 def celery_worker(queue: str, name: str, concurrency: int = 1) -> list[str]:
@@ -55,7 +61,17 @@ class Command(BaseCommand):
         if not no_control:
             children.start("control", celery_worker("control", f"control@{name}", 2), stop_signal=signal.SIGQUIT)
         noun = "GPU" if gpus else "CPU slot"
-        self.stdout.write(f"gpuworker {name}: {len(specs)} {noun}{'s' if len(specs) != 1 else ''}", ending="\n")
+        work_kinds = processors.runnable_here()
+        self.stdout.write(
+            f"gpuworker {name}: {len(specs)} {noun}{'s' if len(specs) != 1 else ''}; runs {', '.join(work_kinds)}",
+            ending="\n",
+        )
+        for processor in processors.available():
+            if processor.missing():
+                self.stderr.write(
+                    f"{processor.name} cannot run here: no {', '.join(processor.missing())} "
+                    "(pip install -r requirements-gpu.txt)"
+                )
         self.stdout.flush()
         scheduled = False
         try:
@@ -67,12 +83,17 @@ class Command(BaseCommand):
                         child.start()
                 close_old_connections()
                 alive = {index for index, child in by_index.items() if child.alive}
-                nodes.register(name, specs, driver, alive, nvml.readings() if gpus else None)
-                if not scheduled:
-                    from jobs import tasks
+                try:
+                    nodes.register(name, specs, driver, alive, nvml.readings() if gpus else None, work_kinds)
+                    nodes.take_silent_nodes_offline()
+                    if not scheduled:
+                        from jobs import tasks
 
-                    tasks.schedule.delay()
-                    scheduled = True
+                        tasks.schedule.delay()
+                        scheduled = True
+                except (DatabaseError, OperationalError) as error:
+                    # The database or the broker is away for a while: the next beat tries again.
+                    self.stderr.write(f"heartbeat of {name} failed: {type(error).__name__}: {error}")
                 stop.sleep(settings.E31_HEARTBEAT_SECONDS)
         finally:
             nodes.go_offline(name)
