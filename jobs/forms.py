@@ -12,7 +12,44 @@ def param_field_name(processor: processors.Processor, param: processors.Param) -
     return f"param-{processor.name}-{param.name}"
 
 
-class JobForm(forms.Form):
+class RequestForm(forms.Form):
+    """GPUs × hours, what becomes of the staged copy, and whether a partial output will do: the part
+    of the job form that the full pass of a sample asks again (pre-filled from the sample's estimate)."""
+
+    gpus = forms.IntegerField(label="GPUs", min_value=1, initial=2)
+    hours = forms.DecimalField(label="Hours", min_value=0.01, decimal_places=2, max_digits=7, initial=1)
+    retention = forms.ChoiceField(
+        label="After the job, the staged copy of the data is",
+        choices=[("delete", "deleted when the job ends"), ("keep", "kept for")],
+        initial="delete",
+        widget=forms.RadioSelect,
+    )
+    allow_partial = forms.BooleanField(
+        label="Allow partial output",
+        required=False,
+        help_text=(
+            "If a shard still fails after its retries, finish without it: its records are listed in the "
+            "rejects. Otherwise the job fails."
+        ),
+    )
+    keep_days = forms.IntegerField(label="days", min_value=1, initial=7, required=False)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["keep_days"].validators.append(MaxValueValidator(settings.E31_MAX_RETENTION_DAYS))
+        self.fields["keep_days"].widget.attrs["max"] = settings.E31_MAX_RETENTION_DAYS
+
+    def clean(self):
+        cleaned = super().clean()
+        if cleaned.get("retention") == "keep" and not cleaned.get("keep_days"):
+            self.add_error("keep_days", "Say how many days to keep the staged copy.")
+        return cleaned
+
+    def retention_days(self) -> int:
+        return self.cleaned_data["keep_days"] if self.cleaned_data["retention"] == "keep" else 0
+
+
+class JobForm(RequestForm):
     data = forms.FileField(
         label="Dataset",
         required=False,
@@ -43,34 +80,23 @@ class JobForm(forms.Form):
     )
     s3_region = forms.CharField(label="S3 region", required=False, max_length=40, help_text="e.g. eu-west-1")
     work = forms.ChoiceField(label="Work", widget=forms.RadioSelect)
-    gpus = forms.IntegerField(label="GPUs", min_value=1, initial=2)
-    hours = forms.DecimalField(label="Hours", min_value=0.01, decimal_places=2, max_digits=7, initial=1)
     shape = forms.ChoiceField(
         label="Shape", choices=Job.Shape.choices, initial=Job.Shape.SHORT_WIDE, widget=forms.RadioSelect
     )
-    retention = forms.ChoiceField(
-        label="After the job, the staged copy of the data is",
-        choices=[("delete", "deleted when the job ends"), ("keep", "kept for")],
-        initial="delete",
-        widget=forms.RadioSelect,
-    )
-    allow_partial = forms.BooleanField(
-        label="Allow partial output",
+    sample = forms.BooleanField(
+        label="Run a sample first",
         required=False,
         help_text=(
-            "If a shard still fails after its retries, finish without it: its records are listed in the "
-            "rejects. Otherwise the job fails."
+            "Stage the data and run the work on one slot for about a minute, then see the GPU-hours, time and "
+            "cost of the full pass in each shape before asking for it. The sample is billed like any job."
         ),
     )
-    keep_days = forms.IntegerField(label="days", min_value=1, initial=7, required=False)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         kinds = processors.available()
         self.fields["work"].choices = [(p.name, f"{p.name}: {p.description}") for p in kinds]
         self.fields["work"].initial = "clean-table" if any(p.name == "clean-table" for p in kinds) else None
-        self.fields["keep_days"].validators.append(MaxValueValidator(settings.E31_MAX_RETENTION_DAYS))
-        self.fields["keep_days"].widget.attrs["max"] = settings.E31_MAX_RETENTION_DAYS
         for processor in kinds:
             for param in processor.params:
                 self.fields[param_field_name(processor, param)] = forms.CharField(
@@ -91,8 +117,6 @@ class JobForm(forms.Form):
             self.add_error("data", "Upload a file, or give a URL or a server path.")
         if len(given) > 1:
             self.add_error("location", "Give the data one way: an upload, or a URL or server path, not both.")
-        if cleaned.get("retention") == "keep" and not cleaned.get("keep_days"):
-            self.add_error("keep_days", "Say how many days to keep the staged copy.")
         return cleaned
 
     def s3_fields(self):
@@ -106,9 +130,6 @@ class JobForm(forms.Form):
             if self.cleaned_data.get(f"s3_{name}", "").strip()
         }
         return given or None
-
-    def retention_days(self) -> int:
-        return self.cleaned_data["keep_days"] if self.cleaned_data["retention"] == "keep" else 0
 
     def params(self) -> dict[str, str]:
         processor = processors.get(self.cleaned_data["work"])

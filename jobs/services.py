@@ -15,7 +15,7 @@ from kombu.exceptions import OperationalError
 
 from jobs import lifecycle, processors
 from jobs.models import Job, Shard, State, Upload
-from jobs.scheduling import parse_request
+from jobs.scheduling import parse_request, sizing
 from jobs.staging import s3, sources, uploads
 from portal.models import Organisation
 
@@ -64,12 +64,17 @@ def submit_job(
     retention_days: int = 0,
     expected_sha256: str = "",
     allow_partial: bool = False,
+    sample: bool = False,
 ) -> Job:
     """Check a job's four parts, store its data and queue its staging. Nothing is held yet.
 
     The data is an uploaded file (`data`, `data_name`), a finished resumable `upload`, or a
     `location`: an HTTP(S) URL, an S3 URI (with `s3_credentials` for the partner's own bucket) or
-    a path under one of the operator's staging roots."""
+    a path under one of the operator's staging roots.
+
+    With `sample`, the job is a sample: it stages the data, runs the work on one slot for about
+    E31_SAMPLE_SECONDS and measures it; the request given is kept as the one the pass would make,
+    and the staged copy is kept at least E31_SAMPLE_KEEP_DAYS for that pass (submit_pass)."""
     try:
         processor = processors.get(work)
         checked_params = processor.validate_params(params)
@@ -78,10 +83,7 @@ def submit_job(
     expected_sha256 = expected_sha256.strip().lower()
     if expected_sha256 and not SHA256.fullmatch(expected_sha256):
         raise SubmitError("sha256", f"A SHA-256 is 64 hexadecimal digits, not {expected_sha256!r}.")
-    if not 0 <= retention_days <= settings.E31_MAX_RETENTION_DAYS:
-        raise SubmitError(
-            "keep_days", f"Keep the staged copy 0 to {settings.E31_MAX_RETENTION_DAYS} days, not {retention_days}."
-        )
+    _check_retention(retention_days)
     if upload is not None:
         source = _describe_upload(processor, organisation, upload, data, location)
     else:
@@ -90,27 +92,76 @@ def submit_job(
         gpus, hours = parse_request(gpus, hours, shape)
     except ValueError as error:
         raise SubmitError(getattr(error, "field", "gpus"), str(error)) from None
+    request = {"gpus": gpus, "hours": hours, "shape": shape, "retention_days": retention_days}
+    if sample:
+        request.update(gpus=1, hours=sizing.sample_hours(), shape=Job.Shape.SHORT_WIDE)
+        request["retention_days"] = max(retention_days, settings.E31_SAMPLE_KEEP_DAYS)
+        source["sample_result"] = {
+            "request": {"gpus": gpus, "hours": str(hours), "shape": shape, "retention_days": retention_days}
+        }
     if data is not None:
         source["source_path"] = uploads.store_upload(data, data_name)
     if upload is not None:
         source["source_path"] = _take_upload(upload)
+    return _create(
+        organisation=organisation,
+        created_by=user if user and user.is_authenticated else None,
+        kind=Job.Kind.SAMPLE if sample else Job.Kind.PASS,
+        work=processor.name,
+        params=checked_params,
+        expected_sha256=expected_sha256,
+        allow_partial=allow_partial,
+        **request,
+        **source,
+    )
+
+
+def _check_retention(days: int) -> None:
+    if not 0 <= days <= settings.E31_MAX_RETENTION_DAYS:
+        raise SubmitError("keep_days", f"Keep the staged copy 0 to {settings.E31_MAX_RETENTION_DAYS} days, not {days}.")
+
+
+def _create(**fields) -> Job:
     with transaction.atomic():
-        job = Job.objects.create(
-            organisation=organisation,
-            created_by=user if user and user.is_authenticated else None,
-            work=processor.name,
-            params=checked_params,
-            gpus=gpus,
-            hours=hours,
-            shape=shape,
-            retention_days=retention_days,
-            expected_sha256=expected_sha256,
-            allow_partial=allow_partial,
-            **source,
-        )
-        job.events.create(state=State.SUBMITTED, at=job.created, message=f"submitted {job.source_name}")
+        job = Job.objects.create(**fields)
+        what = "a sample of " if job.kind == Job.Kind.SAMPLE else ""
+        job.events.create(state=State.SUBMITTED, at=job.created, message=f"submitted {what}{job.source_name}")
         transaction.on_commit(partial(_start_staging, job))
     return job
+
+
+def submit_pass(
+    sample: Job, *, user, gpus, hours, shape: str = Job.Shape.SHORT_WIDE, retention_days: int = 0,
+    allow_partial: bool = False,
+) -> Job:  # fmt: skip
+    """The full pass a sample was run for: the same work on all of the data, whose staged copy it
+    takes over from the sample (the data is not staged again), cut into shards sized by the sample."""
+    if sample.kind != Job.Kind.SAMPLE or sample.state != State.SUCCEEDED:
+        raise SubmitError("sample", f"Job {sample.pk} is not a finished sample.")
+    if not sample.staged_path or sample.staged_purged_at:
+        gone = f"The staged copy of sample {sample.pk} is gone (purged, or used by a pass); submit the data again."
+        raise SubmitError("sample", gone)
+    _check_retention(retention_days)
+    try:
+        gpus, hours = parse_request(gpus, hours, shape)
+    except ValueError as error:
+        raise SubmitError(getattr(error, "field", "gpus"), str(error)) from None
+    return _create(
+        organisation=sample.organisation,
+        created_by=user if user and user.is_authenticated else None,
+        sample=sample,
+        work=sample.work,
+        params=sample.params,
+        source_kind=sample.source_kind,
+        source_name=sample.source_name,
+        source_uri=sample.source_uri,
+        input_format=sample.input_format,
+        gpus=gpus,
+        hours=hours,
+        shape=shape,
+        retention_days=retention_days,
+        allow_partial=allow_partial,
+    )
 
 
 def _describe_upload(processor, organisation, upload: Upload, data, location: str) -> dict:
@@ -198,14 +249,16 @@ class Progress:
 
 
 def progress(job: Job) -> Progress:
-    done = Q(status__in=Shard.SETTLED)  # a failed shard of a partial output is settled too
+    done = Q(status__in=(Shard.Status.DONE, Shard.Status.FAILED))  # a failed shard of a partial output too
+    counted = ~Q(status=Shard.Status.SKIPPED)  # a sample's shards left when its time was up are not its work
     totals = job.shards.aggregate(
-        shards=Count("pk"),
+        shards=Count("pk", filter=counted),
         shards_done=Count("pk", filter=done),
         records_done=Sum("record_count", filter=done),
+        records=Sum("record_count", filter=counted),
     )
     records_done = totals["records_done"] or 0
-    total = job.records_total or 0
+    total = (job.records_total if job.kind == Job.Kind.PASS else totals["records"]) or 0
     rate = eta = None
     if job.started_at and records_done:
         released = job.allocations.aggregate(Max("held_to"))["held_to__max"] if job.state != State.RUNNING else None

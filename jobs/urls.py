@@ -11,6 +11,8 @@ urlpatterns = [
     path("<int:pk>/", views.job_detail, name="detail"),
     path("<int:pk>/progress/", views.job_progress, name="progress"),
     path("<int:pk>/cancel/", views.job_cancel, name="cancel"),
+    path("<int:pk>/estimate/", views.job_estimate, name="estimate"),
+    path("<int:pk>/pass/", views.job_pass, name="pass"),
     path("<int:pk>/output/", views.job_output, name="output"),
     path("<int:pk>/output/<str:name>", views.job_output_file, name="output_file"),
 ]

@@ -16,12 +16,12 @@ from django_htmx.http import HttpResponseStopPolling
 
 from billing.metering import meter_for
 from jobs import lifecycle, services
-from jobs.forms import JobForm
-from jobs.models import ACTIVE, Upload
+from jobs.forms import JobForm, RequestForm
+from jobs.models import ACTIVE, Job, Upload
 from jobs.outputs.assemble import open_output_file
 from jobs.outputs.zipstream import stream_zip
 from jobs.retention import purge_due_at
-from jobs.scheduling import fleet, queue_position
+from jobs.scheduling import fleet, queue_position, sizing
 from jobs.staging import resumable
 from jobs.staging.uploads import too_large_message
 
@@ -70,6 +70,7 @@ def job_new(request):
                     retention_days=form.retention_days(),
                     expected_sha256=form.cleaned_data["sha256"],
                     allow_partial=form.cleaned_data["allow_partial"],
+                    sample=form.cleaned_data["sample"],
                 )
             except services.SubmitError as error:
                 field = "location" if error.field == "data" and form.cleaned_data["location"] else error.field
@@ -107,8 +108,43 @@ def _resumable_upload(organisation, upload_id) -> Upload | None:
         raise services.SubmitError("data", gone) from None
 
 
-def _detail_context(job) -> dict:
+def _sizing_context(job, pass_form: RequestForm | None = None) -> dict:
+    """A finished sample's figures, its estimate for each shape, and the form of the full pass."""
+    result = job.sample_result
+    if job.kind != Job.Kind.SAMPLE or not result.get("records_per_second"):
+        return {}
+    online = fleet().online
+    if pass_form is None:
+        request = result.get("request", {})
+        gpus = max(1, min(int(request.get("gpus", 1)), online))
+        found = sizing.estimate(result, gpus)
+        retention = request.get("retention_days", 0)
+        pass_form = RequestForm(
+            initial={
+                "gpus": gpus,
+                "hours": found.hours,
+                "retention": "keep" if retention else "delete",
+                "keep_days": retention or 7,
+            }
+        )
     return {
+        "shapes": sizing.shapes(result, online),
+        "pass_form": pass_form,
+        "pass_estimate": _pass_estimate(job, pass_form),
+    }
+
+
+def _pass_estimate(job, pass_form: RequestForm):
+    try:
+        gpus = int(pass_form["gpus"].value())
+    except (TypeError, ValueError):
+        return None
+    return sizing.estimate(job.sample_result, gpus) if gpus >= 1 else None
+
+
+def _detail_context(job, pass_form: RequestForm | None = None) -> dict:
+    return {
+        **_sizing_context(job, pass_form),
         "job": job,
         "progress": services.progress(job),
         "meter": meter_for(job),
@@ -119,6 +155,8 @@ def _detail_context(job) -> dict:
         "purge_due": purge_due_at(job),
         "output_files": job.output_names,
         "staging_phase_mb_per_s": job.staging_rate / 1e6 if job.staging_rate else None,
+        "sample_seconds": settings.E31_SAMPLE_SECONDS,
+        "shard_seconds": settings.E31_SHARD_SECONDS,
     }
 
 
@@ -126,6 +164,43 @@ def _detail_context(job) -> dict:
 def job_detail(request, pk: int):
     job = services.get_job_for_user(request, pk)
     return render(request, "jobs/detail.html", _detail_context(job))
+
+
+@login_required
+def job_estimate(request, pk: int):
+    """The full pass on the GPUs typed into a sample's pass form: the hours to ask for follow them."""
+    job = services.get_job_for_user(request, pk)
+    if job.kind != Job.Kind.SAMPLE or not job.sample_result.get("records_per_second"):
+        raise Http404("This job is no finished sample.")
+    form = RequestForm(request.GET)
+    found = _pass_estimate(job, form)
+    if found is not None:
+        form = RequestForm(initial={"gpus": found.gpus, "hours": found.hours})
+    context = {"job": job, "pass_form": form, "pass_estimate": found, "fleet": fleet()}
+    return render(request, "jobs/detail.html#pass-estimate", context)
+
+
+@login_required
+@require_POST
+def job_pass(request, pk: int):
+    """Submit the full pass a sample sized; its data is the sample's staged copy."""
+    sample = services.get_job_for_user(request, pk)
+    form = RequestForm(request.POST)
+    if form.is_valid():
+        try:
+            job = services.submit_pass(
+                sample,
+                user=request.user,
+                gpus=form.cleaned_data["gpus"],
+                hours=form.cleaned_data["hours"],
+                retention_days=form.retention_days(),
+                allow_partial=form.cleaned_data["allow_partial"],
+            )
+        except services.SubmitError as error:
+            form.add_error(error.field if error.field in form.fields else None, str(error))
+        else:
+            return redirect("jobs:detail", pk=job.pk)
+    return render(request, "jobs/detail.html", _detail_context(sample, form), status=400)
 
 
 @login_required

@@ -16,12 +16,14 @@ import pyarrow.parquet as pq
 from django.core.files import File
 from django.core.files.storage import default_storage
 from django.db import transaction
+from django.db.models import Sum
 from django.utils import timezone
 
 from jobs import lifecycle, processors
 from jobs.models import OUTPUT_FILES, Job, Shard, State
 from jobs.outputs import output_schema
 from jobs.retention import purge_staged_copy_if_due
+from jobs.scheduling import sizing
 from jobs.workers.runner import read_shard
 
 
@@ -66,11 +68,24 @@ def _staging(job: Job) -> dict:
     }
 
 
-def manifest(job: Job, shards: list[Shard], complete: bool, files: dict, failed: list[Shard] = ()) -> dict:
+def covered(job: Job) -> int:
+    """The records the job's output accounts for: all of them, or for a sample those of the shards
+    it ran before its time was up."""
+    if job.kind == Job.Kind.PASS:
+        return job.records_total
+    shards = job.shards.exclude(status=Shard.Status.SKIPPED)
+    return shards.aggregate(records=Sum("record_count"))["records"] or 0
+
+
+def manifest(
+    job: Job, shards: list[Shard], complete: bool, files: dict, failed: list[Shard] = (), sample: dict | None = None
+) -> dict:
     processor = processors.get(job.work)
     left_out = sum(shard.record_count for shard in failed)
-    return {
+    records_in = covered(job)
+    found = {
         "job": job.pk,
+        "kind": job.kind,
         "organisation": job.organisation.slug,
         "state": State.SUCCEEDED.value if complete else job.state,
         "complete": complete,
@@ -88,11 +103,11 @@ def manifest(job: Job, shards: list[Shard], complete: bool, files: dict, failed:
         "staging": _staging(job),
         "request": {"gpus": job.gpus, "hours": str(job.hours), "shape": job.shape},
         "records": {
-            "in": job.records_total,
+            "in": records_in,
             "out": sum(shard.records_out for shard in shards),
             "rejected": sum(shard.records_rejected for shard in shards) + left_out,
             "in_failed_shards": left_out,
-            "not_processed": job.records_total - sum(s.records_out + s.records_rejected for s in shards) - left_out,
+            "not_processed": records_in - sum(s.records_out + s.records_rejected for s in shards) - left_out,
         },
         "failed_shards": [
             {
@@ -120,6 +135,11 @@ def manifest(job: Job, shards: list[Shard], complete: bool, files: dict, failed:
         "files": files,
         "assembled_at": timezone.now().isoformat(),
     }
+    if job.sample_id:
+        found["sized_by_sample"] = job.sample_id
+    if sample is not None:
+        found["sample"] = sample
+    return found
 
 
 def assemble(job_id: int) -> bool:
@@ -132,9 +152,11 @@ def assemble(job_id: int) -> bool:
     failed = list(job.shards.filter(status=Shard.Status.FAILED).order_by("index")) if complete else []
     left_out = sum(shard.record_count for shard in failed)
     accounted = sum(shard.records_out + shard.records_rejected for shard in shards) + left_out
-    if complete and accounted != job.records_total:
-        lifecycle.fail(job, f"Output check failed: {accounted} of {job.records_total} records accounted for.")
+    expected = covered(job)
+    if complete and accounted != expected:
+        lifecycle.fail(job, f"Output check failed: {accounted} of {expected} records accounted for.")
         return False
+    sample = {**job.sample_result, **sizing.measure(job)} if job.kind == Job.Kind.SAMPLE and complete else None
     if not shards and not failed:
         return False
     prefix = f"{job.storage_prefix}/output-{uuid.uuid4().hex[:8]}"
@@ -145,7 +167,7 @@ def assemble(job_id: int) -> bool:
         paths.update((os.path.basename(path), path) for path in extra)
         files = {name: _digest(path) for name, path in paths.items() if name != "manifest.json"}
         with open(paths["manifest.json"], "w", encoding="utf-8") as handle:
-            json.dump(manifest(job, shards, complete, files, failed), handle, indent=2)
+            json.dump(manifest(job, shards, complete, files, failed, sample), handle, indent=2)
         for name, path in paths.items():
             with open(path, "rb") as handle:
                 default_storage.save(f"{prefix}/{name}", File(handle))
@@ -154,7 +176,11 @@ def assemble(job_id: int) -> bool:
     left = f"; {len(failed)} failed shard{'s' if len(failed) != 1 else ''} left out" if failed else ""
     with transaction.atomic():
         won = Job.objects.filter(pk=job.pk, output_path="").update(
-            output_path=prefix, output_files=list(paths), records_out=out, records_rejected=rejected
+            output_path=prefix,
+            output_files=list(paths),
+            records_out=out,
+            records_rejected=rejected,
+            sample_result=sample if sample is not None else job.sample_result,
         )
         if won and complete:
             lifecycle.move(

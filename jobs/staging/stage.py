@@ -23,6 +23,7 @@ from django.utils import timezone
 from jobs import lifecycle, processors
 from jobs.models import Job, Shard, State
 from jobs.processors import ParamError
+from jobs.scheduling import sizing
 from jobs.signals import staging_finished
 from jobs.staging import archives, fastcsv, parquet, sources
 from jobs.staging.formats import SAMPLE_BYTES, FormatError, detect, iter_records, read_header
@@ -195,9 +196,23 @@ def _describe_images(job: Job, stream, layout: dict, size: int) -> tuple[dict, d
     return layout, {}, total, _shards(job, cut(0), cuts, total, smallest=1)
 
 
+def shard_target(job: Job, total: int, smallest: int = GRAIN) -> int:
+    """Records per shard: about four shards per GPU, within the size limit, and no more than
+    E31_SHARD_SECONDS of work when the job's sample measured its speed. A sample's own shards are
+    small (a batch of the work), so it can stop soon after its time is up."""
+    if job.kind == Job.Kind.SAMPLE:
+        return max(smallest, min(processors.get(job.work).batch_size, settings.E31_SHARD_RECORDS))
+    target = min(settings.E31_SHARD_RECORDS, math.ceil(total / (job.gpus * 4)))
+    measured = sizing.shard_records(job)
+    return max(smallest, min(target, measured) if measured else target)
+
+
 def _shards(job: Job, start: Cut, cuts: list[Cut], total: int, smallest: int = GRAIN) -> list[dict]:
-    """Merge cut points into shards of similar size: about four per GPU, within the size limits."""
-    target = min(settings.E31_SHARD_RECORDS, max(smallest, math.ceil(total / (job.gpus * 4))))
+    """Merge cut points into shards of similar size (see shard_target); a sample's cover only its
+    first E31_SAMPLE_MAX_RECORDS records."""
+    target = shard_target(job, total, smallest)
+    if job.kind == Job.Kind.SAMPLE:
+        cuts = [cut for cut in cuts if cut.records - start.records < settings.E31_SAMPLE_MAX_RECORDS] or cuts[:1]
     shards, begin = [], start
     for index, cut in enumerate(cuts):
         last = index == len(cuts) - 1
@@ -219,6 +234,31 @@ def _shards(job: Job, start: Cut, cuts: list[Cut], total: int, smallest: int = G
             )
             begin = cut
     return shards
+
+
+def take_sample_copy(job: Job) -> tuple[str, int, str]:
+    """A pass sized by a sample takes the sample's staged copy over rather than staging the data
+    again: the copy becomes the pass's own at once (so an attempt that takes over this staging finds
+    it there), and the pass's retention governs it from then on."""
+    if job.staged_path:
+        return job.staged_path, job.input_bytes, job.input_sha256
+    sample = Job.objects.get(pk=job.sample_id)
+    with transaction.atomic():
+        taken = (
+            Job.objects.filter(pk=sample.pk, staged_path=sample.staged_path, staged_purged_at__isnull=True)
+            .exclude(staged_path="")
+            .update(staged_path="", modified=timezone.now())
+        )
+        if not taken:
+            raise sources.SourceError(
+                f"the staged copy of sample {sample.pk} is gone (purged, or taken by another pass); "
+                "submit the data again."
+            )
+        Job.objects.filter(pk=job.pk).update(
+            staged_path=sample.staged_path, input_bytes=sample.input_bytes, input_sha256=sample.input_sha256
+        )
+        job.events.create(state=State.STAGING, message=f"took over the staged copy of sample {sample.pk}")
+    return sample.staged_path, sample.input_bytes, sample.input_sha256
 
 
 def _claim(job: Job) -> str | None:
@@ -263,7 +303,10 @@ def stage(job_id: int) -> None:
     target = staged_name(job, claim)
     try:
         progress = StagingProgress(job.pk, claim)
-        path, size, sha256 = copy_to_job_storage(job, target, progress)
+        if job.sample_id:
+            path, size, sha256 = take_sample_copy(job)
+        else:
+            path, size, sha256 = copy_to_job_storage(job, target, progress)
         if job.expected_sha256 and sha256 != job.expected_sha256:
             raise sources.SourceError(
                 f"checksum mismatch: the data's SHA-256 is {sha256}, not the {job.expected_sha256} given with the job."
@@ -312,12 +355,15 @@ def stage(job_id: int) -> None:
                 queued_at=finished,
                 message=f"staged {size:,} bytes, {total:,} records in {len(shards)} shards, sha256 {sha256[:12]}…",
             )
-        if owned:
+        if owned and not job.sample_id:  # the sample's own ledger entry shows what staging took
             staging_finished.send(sender=Job, job=job, size=size, started=started_at, finished=finished)
+        if owned:
             lifecycle.schedule_on_commit()
     if owned:
         sources.forget(job)
         return
+    if job.sample_id:
+        return  # the copy taken from the sample stays the job's own; its retention purges it
     # Cancelled, or taken over, while the last step ran: this attempt's copy has no use.
     default_storage.delete(path)
     if not Job.objects.filter(pk=job.pk, state=State.STAGING).exists():

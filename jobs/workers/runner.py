@@ -9,6 +9,7 @@ token and only the claim that marks the shard done is kept, so a shard done twic
 import io
 import logging
 import os
+import resource
 import tempfile
 import time
 import traceback
@@ -60,6 +61,8 @@ def run_slot(job_id: int, allocation_id: int) -> str:
 
             tasks.run_slot.apply_async((job_id, allocation_id), queue=gpu.queue)
             return "continued"
+        if job.kind == Job.Kind.SAMPLE:
+            skip_past_budget(job)
         claimed = claim_next(job, gpu)
         if claimed is None:
             if not Shard.objects.filter(job=job).exclude(status__in=Shard.SETTLED).exists():
@@ -84,6 +87,13 @@ def run_slot(job_id: int, allocation_id: int) -> str:
                 error=traceback.format_exc(limit=5),
                 failed_on=gpu,
             )
+
+
+def skip_past_budget(job: Job) -> int:
+    """Once a sample has run E31_SAMPLE_SECONDS, the shards nobody has taken yet are not part of it."""
+    if job.started_at is None or timezone.now() < job.started_at + timedelta(seconds=settings.E31_SAMPLE_SECONDS):
+        return 0
+    return Shard.objects.filter(job=job, status=Shard.Status.PENDING).update(status=Shard.Status.SKIPPED)
 
 
 def claim_next(job: Job, gpu: Gpu) -> tuple[Shard, str] | None:
@@ -215,6 +225,7 @@ def process_shard(job: Job, shard: Shard, token: str, gpu: Gpu) -> None:
         rejects_path=rejects_path,
         records_out=kept_total,
         records_rejected=len(rejects),
+        peak_memory_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,  # Linux counts KiB
         finished_at=timezone.now(),
         lease_until=None,
         error="",

@@ -16,6 +16,7 @@ from billing.models import LedgerEntry
 from jobs import services
 from jobs.models import Job, State
 from jobs.outputs.assemble import open_output_file
+from jobs.scheduling import fleet, sizing
 from jobs.staging import sources
 from portal.models import Organisation
 
@@ -46,13 +47,23 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--org", required=True, help="The organisation's slug or name.")
-        parser.add_argument(
-            "--data", required=True, help="A file to upload, an http(s) URL, or a path under a staging root."
-        )
-        parser.add_argument("--work", required=True, help="The work kind, e.g. clean-table.")
+        parser.add_argument("--data", help="A file to upload, an http(s) URL, or a path under a staging root.")
+        parser.add_argument("--work", help="The work kind, e.g. clean-table.")
         parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
         parser.add_argument("--gpus", required=True)
-        parser.add_argument("--hours", required=True)
+        parser.add_argument("--hours", help="The time limit; with --from-sample, the sample's estimate by default.")
+        parser.add_argument(
+            "--sample",
+            action="store_true",
+            help="Run a sample first: stage the data, run the work on one slot for about a minute, wait, and "
+            "print the full pass's GPU-hours, time and cost for each shape (then use --from-sample).",
+        )
+        parser.add_argument(
+            "--from-sample",
+            type=int,
+            metavar="JOB",
+            help="Run the full pass a finished sample sized, on its staged copy (no --data or --work).",
+        )
         parser.add_argument("--shape", default=Job.Shape.SHORT_WIDE, choices=Job.Shape.values)
         parser.add_argument("--keep-days", type=int, default=0, help="Keep the staged copy this many days.")
         parser.add_argument(
@@ -71,10 +82,10 @@ class Command(BaseCommand):
         )
         if organisation is None:
             raise CommandError(f"There is no organisation {opts['org']!r}.")
-        if opts["output"] and not opts["wait"]:
-            raise CommandError("--output needs --wait.")
+        opts["wait"] = opts["wait"] or opts["sample"]  # a sample is run for what it measures
+        self.check_options(opts)
         try:
-            job = self.submit(organisation, opts)
+            job = self.submit_pass(organisation, opts) if opts["from_sample"] else self.submit(organisation, opts)
         except services.SubmitError as error:
             raise CommandError(f"Refused: {error}") from None
         job.refresh_from_db()
@@ -90,22 +101,98 @@ class Command(BaseCommand):
         if opts["output"]:
             self.write_output(job, Path(opts["output"]))
         entry = LedgerEntry.objects.get(job=job, kind=LedgerEntry.Kind.HOLD)
-        self.stdout.write(
-            json.dumps(
-                {
-                    "job": job.pk,
-                    "kind": entry.kind,
-                    "gpus": entry.gpus,
-                    "held_from": entry.held_from.isoformat(),
-                    "held_to": entry.held_to.isoformat(),
-                    "seconds": entry.seconds,
-                    "gpu_hours": str(entry.gpu_hours),
-                    "rate": str(entry.rate),
-                    "currency": entry.currency,
-                    "amount": str(entry.amount),
-                }
+        line = {
+            "job": job.pk,
+            "kind": entry.kind,
+            "gpus": entry.gpus,
+            "held_from": entry.held_from.isoformat(),
+            "held_to": entry.held_to.isoformat(),
+            "seconds": entry.seconds,
+            "gpu_hours": str(entry.gpu_hours),
+            "rate": str(entry.rate),
+            "currency": entry.currency,
+            "amount": str(entry.amount),
+        }
+        if job.kind == Job.Kind.SAMPLE:
+            line["sample"] = self.report_sample(job)
+        self.stdout.write(json.dumps(line))
+
+    def check_options(self, opts: dict) -> None:
+        if opts["output"] and not opts["wait"]:
+            raise CommandError("--output needs --wait.")
+        if opts["from_sample"]:
+            given = [f"--{name}" for name in ("data", "work", "sha256") if opts[name]] + ["--param"] * bool(
+                opts["param"]
             )
+            if given or opts["sample"]:
+                raise CommandError(
+                    f"--from-sample runs the sample's work on its data; drop {(given or ['--sample'])[0]}."
+                )
+            return
+        missing = [f"--{name}" for name in ("data", "work", "hours") if not opts[name]]
+        if missing:
+            raise CommandError(f"Give {', '.join(missing)} (or --from-sample JOB).")
+
+    def submit_pass(self, organisation: Organisation, opts: dict) -> Job:
+        sample = Job.objects.filter(organisation=organisation, pk=opts["from_sample"]).first()
+        if sample is None:
+            raise CommandError(f"{organisation.slug} has no job {opts['from_sample']}.")
+        hours = opts["hours"]
+        if hours is None:
+            try:
+                found = sizing.estimate(sample.sample_result, int(opts["gpus"]))
+            except ValueError:
+                raise CommandError(f"Refused: GPUs must be a whole number, not {opts['gpus']!r}.") from None
+            if found is None:
+                raise CommandError(f"Refused: job {sample.pk} is not a sample that measured the work; give --hours.")
+            hours = found.hours
+        return services.submit_pass(
+            sample,
+            user=None,
+            gpus=opts["gpus"],
+            hours=hours,
+            shape=opts["shape"],
+            retention_days=opts["keep_days"],
+            allow_partial=opts["allow_partial"],
         )
+
+    def report_sample(self, job: Job) -> dict:
+        """The sample's figures, and the full pass in each shape, on stderr as a table and as data."""
+        result = job.sample_result
+        online = fleet()
+        estimates = sizing.shapes(result, online.online)
+        if not estimates:
+            raise CommandError(f"Sample {job.pk} measured nothing: no shard was done.")
+        self.stderr.write(
+            f"Sample {job.pk}: {result['records']:,} of {result['records_total']:,} records in "
+            f"{result['seconds']:.1f} s, {result['records_per_second']:,.1f} records/s per {online.noun}"
+            + (f", peak memory {result['peak_memory_mb']:,} MB" if result.get("peak_memory_mb") else "")
+        )
+        for found in estimates:
+            cost = f"{found.cost} {found.currency}" if found.cost is not None else "no rate set"
+            self.stderr.write(
+                f"  {online.count(found.gpus)}: expected {found.duration}, {found.gpu_hours} {online.noun}-hours, "
+                f"{cost}; ask for --hours {found.hours}"
+            )
+        self.stderr.write(
+            f"Run the full pass with: submit --org {job.organisation.slug} --from-sample {job.pk} --gpus N"
+        )
+        return {
+            **{name: result.get(name) for name in ("records", "records_total", "seconds", "records_per_second")},
+            "startup_seconds": result.get("startup_seconds"),
+            "peak_memory_mb": result.get("peak_memory_mb"),
+            "estimates": [
+                {
+                    "gpus": found.gpus,
+                    "seconds": round(found.seconds, 1),
+                    "hours": str(found.hours),
+                    "gpu_hours": str(found.gpu_hours),
+                    "cost": str(found.cost) if found.cost is not None else None,
+                    "currency": found.currency,
+                }
+                for found in estimates
+            ],
+        }
 
     def submit(self, organisation: Organisation, opts: dict) -> Job:
         """A URL, or a file in the organisation's staging folder, is staged from where it is; any other
@@ -121,6 +208,7 @@ class Command(BaseCommand):
             "retention_days": opts["keep_days"],
             "expected_sha256": opts["sha256"],
             "allow_partial": opts["allow_partial"],
+            "sample": opts["sample"],
         }
         data = opts["data"]
         in_staging_folder = sources.within(Path(data).resolve(), sources.organisation_roots(organisation.slug))
