@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test lint
+.PHONY: run test lint gpu-deps
 
 $(VENV)/.requirements: requirements.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is needed; set PYTHON=python3.11")'
@@ -15,6 +15,13 @@ $(VENV)/.requirements: requirements.txt
 $(VENV)/.requirements-dev: $(VENV)/.requirements requirements-dev.txt
 	$(PY) -m pip install --quiet -r requirements-dev.txt
 	touch $@
+
+# GPU worker machines: the libraries of embed-text (torch, sentence-transformers, the model's package).
+$(VENV)/.requirements-gpu: $(VENV)/.requirements requirements-gpu.txt
+	$(PY) -m pip install --quiet -r requirements-gpu.txt
+	touch $@
+
+gpu-deps: $(VENV)/.requirements-gpu
 
 run: $(VENV)/.requirements
 	$(PY) manage.py migrate --noinput

@@ -6,11 +6,12 @@ from importlib.metadata import entry_points
 
 from jobs.processors.base import Batch, Context, Param, ParamError, Processor
 from jobs.processors.clean_table import CleanTable
+from jobs.processors.embed_text import EmbedText
 from jobs.processors.image_thumbs import ImageThumbs
 
-__all__ = ["Batch", "Context", "Param", "ParamError", "Processor", "available", "get"]
+__all__ = ["Batch", "Context", "Param", "ParamError", "Processor", "available", "get", "runnable_here"]
 
-BUILT_IN: tuple[type[Processor], ...] = (CleanTable, ImageThumbs)
+BUILT_IN: tuple[type[Processor], ...] = (CleanTable, EmbedText, ImageThumbs)
 
 
 @cache
@@ -22,6 +23,11 @@ def _registry() -> dict[str, Processor]:
 
 def available() -> list[Processor]:
     return sorted(_registry().values(), key=lambda processor: processor.name)
+
+
+def runnable_here() -> list[str]:
+    """The work kinds this machine can run: those whose required modules are installed."""
+    return [processor.name for processor in available() if not processor.missing()]
 
 
 def get(name: str) -> Processor:

@@ -1,5 +1,6 @@
 """The processor interface: what a work kind declares and the batch function a slot calls."""
 
+import importlib.util
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -77,6 +78,12 @@ class Processor:
     input_formats: tuple[str, ...] = ()
     params: tuple[Param, ...] = ()
     batch_size: int = 5000
+    # Modules the work needs beyond requirements.txt (a GPU worker's requirements-gpu.txt brings them).
+    requires: tuple[str, ...] = ()
+
+    def missing(self) -> list[str]:
+        """The required modules this machine lacks: found, not imported, so asking costs no import of torch."""
+        return [name for name in self.requires if importlib.util.find_spec(name) is None]
 
     def validate_params(self, raw: Mapping[str, Any]) -> dict:
         known = {param.name: param for param in self.params}
