@@ -15,6 +15,10 @@ def context_for(job: Job, device: str = "cpu", slot: int | None = None) -> Conte
 
 
 def output_schema(job: Job) -> pa.Schema:
-    """The processor's schema with the input position of each record in front."""
-    schema = processors.get(job.work).output_schema(context_for(job))
+    """The processor's schema with the input position of each record in front; a reducing
+    processor's partial summaries have no record positions."""
+    processor = processors.get(job.work)
+    schema = processor.output_schema(context_for(job))
+    if processor.reduces:
+        return schema
     return schema.insert(0, pa.field(RECORD_COLUMN, pa.int64(), nullable=False))

@@ -11,7 +11,9 @@ import json
 import os
 import tempfile
 import uuid
+from collections.abc import Iterator
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 from django.core.files import File
 from django.core.files.storage import default_storage
@@ -21,7 +23,7 @@ from django.utils import timezone
 
 from jobs import lifecycle, processors
 from jobs.models import OUTPUT_FILES, Job, Shard, State
-from jobs.outputs import output_schema
+from jobs.outputs import context_for, output_schema
 from jobs.retention import purge_staged_copy_if_due
 from jobs.scheduling import sizing
 from jobs.workers.runner import read_shard
@@ -35,14 +37,25 @@ def _digest(path: str) -> dict:
     return {"bytes": os.path.getsize(path), "sha256": sha256.hexdigest()}
 
 
+def _read_parts(shards: list[Shard]) -> Iterator[pa.Table]:
+    """The done shards' parts, one row group at a time, in input order."""
+    for shard in shards:
+        with default_storage.open(shard.output_path, "rb") as part:
+            parquet = pq.ParquetFile(part)
+            for group in range(parquet.num_row_groups):
+                yield parquet.read_row_group(group)
+
+
 def _write_parts(job: Job, shards: list[Shard], failed: list[Shard], schema, output: str, rejects: str) -> None:
-    """The done shards' parts in order; every record of a failed shard (partial output) as a reject."""
-    with pq.ParquetWriter(output, schema) as writer:
-        for shard in shards:
-            with default_storage.open(shard.output_path, "rb") as part:
-                parquet = pq.ParquetFile(part)
-                for group in range(parquet.num_row_groups):
-                    writer.write_table(parquet.read_row_group(group))
+    """The done shards' parts in order (a reducing processor's merged); every record of a failed shard
+    (partial output) as a reject."""
+    processor = processors.get(job.work)
+    if processor.reduces:
+        pq.write_table(processor.merge(_read_parts(shards), context_for(job)), output)
+    else:
+        with pq.ParquetWriter(output, schema) as writer:
+            for group in _read_parts(shards):
+                writer.write_table(group)
     with open(rejects, "w", newline="", encoding="utf-8") as handle:
         out = csv.writer(handle)
         out.writerow(["record", "line", "reason", "raw"])

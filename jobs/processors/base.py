@@ -2,7 +2,7 @@
 
 import importlib.util
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,7 +53,8 @@ class Context:
 
 @dataclass
 class Batch:
-    """A processed batch: one output row per kept record, and a reason for each rejected one."""
+    """A processed batch: one output row per kept record (for a reducing processor, a partial summary
+    of the kept records), and a reason for each rejected one."""
 
     table: pa.Table
     kept: list[int] = field(default_factory=list)
@@ -78,6 +79,9 @@ class Processor:
     input_formats: tuple[str, ...] = ()
     params: tuple[Param, ...] = ()
     batch_size: int = 5000
+    # A reduction: each batch's table is a partial summary of its kept records (rows of
+    # `output_schema`, no record positions) and `merge` makes the output of them all at assembly.
+    reduces: bool = False
     # Modules the work needs beyond requirements.txt (a GPU worker's requirements-gpu.txt brings them).
     requires: tuple[str, ...] = ()
 
@@ -100,6 +104,10 @@ class Processor:
         raise NotImplementedError
 
     def process_batch(self, records: list[Record], context: Context) -> Batch:
+        raise NotImplementedError
+
+    def merge(self, partials: Iterable[pa.Table], context: Context) -> pa.Table:
+        """A reducing processor's output from the partial summaries of every batch, in input order."""
         raise NotImplementedError
 
     def finish_output(self, output_path: str, scratch: str) -> list[str]:

@@ -205,9 +205,14 @@ def process_shard(job: Job, shard: Shard, token: str, gpu: Gpu) -> None:
                 readable = [record for record in batch if record.error is None]
                 rejects += [(record, record.error) for record in batch if record.error is not None]
                 result = processor.process_batch(readable, context)
-                if len(result.kept) != result.table.num_rows or len(result.kept) + len(result.rejects) != len(readable):
+                # A reducing processor's table is a partial summary: its rows are not the kept records.
+                rows_fit = processor.reduces or len(result.kept) == result.table.num_rows
+                if not rows_fit or len(result.kept) + len(result.rejects) != len(readable):
                     raise RuntimeError(f"{processor.name} lost records: every record must be kept or rejected")
-                writer.write_table(result.table.add_column(0, schema.field(RECORD_COLUMN), [result.kept]))
+                if processor.reduces:
+                    writer.write_table(result.table)
+                else:
+                    writer.write_table(result.table.add_column(0, schema.field(RECORD_COLUMN), [result.kept]))
                 rejects += result.rejects
                 kept_total += len(result.kept)
                 _keep_claim(shard, token)
