@@ -6,12 +6,13 @@ from importlib.metadata import entry_points
 
 from jobs.processors.base import Batch, Context, Param, ParamError, Processor
 from jobs.processors.clean_table import CleanTable
+from jobs.processors.column_stats import ColumnStats
 from jobs.processors.embed_text import EmbedText
 from jobs.processors.image_thumbs import ImageThumbs
 
 __all__ = ["Batch", "Context", "Param", "ParamError", "Processor", "available", "get", "runnable_here"]
 
-BUILT_IN: tuple[type[Processor], ...] = (CleanTable, EmbedText, ImageThumbs)
+BUILT_IN: tuple[type[Processor], ...] = (CleanTable, ColumnStats, EmbedText, ImageThumbs)
 
 
 @cache
