@@ -89,7 +89,7 @@ def submit_job(
     else:
         source = _describe_source(processor, organisation, data, data_name, location.strip(), s3_credentials)
     try:
-        gpus, hours = parse_request(gpus, hours, shape)
+        gpus, hours = parse_request(gpus, hours, shape, work=processor.name)
     except ValueError as error:
         raise SubmitError(getattr(error, "field", "gpus"), str(error)) from None
     request = {"gpus": gpus, "hours": hours, "shape": shape, "retention_days": retention_days}
@@ -143,7 +143,7 @@ def submit_pass(
         raise SubmitError("sample", gone)
     _check_retention(retention_days)
     try:
-        gpus, hours = parse_request(gpus, hours, shape)
+        gpus, hours = parse_request(gpus, hours, shape, work=sample.work)
     except ValueError as error:
         raise SubmitError(getattr(error, "field", "gpus"), str(error)) from None
     return _create(

@@ -13,8 +13,8 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 
-from jobs import lifecycle
-from jobs.models import Gpu, Job, State
+from jobs import lifecycle, processors
+from jobs.models import Gpu, Job, Node, State
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +30,7 @@ class Fleet:
     online: int
     free: int
     cpu_only: bool
+    work_kinds: frozenset[str] = frozenset()  # the kinds some online node can run
 
     @property
     def noun(self) -> str:
@@ -48,14 +49,35 @@ def schedulable_slots():
     return slots
 
 
+def node_runs(work_kinds: list[str], work: str) -> bool:
+    """Whether a node that reported these work kinds can run `work`. A node that reported none (a
+    gpuworker from before nodes reported them) runs the kinds that need only requirements.txt."""
+    if work_kinds:
+        return work in work_kinds
+    return any(processor.name == work and not processor.requires for processor in processors.available())
+
+
+def nodes_running(work: str) -> list[int]:
+    """The nodes whose slots can run a work kind (there are few nodes: they are read whole)."""
+    return [pk for pk, kinds in Node.objects.values_list("pk", "work_kinds") if node_runs(kinds, work)]
+
+
 def fleet() -> Fleet:
     online = schedulable_slots().online()
     kinds = set(online.values_list("kind", flat=True))
-    return Fleet(online=online.count(), free=online.free().count(), cpu_only=kinds == {Gpu.Kind.CPU})
+    reported = Node.objects.filter(pk__in=online.values("node_id")).values_list("work_kinds", flat=True)
+    work_kinds = {p.name for p in processors.available() if any(node_runs(found, p.name) for found in reported)}
+    return Fleet(
+        online=online.count(),
+        free=online.free().count(),
+        cpu_only=kinds == {Gpu.Kind.CPU},
+        work_kinds=frozenset(work_kinds),
+    )
 
 
-def parse_request(gpus, hours, shape: str = Job.Shape.SHORT_WIDE) -> tuple[int, Decimal]:
-    """GPUs and hours laid out in the chosen shape, checked against the fleet; RequestError names the field."""
+def parse_request(gpus, hours, shape: str = Job.Shape.SHORT_WIDE, work: str = "") -> tuple[int, Decimal]:
+    """GPUs and hours laid out in the chosen shape, checked against the fleet (its slots that can run
+    `work`, when it is given); RequestError names the field."""
     try:
         gpus = int(str(gpus).strip())
     except ValueError:
@@ -79,10 +101,18 @@ def parse_request(gpus, hours, shape: str = Job.Shape.SHORT_WIDE) -> tuple[int, 
     current = fleet()
     if current.online == 0:
         raise RequestError("gpus", "No GPUs are online right now; try again when the fleet is back.")
-    if gpus > current.online:
-        raise RequestError(
-            "gpus", f"The fleet has {current.count(current.online)} online; ask for {current.online} or fewer."
-        )
+    online = current.online
+    if work:
+        online = schedulable_slots().online().filter(node__in=nodes_running(work)).count()
+        if online == 0:
+            raise RequestError(
+                "work",
+                f"No online node can run {work}: its libraries are not installed on the fleet "
+                f"(requirements-gpu.txt). The fleet can run {', '.join(sorted(current.work_kinds))}.",
+            )
+    if gpus > online:
+        where = "" if online == current.online else f" that can run {work}"
+        raise RequestError("gpus", f"The fleet has {current.count(online)} online{where}; ask for {online} or fewer.")
     return gpus, hours
 
 
@@ -94,18 +124,22 @@ def queue_position(job: Job) -> int | None:
 
 
 def schedule() -> list[int]:
-    """Start the hold of every queued job, in queue order, whose GPUs are all free now."""
+    """Start the hold of every queued job, in queue order, whose GPUs are all free now, on nodes that
+    can run its work."""
     started = []
     with transaction.atomic():
         slots = schedulable_slots()
         free = list(slots.free().select_for_update(skip_locked=True, of=("self",)).order_by("node__name", "index"))
-        online = slots.online().count()
+        online = list(slots.online().values_list("node_id", flat=True))
+        kinds_of = dict(Node.objects.values_list("pk", "work_kinds"))
         for job in Job.objects.filter(state=State.QUEUED).order_by("queued_at", "pk"):
-            if job.gpus > online:
-                continue  # more than the fleet has online now (a node left): it waits without blocking others
-            if job.gpus > len(free):
+            if job.gpus > sum(node_runs(kinds_of.get(node, []), job.work) for node in online):
+                continue  # more than the fleet can give it online now (a node left): it waits without blocking others
+            fit = [slot for slot in free if node_runs(kinds_of.get(slot.node_id, []), job.work)]
+            if job.gpus > len(fit):
                 break
-            taken, free = free[: job.gpus], free[job.gpus :]
+            taken = fit[: job.gpus]
+            free = [slot for slot in free if slot not in taken]
             allocations = lifecycle.hold(job, taken)
             if not allocations:
                 break
