@@ -105,11 +105,11 @@ def parse_request(gpus, hours, shape: str = Job.Shape.SHORT_WIDE, work: str = ""
     if work:
         online = schedulable_slots().online().filter(node__in=nodes_running(work)).count()
         if online == 0:
-            raise RequestError(
-                "work",
-                f"No online node can run {work}: its libraries are not installed on the fleet "
-                f"(requirements-gpu.txt). The fleet can run {', '.join(sorted(current.work_kinds))}.",
-            )
+            why = " now"
+            if processors.get(work).requires:
+                why = ": its libraries are not installed on the fleet (requirements-gpu.txt)"
+            kinds = ", ".join(sorted(current.work_kinds))
+            raise RequestError("work", f"No online node can run {work}{why}. The fleet can run {kinds}.")
     if gpus > online:
         where = "" if online == current.online else f" that can run {work}"
         raise RequestError("gpus", f"The fleet has {current.count(online)} online{where}; ask for {online} or fewer.")

@@ -176,6 +176,9 @@ def test_the_form_refuses_a_kind_no_online_node_can_run(partner_client, online_s
         f"The fleet can run {', '.join(WITHOUT_EMBED)}." in response.content.decode()
     )
     assert "image-thumbs" in WITHOUT_EMBED
+    reported("clean-table")
+    response = partner_client.post("/jobs/new/", job_form(work="test-slow-echo", gpus="1"))
+    assert "No online node can run test-slow-echo now. The fleet can run clean-table." in response.content.decode()
     assert not Job.objects.exists()
     reported(*WITHOUT_EMBED, "embed-text")
     assert partner_client.post("/jobs/new/", embed_form()).status_code == 302
