@@ -16,9 +16,14 @@ $(VENV)/.requirements-dev: $(VENV)/.requirements requirements-dev.txt
 	$(PY) -m pip install --quiet -r requirements-dev.txt
 	touch $@
 
-# GPU worker machines: the libraries of embed-text (torch, sentence-transformers, the model's package).
+# GPU worker machines: the libraries of embed-text (torch, sentence-transformers, the model's package),
+# and where an NVIDIA driver answers, onnxruntime-gpu in place of onnxruntime (both install the same
+# module, so one must go) for onnx-infer's CUDA provider.
+ONNXRUNTIME_GPU := onnxruntime-gpu==1.31.1
 $(VENV)/.requirements-gpu: $(VENV)/.requirements requirements-gpu.txt
 	$(PY) -m pip install --quiet -r requirements-gpu.txt
+	if command -v nvidia-smi >/dev/null && nvidia-smi >/dev/null 2>&1; then \
+	  $(PY) -m pip uninstall --quiet --yes onnxruntime && $(PY) -m pip install --quiet $(ONNXRUNTIME_GPU); fi
 	touch $@
 
 gpu-deps: $(VENV)/.requirements-gpu

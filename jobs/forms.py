@@ -59,6 +59,11 @@ class JobForm(RequestForm):
         ),
     )
     upload = forms.UUIDField(required=False, widget=forms.HiddenInput)
+    model = forms.FileField(
+        label="Model file",
+        required=False,
+        help_text="The model the work runs: checked when you submit (it must load), kept with the staged copy.",
+    )
     sha256 = forms.CharField(
         label="SHA-256 of the data (optional)",
         required=False,

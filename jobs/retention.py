@@ -1,12 +1,14 @@
-"""Retention of the staged copy: purged when the job ends, or the days the partner chose later."""
+"""Retention of the staged copy (and the model file the job brought): purged when the job ends, or
+the days the partner chose later."""
 
 import logging
 from datetime import timedelta
 
 from django.core.files.storage import default_storage
+from django.db.models import Q
 from django.utils import timezone
 
-from jobs.models import ENDED, Job
+from jobs.models import ACTIVE, ENDED, Job
 
 log = logging.getLogger(__name__)
 
@@ -21,13 +23,28 @@ def purge_staged_copy_if_due(job_id: int) -> bool:
     """Delete the staged copy once the job has ended and its retention is up; record when."""
     job = Job.objects.get(pk=job_id)
     due = purge_due_at(job)
-    if job.state not in ENDED or not job.staged_path or job.staged_purged_at or due is None or due > timezone.now():
+    if job.state not in ENDED or job.staged_purged_at or due is None or due > timezone.now():
+        return False
+    if not job.staged_path:  # staging failed, or a pass took the sample's copy over
+        _purge_model(job)
         return False
     if not Job.objects.filter(pk=job.pk, staged_purged_at__isnull=True).update(staged_purged_at=timezone.now()):
         return False
     default_storage.delete(job.staged_path)
     log.info("purged the staged copy of job %s (%s)", job.pk, job.staged_path)
+    _purge_model(job)
     return True
+
+
+def _purge_model(job: Job) -> None:
+    """The job's model file goes with its staged copy, unless another job still needs it (a sample and
+    the pass it sized share one)."""
+    if not job.model_path:
+        return
+    still_staged = Q(staged_purged_at__isnull=True) & ~Q(staged_path="")
+    others = Job.objects.filter(model_path=job.model_path).exclude(pk=job.pk)
+    if not others.filter(Q(state__in=ACTIVE) | still_staged).exists():
+        default_storage.delete(job.model_path)
 
 
 def purge_expired() -> list[int]:

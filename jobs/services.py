@@ -1,5 +1,6 @@
 """What the rest of the portal may do with jobs: submit, find, cancel and read their progress."""
 
+import io
 import re
 from dataclasses import dataclass
 from functools import partial
@@ -10,6 +11,7 @@ from django.db import transaction
 from django.db.models import Count, Max, Q, Sum
 from django.http import Http404
 from django.shortcuts import get_object_or_404
+from django.template.defaultfilters import filesizeformat
 from django.utils import timezone
 from kombu.exceptions import OperationalError
 
@@ -65,12 +67,15 @@ def submit_job(
     expected_sha256: str = "",
     allow_partial: bool = False,
     sample: bool = False,
+    model: BinaryIO | None = None,
+    model_name: str = "",
 ) -> Job:
     """Check a job's four parts, store its data and queue its staging. Nothing is held yet.
 
     The data is an uploaded file (`data`, `data_name`), a finished resumable `upload`, or a
     `location`: an HTTP(S) URL, an S3 URI (with `s3_credentials` for the partner's own bucket) or
-    a path under one of the operator's staging roots.
+    a path under one of the operator's staging roots. A work kind that takes a model file (onnx-infer)
+    gets it as `model`, checked here.
 
     With `sample`, the job is a sample: it stages the data, runs the work on one slot for about
     E31_SAMPLE_SECONDS and measures it; the request given is kept as the one the pass would make,
@@ -92,6 +97,7 @@ def submit_job(
         gpus, hours = parse_request(gpus, hours, shape, work=processor.name)
     except ValueError as error:
         raise SubmitError(getattr(error, "field", "gpus"), str(error)) from None
+    checked_model = _check_model(processor, model, model_name)
     request = {"gpus": gpus, "hours": hours, "shape": shape, "retention_days": retention_days}
     if sample:
         request.update(gpus=1, hours=sizing.sample_hours(), shape=Job.Shape.SHORT_WIDE)
@@ -103,6 +109,8 @@ def submit_job(
         source["source_path"] = uploads.store_upload(data, data_name)
     if upload is not None:
         source["source_path"] = _take_upload(upload)
+    if checked_model:
+        source.update(model_path=uploads.store_model(model, model_name), model_name=uploads.safe_name(model_name))
     return _create(
         organisation=organisation,
         created_by=user if user and user.is_authenticated else None,
@@ -114,6 +122,28 @@ def submit_job(
         **request,
         **source,
     )
+
+
+def _check_model(processor, model: BinaryIO | None, name: str) -> bool:
+    """Whether the job comes with a model file its work takes; SubmitError when it needs one it lacks,
+    has one it cannot use, or the file is too large or does not load."""
+    if not processor.model_file:
+        if model is not None:
+            raise SubmitError("model", f"{processor.name} takes no model file.")
+        return False
+    if model is None:
+        raise SubmitError("model", f"{processor.name} needs {processor.model_file} with the job.")
+    size = model.seek(0, io.SEEK_END)
+    model.seek(0)
+    if size > settings.E31_MAX_MODEL_BYTES:
+        limit = filesizeformat(settings.E31_MAX_MODEL_BYTES)
+        raise SubmitError("model", f"The model file {name} is {filesizeformat(size)}; the limit is {limit}.")
+    try:
+        with uploads.local_copy(model) as path:
+            processor.check_model(path)
+    except processors.ParamError as error:
+        raise SubmitError("model", f"{name}: {error}.") from None
+    return True
 
 
 def _check_retention(days: int) -> None:
@@ -156,6 +186,8 @@ def submit_pass(
         source_name=sample.source_name,
         source_uri=sample.source_uri,
         input_format=sample.input_format,
+        model_path=sample.model_path,
+        model_name=sample.model_name,
         gpus=gpus,
         hours=hours,
         shape=shape,

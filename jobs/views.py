@@ -71,6 +71,8 @@ def job_new(request):
                     expected_sha256=form.cleaned_data["sha256"],
                     allow_partial=form.cleaned_data["allow_partial"],
                     sample=form.cleaned_data["sample"],
+                    model=model.file if (model := form.cleaned_data["model"]) else None,
+                    model_name=model.name if model else "",
                 )
             except services.SubmitError as error:
                 field = "location" if error.field == "data" and form.cleaned_data["location"] else error.field

@@ -11,7 +11,7 @@ REJECT_SCHEMA = pa.schema([("record", pa.int64()), ("line", pa.int64()), ("reaso
 
 
 def context_for(job: Job, device: str = "cpu", slot: int | None = None) -> Context:
-    return Context(params=job.params, plan=job.plan, layout=job.layout, device=device, slot=slot)
+    return Context(params=job.params, plan=job.plan, layout=job.layout, device=device, slot=slot, model=job.model_path)
 
 
 def output_schema(job: Job) -> pa.Schema:

@@ -9,10 +9,11 @@ from jobs.processors.clean_table import CleanTable
 from jobs.processors.column_stats import ColumnStats
 from jobs.processors.embed_text import EmbedText
 from jobs.processors.image_thumbs import ImageThumbs
+from jobs.processors.onnx_infer import OnnxInfer
 
 __all__ = ["Batch", "Context", "Param", "ParamError", "Processor", "available", "get", "runnable_here"]
 
-BUILT_IN: tuple[type[Processor], ...] = (CleanTable, ColumnStats, EmbedText, ImageThumbs)
+BUILT_IN: tuple[type[Processor], ...] = (CleanTable, ColumnStats, EmbedText, ImageThumbs, OnnxInfer)
 
 
 @cache

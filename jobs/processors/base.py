@@ -49,6 +49,7 @@ class Context:
     layout: dict
     device: str = "cpu"
     slot: int | None = None  # the index of the GPU (or CPU slot) on its machine, None outside a pass
+    model: str = ""  # the job's model file in storage, for a work kind that takes one
 
 
 @dataclass
@@ -84,6 +85,18 @@ class Processor:
     reduces: bool = False
     # Modules the work needs beyond requirements.txt (a GPU worker's requirements-gpu.txt brings them).
     requires: tuple[str, ...] = ()
+
+    # What file the work needs with the job besides the data, e.g. "an ONNX model (.onnx)"; "" for none.
+    model_file: str = ""
+
+    def check_model(self, path: str) -> dict:
+        """Check the model file at `path` when the job is submitted; ParamError says what is wrong."""
+        raise NotImplementedError
+
+    def prepare(self, plan: dict, layout: dict, params: dict, model: str) -> dict:
+        """At the end of staging, with the data described: the plan the slots work from. ParamError
+        fails the job here, before any GPU is held. The plan as the scanner made it by default."""
+        return plan
 
     def missing(self) -> list[str]:
         """The required modules this machine lacks: found, not imported, so asking costs no import of torch."""

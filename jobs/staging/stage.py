@@ -312,6 +312,7 @@ def stage(job_id: int) -> None:
                 f"checksum mismatch: the data's SHA-256 is {sha256}, not the {job.expected_sha256} given with the job."
             )
         layout, plan, total, shards = describe_and_cut(job, path, progress)
+        plan = processors.get(job.work).prepare(plan, layout, job.params, job.model_path)
         progress.flush()
     except StagingStopped:
         default_storage.delete(target)

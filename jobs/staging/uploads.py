@@ -1,6 +1,11 @@
 """Uploads: streamed to a temporary file under a size limit, inspected, then put in storage."""
 
+import contextlib
+import os
+import shutil
+import tempfile
 import uuid
+from collections.abc import Iterator
 from pathlib import Path, PurePath
 from typing import BinaryIO
 
@@ -69,6 +74,33 @@ def store_upload(stream: BinaryIO, name: str) -> str:
     return default_storage.save(path, File(stream, name=path))
 
 
+def store_model(stream: BinaryIO, name: str) -> str:
+    """Put a job's model file where every worker can read it."""
+    path = f"models/{uuid.uuid4().hex}/{safe_name(name)}"
+    stream.seek(0)
+    return default_storage.save(path, File(stream, name=path))
+
+
+@contextlib.contextmanager
+def local_copy(stream: BinaryIO) -> Iterator[str]:
+    """The stream as a file on this disk: its own when it has one (a large form upload, a file the
+    CLI opened), else a temporary copy."""
+    own = getattr(stream, "temporary_file_path", None)
+    if own is not None:
+        yield own()
+        return
+    name = getattr(stream, "name", None)
+    if isinstance(name, str) and os.path.isfile(name):
+        yield name
+        return
+    with tempfile.NamedTemporaryFile(prefix="e31-model-") as copy:
+        stream.seek(0)
+        shutil.copyfileobj(stream, copy, 1024 * 1024)
+        copy.flush()
+        stream.seek(0)
+        yield copy.name
+
+
 class _LocalFile(File):
     """A file on this machine's disk: the filesystem storage moves it instead of copying it."""
 
@@ -85,4 +117,12 @@ def store_file(local: Path, name: str) -> str:
     return stored
 
 
-__all__ = ["FormatError", "SizeLimitUploadHandler", "inspect", "store_upload", "too_large_message"]
+__all__ = [
+    "FormatError",
+    "SizeLimitUploadHandler",
+    "inspect",
+    "local_copy",
+    "store_model",
+    "store_upload",
+    "too_large_message",
+]

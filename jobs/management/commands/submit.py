@@ -50,6 +50,7 @@ class Command(BaseCommand):
         parser.add_argument("--data", help="A file to upload, an http(s) URL, or a path under a staging root.")
         parser.add_argument("--work", help="The work kind, e.g. clean-table.")
         parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
+        parser.add_argument("--model", help="The model file the work runs (onnx-infer: a .onnx file).")
         parser.add_argument("--gpus", required=True)
         parser.add_argument("--hours", help="The time limit; with --from-sample, the sample's estimate by default.")
         parser.add_argument(
@@ -121,9 +122,8 @@ class Command(BaseCommand):
         if opts["output"] and not opts["wait"]:
             raise CommandError("--output needs --wait.")
         if opts["from_sample"]:
-            given = [f"--{name}" for name in ("data", "work", "sha256") if opts[name]] + ["--param"] * bool(
-                opts["param"]
-            )
+            named = ("data", "work", "sha256", "model")
+            given = [f"--{name}" for name in named if opts[name]] + ["--param"] * bool(opts["param"])
             if given or opts["sample"]:
                 raise CommandError(
                     f"--from-sample runs the sample's work on its data; drop {(given or ['--sample'])[0]}."
@@ -210,7 +210,16 @@ class Command(BaseCommand):
             "allow_partial": opts["allow_partial"],
             "sample": opts["sample"],
         }
-        data = opts["data"]
+        if opts["model"]:
+            model = Path(opts["model"])
+            if not model.is_file():
+                raise CommandError(f"There is no model file {model}.")
+            with model.open("rb") as stream:
+                return self.submit_data(opts["data"], {**request, "model": stream, "model_name": model.name})
+        return self.submit_data(opts["data"], request)
+
+    def submit_data(self, data: str, request: dict) -> Job:
+        organisation = request["organisation"]
         in_staging_folder = sources.within(Path(data).resolve(), sources.organisation_roots(organisation.slug))
         if "://" in data or in_staging_folder:
             return services.submit_job(location=data if "://" in data else str(Path(data).resolve()), **request)
