@@ -18,7 +18,7 @@ from billing.metering import meter_for
 from jobs import lifecycle, services
 from jobs.forms import JobForm, RequestForm
 from jobs.models import ACTIVE, Job, Upload
-from jobs.outputs.assemble import open_output_file
+from jobs.outputs.assemble import open_output_file, signed_output_url
 from jobs.outputs.zipstream import stream_zip
 from jobs.retention import purge_due_at
 from jobs.scheduling import fleet, queue_position, sizing
@@ -239,10 +239,16 @@ def job_output(request, pk: int):
 
 @login_required
 def job_output_file(request, pk: int, name: str):
+    """One output file: from S3, a redirect to a signed URL that expires (the bytes do not pass through
+    the portal); from the filesystem, streamed."""
     job = services.get_job_for_user(request, pk)
     if name not in job.output_names:
         raise Http404("This job has no such output file.")
-    return FileResponse(open_output_file(job, name), as_attachment=True, filename=f"job-{job.pk}-{name}")
+    filename = f"job-{job.pk}-{name}"
+    signed = signed_output_url(job, name, filename)
+    if signed:
+        return redirect(signed)
+    return FileResponse(open_output_file(job, name), as_attachment=True, filename=filename)
 
 
 def _tus(response: HttpResponse) -> HttpResponse:

@@ -172,6 +172,7 @@ FILE_UPLOAD_TEMP_DIR = VAR_DIR / "tmp"
 FILE_UPLOAD_TEMP_DIR.mkdir(parents=True, exist_ok=True)
 E31_MAX_UPLOAD_BYTES = env_int("E31_MAX_UPLOAD_BYTES", 2 * 1024**3, minimum=1)
 # Datasets staged from a URL or a server path can be larger than a browser upload.
+E31_OUTPUT_URL_SECONDS = env_int("E31_OUTPUT_URL_SECONDS", 900, minimum=1)
 E31_MAX_MODEL_BYTES = env_int("E31_MAX_MODEL_BYTES", 2 * 1024**3, minimum=1)
 E31_MAX_DATASET_BYTES = env_int("E31_MAX_DATASET_BYTES", 50 * 1024**3, minimum=1)
 # Resumable uploads in progress; with several web servers, a folder they share.

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from django.conf import settings
 from django.core.files import File
 from django.core.files.storage import default_storage
 from django.db import transaction
@@ -212,3 +213,17 @@ def assemble(job_id: int) -> bool:
 
 def open_output_file(job: Job, name: str) -> io.BufferedReader:
     return default_storage.open(f"{job.output_path}/{name}", "rb")
+
+
+def signed_output_url(job: Job, name: str, filename: str) -> str | None:
+    """A signed URL that downloads an output file straight from storage for E31_OUTPUT_URL_SECONDS,
+    where the storage makes such URLs (S3); None where it keeps files on this disk."""
+    path = f"{job.output_path}/{name}"
+    try:
+        default_storage.path(path)
+    except NotImplementedError:
+        disposition = f'attachment; filename="{filename}"'
+        return default_storage.url(
+            path, parameters={"ResponseContentDisposition": disposition}, expire=settings.E31_OUTPUT_URL_SECONDS
+        )
+    return None

@@ -4,6 +4,9 @@ loopback (moto's server mode) that the web side and the worker processes both ta
 import csv
 import io
 import os
+import time
+import urllib.parse
+import urllib.request
 import zipfile
 
 import boto3
@@ -70,6 +73,16 @@ def test_it_stages_runs_and_returns_the_output_through_s3(s3_endpoint, s3_worker
         assert job.state == State.SUCCEEDED, job.error
         response = partner_client.get(f"/jobs/{job.pk}/output/")
         archive = zipfile.ZipFile(io.BytesIO(b"".join(response.streaming_content)))
+        signed = partner_client.get(f"/jobs/{job.pk}/output/manifest.json")
+    assert signed.status_code == 302, "an output file on S3 downloads through a signed URL"
+    url = signed["Location"]
+    assert url.startswith(f"{s3_endpoint}/{BUCKET}/{job.output_path}/manifest.json?")
+    query = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)
+    assert query["Signature"], url
+    assert 0 < int(query["Expires"][0]) - time.time() <= 900, "it expires in E31_OUTPUT_URL_SECONDS"
+    with urllib.request.urlopen(url) as download:
+        assert download.read() == archive.read("manifest.json")
+        assert download.headers["Content-Disposition"] == f'attachment; filename="job-{job.pk}-manifest.json"'
 
     table = pq.read_table(io.BytesIO(archive.read("output.parquet")))
     rejects = list(csv.DictReader(io.StringIO(archive.read("rejects.csv").decode())))
