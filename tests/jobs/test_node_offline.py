@@ -21,7 +21,7 @@ from jobs import lifecycle
 from jobs.models import Allocation, Gpu, Job, JobEvent, Node, Shard, State
 from jobs.scheduling import schedule
 from jobs.staging import stage
-from jobs.workers.node import take_silent_nodes_offline
+from jobs.workers.node import go_offline, take_silent_nodes_offline
 from jobs.workers.runner import ShardLost, claim_next, process_shard, run_slot
 from tests.conftest import Worker, job_form, wait_for, wait_for_end, wait_for_slots
 from tests.jobs.test_worker_killed import csv_bytes
@@ -92,6 +92,19 @@ def test_it_ends_a_silent_nodes_hold_at_its_last_heartbeat_and_returns_its_shard
     assert event.state == State.RUNNING
     assert "node fake-a went offline" in event.message and "1 running shard returned" in event.message
     assert claim_next(held_job, alive)[0] == shard, "the job's other slot takes it at once, lease or not"
+
+
+@pytest.mark.django_db
+def test_a_node_that_stops_ends_its_holds_at_once(held_job, two_fake_nodes):
+    stopping, alive = two_fake_nodes
+    shard, _ = claim_next(held_job, stopping)
+    before = timezone.now()
+    go_offline(stopping.node.name)
+    lost = Allocation.objects.get(job=held_job, gpu=stopping)
+    assert before <= lost.held_to <= timezone.now()
+    assert Shard.objects.get(pk=shard.pk).status == Shard.Status.PENDING
+    assert Allocation.objects.get(job=held_job, gpu=alive).held_to is None
+    assert Job.objects.get(pk=held_job.pk).state == State.RUNNING
 
 
 @pytest.mark.django_db
