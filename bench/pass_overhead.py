@@ -12,8 +12,6 @@ and reported on its own. Runs on the embedded defaults in a scratch var/ of its 
 import argparse
 import io
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -25,7 +23,7 @@ import pyarrow.parquet as pq  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 
 from jobs import processors, services  # noqa: E402
-from jobs.models import Gpu, Job, State  # noqa: E402
+from jobs.models import Job, State  # noqa: E402
 from jobs.outputs import context_for, output_schema  # noqa: E402
 from jobs.staging.formats import iter_records, read_header  # noqa: E402
 from jobs.workers.runner import batched  # noqa: E402
@@ -62,36 +60,12 @@ def run_job(path: Path, organisation: Organisation, gpus: int) -> tuple[Job, flo
             organisation=organisation, user=None, data=data, data_name=path.name,
             work="clean-table", params={}, gpus=gpus, hours=1,
         )  # fmt: skip
-    while not Job.objects.get(pk=job.pk).ended:
-        time.sleep(0.2)
-    job.refresh_from_db()
-    assert job.state == State.SUCCEEDED, job.error
+    job = scratch.wait_for_success(job)
     entry = job.ledger_entries.get(kind="hold")
     running = job.events.get(state=State.RUNNING).at
     succeeded = job.events.get(state=State.SUCCEEDED).at
     held = (entry.held_to - entry.held_from).total_seconds()
     return job, job.records_total / held, job.records_total / (succeeded - running).total_seconds()
-
-
-def start_worker(slots: int) -> subprocess.Popen:
-    worker = subprocess.Popen(
-        [sys.executable, str(ROOT / "manage.py"), "gpuworker", "--cpu-slots", str(slots), "--name", "bench"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 60
-    while Gpu.objects.online().filter(node__name="bench").count() != slots:
-        if time.monotonic() > deadline:
-            raise RuntimeError("the gpuworker did not come online")
-        time.sleep(0.2)
-    time.sleep(2)  # the Celery workers behind the slots finish starting
-    return worker
-
-
-def stop_worker(worker: subprocess.Popen) -> None:
-    worker.send_signal(2)
-    worker.wait(60)
-    Gpu.objects.filter(node__name="bench").update(last_seen=None)
 
 
 def main() -> None:
@@ -105,11 +79,11 @@ def main() -> None:
         print(f"dataset: {rows:,} rows, {path.stat().st_size / 1e6:.1f} MB, {os.cpu_count()} cores")
         held, whole = {}, {}
         for slots in (1, 2):
-            worker = start_worker(slots)
+            worker = scratch.start_worker(slots)
             try:
                 job, held[slots], whole[slots] = run_job(path, organisation, slots)
             finally:
-                stop_worker(worker)
+                scratch.stop_worker(worker)
             print(
                 f"staging ({slots} slot run): {job.staging_seconds:.2f} s, "
                 f"{job.input_bytes / 1e6 / job.staging_seconds:.1f} MB/s, {job.shards.count()} shards"

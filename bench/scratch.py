@@ -9,11 +9,14 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRATCH = Path(tempfile.mkdtemp(prefix="e31-bench-"))
+# A benchmark's own subprocesses (a bare loop in a process of its own) share its scratch folder.
+SCRATCH = Path(os.environ.get("E31_BENCH_SCRATCH") or tempfile.mkdtemp(prefix="e31-bench-"))
+os.environ["E31_BENCH_SCRATCH"] = str(SCRATCH)
 
 
 def setup(**env: str) -> None:
@@ -53,3 +56,42 @@ def embedded_broker() -> Iterator[None]:
     finally:
         server.terminate()
         server.wait()
+
+
+def start_worker(slots: int, name: str = "bench") -> subprocess.Popen:
+    """A gpuworker with `slots` CPU slots (or the machine's GPUs, with slots=0), once they are online."""
+    from jobs.models import Gpu
+
+    argv = [sys.executable, str(ROOT / "manage.py"), "gpuworker", "--name", name]
+    if slots:
+        argv += ["--cpu-slots", str(slots)]
+    worker = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not Gpu.objects.online().filter(node__name=name).exists() or (
+        slots and Gpu.objects.online().filter(node__name=name).count() != slots
+    ):
+        if time.monotonic() > deadline or worker.poll() is not None:
+            raise RuntimeError("the gpuworker did not come online")
+        time.sleep(0.2)
+    time.sleep(2)  # the Celery workers behind the slots finish starting
+    return worker
+
+
+def stop_worker(worker: subprocess.Popen, name: str = "bench") -> None:
+    from jobs.models import Gpu
+
+    worker.send_signal(2)
+    worker.wait(60)
+    Gpu.objects.filter(node__name=name).update(last_seen=None)
+
+
+def wait_for_success(job):
+    """The job once it has ended; it must have succeeded."""
+    from jobs.models import State
+
+    while not type(job).objects.get(pk=job.pk).ended:
+        time.sleep(0.2)
+    job.refresh_from_db()
+    if job.state != State.SUCCEEDED:
+        raise RuntimeError(f"job {job.pk} {job.state}: {job.error}")
+    return job

@@ -1,0 +1,235 @@
+"""The pass on the workers (issue 4): for embed-text and image-thumbs, records per second through the
+system with K slots against K times the bare loop of the same processor over the same shards in one
+process with the same threads per slot (the limit: target ≥ 0.9); the latency from free slots to
+the first shard running (target < 1 s); and a slot's peak memory at 100k and 1M records of
+clean-table (flat in the dataset's size).
+
+    .venv/bin/python bench/pass.py [--texts N] [--images N] [--memory-rows 100000,1000000] [--gpu]
+
+The system's figure is records over the hold (held_from → held_to: what is metered, model loading
+included). The bare loop reads the job's shards as a slot does and runs the batch function, in a
+process of its own whose math libraries get a slot's share of the cores (OMP_NUM_THREADS and the
+like); its model is loaded before the clock starts. With --gpu, the gpuworker runs on the machine's
+GPUs (one slot each) instead of CPU slots. Runs on the embedded defaults in a scratch var/ of its own
+and prints the device it ran on. embed-text needs requirements-gpu.txt (`make gpu-deps`).
+"""
+
+import argparse
+import io
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import scratch
+
+scratch.setup()
+
+import pyarrow.parquet as pq  # noqa: E402
+from django.core.management import call_command  # noqa: E402
+
+from jobs import processors, services  # noqa: E402
+from jobs.management.commands.gpuworker import THREAD_VARIABLES  # noqa: E402
+from jobs.models import Gpu, Job, State  # noqa: E402
+from jobs.outputs import RECORD_COLUMN, context_for, output_schema  # noqa: E402
+from jobs.workers.runner import batched, read_shard  # noqa: E402
+from portal.models import Organisation  # noqa: E402
+
+WORDS = [
+    "data",
+    "pass",
+    "shard",
+    "slot",
+    "model",
+    "vector",
+    "table",
+    "record",
+    "image",
+    "batch",
+    "queue",
+    "ledger",
+    "hour",
+    "stage",
+    "output",
+    "column",
+    "river",
+    "mountain",
+    "quiet",
+    "bright",
+    "fast",
+    "slow",
+    "market",
+    "signal",
+    "garden",
+    "winter",
+    "summer",
+    "city",
+    "north",
+    "south",
+    "light",
+]
+
+
+def make_texts(count: int) -> Path:
+    rng = random.Random(31)
+    path = scratch.SCRATCH / "texts.jsonl"
+    with path.open("w", encoding="utf-8") as out:
+        for i in range(count):
+            text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 40)))
+            out.write(json.dumps({"id": i, "text": text}) + "\n")
+    return path
+
+
+def make_images(count: int) -> Path:
+    from PIL import Image, ImageDraw
+
+    rng = random.Random(31)
+    path = scratch.SCRATCH / "images.zip"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
+        for i in range(count):
+            image = Image.new("RGB", (640, 480), tuple(rng.randrange(256) for _ in range(3)))
+            draw = ImageDraw.Draw(image)
+            for _ in range(12):
+                box = sorted(rng.sample(range(640), 2)) + sorted(rng.sample(range(480), 2))
+                draw.rectangle((box[0], box[2], box[1], box[3]), fill=tuple(rng.randrange(256) for _ in range(3)))
+            out = io.BytesIO()
+            image.save(out, "JPEG", quality=85)
+            archive.writestr(f"photos/{i:06d}.jpg", out.getvalue())
+    return path
+
+
+def submit(path: Path, organisation: Organisation, work: str, slots: int, params: dict | None = None) -> Job:
+    with path.open("rb") as data:
+        return services.submit_job(
+            organisation=organisation, user=None, data=data, data_name=path.name,
+            work=work, params=params or {}, gpus=slots, hours=4, retention_days=1,
+        )  # fmt: skip
+
+
+def through_system(path: Path, organisation: Organisation, work: str, slots: int) -> dict:
+    """One job on `slots` slots: records per second over the hold, the latency to the first shard,
+    and the slots' peak memory."""
+    job = scratch.wait_for_success(submit(path, organisation, work, slots))
+    entry = job.ledger_entries.get(kind="hold")
+    held = (entry.held_to - entry.held_from).total_seconds()
+    queued = job.events.get(state=State.QUEUED).at
+    first_shard = min(shard.started_at for shard in job.shards.all())
+    slot = job.shards.exclude(gpu=None).first().gpu
+    return {
+        "job": job,
+        "records_per_s": job.records_total / held,
+        "free_to_first_shard": (first_shard - queued).total_seconds(),
+        "hold_to_first_shard": (first_shard - entry.held_from).total_seconds(),
+        "peak_memory_mb": max(shard.peak_memory_mb or 0 for shard in job.shards.all()),
+        "device": slot.label,
+    }
+
+
+def bare_loop(job_id: int) -> float:
+    """Records per second of the processor's batch function over the job's shards, as a slot reads
+    and writes them, in this process (its threads set by the caller's environment)."""
+    job = Job.objects.get(pk=job_id)
+    processor = processors.get(job.work)
+    device = "cuda" if os.environ.get("E31_BENCH_DEVICE") == "cuda" else "cpu"
+    context = context_for(job, device=device, slot=0)
+    schema = output_schema(job)
+    shards = list(job.shards.order_by("index"))
+    first, _ = read_shard(job, shards[0])
+    processor.process_batch([record for record in first if record.error is None][:8], context)  # load the model
+    count = 0
+    began = time.perf_counter()
+    with pq.ParquetWriter(scratch.SCRATCH / f"bare-{job.pk}.parquet", schema) as writer:
+        for shard in shards:
+            records, _ = read_shard(job, shard)
+            for batch in batched(records, processor.batch_size):
+                readable = [record for record in batch if record.error is None]
+                result = processor.process_batch(readable, context)
+                writer.write_table(result.table.add_column(0, schema.field(RECORD_COLUMN), [result.kept]))
+                count += len(batch)
+    return count / (time.perf_counter() - began)
+
+
+def bare_loop_in_process(job: Job, threads: int, device: str) -> float:
+    """The bare loop in a process of its own, with a slot's share of the cores."""
+    env = {**os.environ, **dict.fromkeys(THREAD_VARIABLES, str(threads)), "E31_BENCH_DEVICE": device}
+    if device == "cuda":
+        env["CUDA_VISIBLE_DEVICES"] = "0"
+    out = subprocess.run(
+        [sys.executable, __file__, "--bare", str(job.pk)], env=env, capture_output=True, text=True, check=True
+    )
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def compare(name: str, path: Path, organisation: Organisation, counts: list[int], gpu: bool) -> None:
+    cores = os.cpu_count() or 1
+    print(f"\n{name}: {path.name}, {path.stat().st_size / 1e6:.1f} MB")
+    for slots in counts:
+        worker = scratch.start_worker(0 if gpu else slots)
+        try:
+            found = through_system(path, organisation, name, slots)
+        finally:
+            scratch.stop_worker(worker)
+        job = found["job"]
+        online = 1 if gpu else slots
+        threads = max(1, cores // online)
+        bare = bare_loop_in_process(job, threads, "cuda" if gpu else "cpu")
+        ratio = found["records_per_s"] / (slots * bare)
+        print(
+            f"  K={slots} on {found['device']} ({threads} thread{'s' if threads > 1 else ''} a slot): "
+            f"system {found['records_per_s']:,.1f} rec/s over the hold, bare loop {bare:,.1f} rec/s, "
+            f"system / (K × bare) = {ratio:.2f}; {job.records_total:,} records in {job.shards.count()} shards"
+        )
+        print(
+            f"       free slots → first shard running {found['free_to_first_shard']:.2f} s "
+            f"(hold start → first shard {found['hold_to_first_shard']:.2f} s); "
+            f"slot peak RSS {found['peak_memory_mb']} MB"
+        )
+
+
+def memory(organisation: Organisation, sizes: list[int]) -> None:
+    print("\nslot memory, clean-table, 2 CPU slots:")
+    worker = scratch.start_worker(2)
+    try:
+        for rows in sizes:
+            path = scratch.make_csv(rows)
+            found = through_system(path, organisation, "clean-table", 2)
+            print(
+                f"  {rows:>9,} records ({path.stat().st_size / 1e6:.0f} MB): slot peak RSS "
+                f"{found['peak_memory_mb']} MB, {found['records_per_s']:,.0f} rec/s over the hold"
+            )
+    finally:
+        scratch.stop_worker(worker)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--texts", type=int, default=20_000)
+    parser.add_argument("--images", type=int, default=3_000)
+    parser.add_argument("--memory-rows", default="100000,1000000")
+    parser.add_argument("--gpu", action="store_true", help="run on the machine's GPUs, one slot each")
+    parser.add_argument("--bare", type=int, help=argparse.SUPPRESS)
+    options = parser.parse_args()
+    if options.bare:
+        print(bare_loop(options.bare))
+        return
+    call_command("migrate", verbosity=0)
+    organisation = Organisation.objects.create(name="Bench", slug="bench")
+    with scratch.embedded_broker():
+        print(f"machine: {os.cpu_count()} cores; slots: {'GPUs' if options.gpu else 'CPU slots'}")
+        counts = [1] if options.gpu else [1, 2]
+        if processors.get("embed-text").missing():
+            print("\nembed-text: skipped, its libraries are not installed (make gpu-deps)")
+        else:
+            compare("embed-text", make_texts(options.texts), organisation, counts, options.gpu)
+        compare("image-thumbs", make_images(options.images), organisation, counts, options.gpu)
+        if not options.gpu:
+            memory(organisation, [int(rows) for rows in options.memory_rows.split(",")])
+        print("\nGPUs seen:", ", ".join(gpu.label for gpu in Gpu.objects.filter(kind=Gpu.Kind.GPU)) or "none")
+
+
+if __name__ == "__main__":
+    main()
