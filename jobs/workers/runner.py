@@ -117,16 +117,24 @@ def claim_next(job: Job, gpu: Gpu) -> tuple[Shard, str] | None:
             )
             continue
         token = uuid.uuid4().hex
-        won = Shard.objects.filter(
-            pk=shard.pk, status=shard.status, claim=shard.claim, attempts=shard.attempts, job_id__in=_running(job.pk)
-        ).update(
-            status=Shard.Status.RUNNING,
-            claim=token,
-            gpu=gpu,
-            attempts=F("attempts") + 1,
-            worker_pid=os.getpid(),
-            lease_until=now + timedelta(seconds=settings.E31_SHARD_LEASE_SECONDS),
-            started_at=now,
+        won = (
+            Shard.objects.filter(
+                pk=shard.pk,
+                status=shard.status,
+                claim=shard.claim,
+                attempts=shard.attempts,
+                job_id__in=_running(job.pk),
+            )
+            .filter(job_id__in=_held_by(job.pk, gpu))
+            .update(
+                status=Shard.Status.RUNNING,
+                claim=token,
+                gpu=gpu,
+                attempts=F("attempts") + 1,
+                worker_pid=os.getpid(),
+                lease_until=now + timedelta(seconds=settings.E31_SHARD_LEASE_SECONDS),
+                started_at=now,
+            )
         )
         if won:
             return shard, token
@@ -144,6 +152,12 @@ def _running(job_id: int):
     `id IN (SELECT ... JOIN ...)`, which PostgreSQL does not recheck after a concurrent update, so two
     slots could both win the same claim. Conditions on the shard's own row are rechecked."""
     return Job.objects.filter(pk=job_id, state=State.RUNNING).values("pk")
+
+
+def _held_by(job_id: int, gpu: Gpu):
+    """The job while this slot holds it, as a subquery: a slot whose hold ended (its node was taken
+    offline and came back) claims nothing more."""
+    return Allocation.objects.filter(job_id=job_id, gpu=gpu, held_to__isnull=True).values("job_id")
 
 
 def _keep_claim(shard: Shard, token: str) -> None:

@@ -53,3 +53,12 @@ def test_the_slot_that_loses_the_race_for_a_shard_claims_nothing(running_job, on
     assert result == {"second": None}
     shard = Shard.objects.get(job=running_job)
     assert (shard.status, shard.gpu, shard.attempts) == (Shard.Status.RUNNING, first, 1)
+
+
+def test_a_slot_whose_hold_ended_claims_nothing(running_job, online_slots):
+    first, second = online_slots[:2]
+    running_job.allocations.filter(gpu=second).update(held_to=running_job.started_at)
+    assert claim_next(running_job, second) is None, "its node went offline and came back: the hold is over"
+    assert claim_next(running_job, online_slots[2]) is None, "a slot the job never held"
+    shard, _ = claim_next(running_job, first)
+    assert Shard.objects.get(pk=shard.pk).gpu == first
