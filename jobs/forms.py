@@ -1,5 +1,7 @@
 """The job form: work, data, request and retention, checked as the CLI checks them."""
 
+from decimal import Decimal
+
 from django import forms
 from django.conf import settings
 from django.core.validators import MaxValueValidator
@@ -17,7 +19,7 @@ class RequestForm(forms.Form):
     of the job form that the full pass of a sample asks again (pre-filled from the sample's estimate)."""
 
     gpus = forms.IntegerField(label="GPUs", min_value=1, initial=2)
-    hours = forms.DecimalField(label="Hours", min_value=0.01, decimal_places=2, max_digits=7, initial=1)
+    hours = forms.DecimalField(label="Hours", min_value=Decimal("0.01"), decimal_places=2, max_digits=7, initial=1)
     retention = forms.ChoiceField(
         label="After the job, the staged copy of the data is",
         choices=[("delete", "deleted when the job ends"), ("keep", "kept for")],

@@ -54,6 +54,8 @@ def run_slot(job_id: int, allocation_id: int) -> str:
     job, gpu = allocation.job, allocation.gpu
     deadline = time.monotonic() + settings.E31_SLOT_SLICE_SECONDS
     while True:
+        if job.time_limit_passed():
+            lifecycle.time_out(job)  # at once, not at beat's next look: the meter stops at the limit
         if not Allocation.objects.filter(pk=allocation_id, held_to__isnull=True).exists():
             return "released"
         if time.monotonic() > deadline:
@@ -229,6 +231,8 @@ def process_shard(job: Job, shard: Shard, token: str, gpu: Gpu) -> None:
                     writer.write_table(result.table.add_column(0, schema.field(RECORD_COLUMN), [result.kept]))
                 rejects += result.rejects
                 kept_total += len(result.kept)
+                if job.time_limit_passed():
+                    lifecycle.time_out(job)  # the claim check below then stops this shard
                 _keep_claim(shard, token)
         rejects_part = os.path.join(scratch, "rejects.parquet")
         pq.write_table(pa.table(_reject_rows(rejects, raw), schema=REJECT_SCHEMA), rejects_part)

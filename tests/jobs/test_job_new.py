@@ -81,6 +81,11 @@ def test_it_refuses_a_request_the_fleet_cannot_meet(partner_client, online_slots
     assert_refused(post(partner_client, gpus=gpus, hours=hours), message)
 
 
+def test_it_takes_the_shortest_time_limit_a_job_can_ask_for(partner_client, online_slots):
+    response = post(partner_client, gpus="1", hours="0.01")
+    assert response.status_code == 302, "0.01 h is the least a job may ask for, not one refused as below it"
+
+
 def test_it_refuses_a_long_narrow_layout_past_the_time_limit(partner_client, online_slots):
     assert_refused(post(partner_client, gpus="4", hours="20", shape="long-narrow"), "at most 72 hours")
 
