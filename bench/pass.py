@@ -4,7 +4,7 @@ process with the same threads per slot (the limit: target ≥ 0.9); the latency 
 the first shard running (target < 1 s); and a slot's peak memory at 100k and 1M records of
 clean-table (flat in the dataset's size).
 
-    .venv/bin/python bench/pass.py [--texts N] [--images N] [--memory-rows 100000,1000000] [--gpu]
+    .venv/bin/python bench/pass.py [--texts N] [--images N] [--memory-rows 100000,1000000] [--gpu] [--kinds …]
 
 The system's figure is records over the hold (held_from → held_to: what is metered, model loading
 included). The bare loop reads the job's shards as a slot does and runs the batch function, in a
@@ -33,7 +33,7 @@ import pyarrow.parquet as pq  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 
 from jobs import processors, services  # noqa: E402
-from jobs.management.commands.gpuworker import THREAD_VARIABLES  # noqa: E402
+from jobs.management.commands.gpuworker import slot_environment  # noqa: E402
 from jobs.models import Gpu, Job, State  # noqa: E402
 from jobs.outputs import RECORD_COLUMN, context_for, output_schema  # noqa: E402
 from jobs.workers.runner import batched, read_shard  # noqa: E402
@@ -154,8 +154,8 @@ def bare_loop(job_id: int) -> float:
 
 
 def bare_loop_in_process(job: Job, threads: int, device: str) -> float:
-    """The bare loop in a process of its own, with a slot's share of the cores."""
-    env = {**os.environ, **dict.fromkeys(THREAD_VARIABLES, str(threads)), "E31_BENCH_DEVICE": device}
+    """The bare loop in a process of its own, with a slot's share of the cores and its allocator."""
+    env = {**os.environ, **slot_environment(threads), "E31_BENCH_DEVICE": device}
     if device == "cuda":
         env["CUDA_VISIBLE_DEVICES"] = "0"
     out = subprocess.run(
@@ -211,6 +211,7 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=3_000)
     parser.add_argument("--memory-rows", default="100000,1000000")
     parser.add_argument("--gpu", action="store_true", help="run on the machine's GPUs, one slot each")
+    parser.add_argument("--kinds", default="embed-text,image-thumbs,memory", help="what to measure")
     parser.add_argument("--bare", type=int, help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.bare:
@@ -221,12 +222,14 @@ def main() -> None:
     with scratch.embedded_broker():
         print(f"machine: {os.cpu_count()} cores; slots: {'GPUs' if options.gpu else 'CPU slots'}")
         counts = [1] if options.gpu else [1, 2]
-        if processors.get("embed-text").missing():
+        kinds = options.kinds.split(",")
+        if "embed-text" in kinds and processors.get("embed-text").missing():
             print("\nembed-text: skipped, its libraries are not installed (make gpu-deps)")
-        else:
+        elif "embed-text" in kinds:
             compare("embed-text", make_texts(options.texts), organisation, counts, options.gpu)
-        compare("image-thumbs", make_images(options.images), organisation, counts, options.gpu)
-        if not options.gpu:
+        if "image-thumbs" in kinds:
+            compare("image-thumbs", make_images(options.images), organisation, counts, options.gpu)
+        if "memory" in kinds and not options.gpu:
             memory(organisation, [int(rows) for rows in options.memory_rows.split(",")])
         print("\nGPUs seen:", ", ".join(gpu.label for gpu in Gpu.objects.filter(kind=Gpu.Kind.GPU)) or "none")
 

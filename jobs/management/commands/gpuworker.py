@@ -26,6 +26,18 @@ THREAD_VARIABLES = (
 )  # fmt: skip
 
 
+# glibc's malloc hands a large buffer (a decoded image, a batch's tensors) back to the kernel when it is
+# freed, and the next one costs a page fault per page: image-thumbs spent a quarter of its time there.
+# A slot keeps up to 64 MiB of freed memory for reuse instead.
+SLOT_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(64 * 1024**2), "MALLOC_TRIM_THRESHOLD_": str(128 * 1024**2)}
+
+
+def slot_environment(threads: int) -> dict[str, str]:
+    """What a slot's process runs with: its share of the cores for every math library, and the
+    allocator settings above."""
+    return {**dict.fromkeys(THREAD_VARIABLES, str(threads)), **SLOT_MALLOC}
+
+
 def celery_worker(queue: str, name: str, concurrency: int = 1) -> list[str]:
     return [
         sys.executable, "-m", "celery", "-A", "portal", "worker",
@@ -49,10 +61,10 @@ class Command(BaseCommand):
         driver = gpus[0].driver if gpus else ""
         stop = StopRequested()
         children = Children()
-        threads = str(max(1, (os.cpu_count() or 1) // len(specs)))
+        threads = max(1, (os.cpu_count() or 1) // len(specs))
         by_index = {}
         for spec in specs:
-            env = dict.fromkeys(THREAD_VARIABLES, threads)
+            env = slot_environment(threads)
             env["CUDA_VISIBLE_DEVICES"] = str(spec.index) if gpus else ""
             queue = nodes.queue_name(name, spec.index)
             by_index[spec.index] = children.start(
