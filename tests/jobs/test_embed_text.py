@@ -18,7 +18,7 @@ from django.core.management import CommandError, call_command
 from jobs import processors
 from jobs.models import Gpu, Job, Node, State
 from jobs.processors import Context, ParamError
-from jobs.processors.embed_text import DIMENSION, ColumnCheck, EmbedText
+from jobs.processors.embed_text import DIMENSION, EmbedText
 from jobs.scheduling import fleet, node_runs, schedule
 from jobs.staging.formats import Record
 from tests.conftest import EXAMPLE, ROOT, job_form, wait_for_end
@@ -55,9 +55,14 @@ def records(values: list) -> list[Record]:
     return [Record(n, n + 1, value, None, 0, 0, n + 1) for n, value in enumerate(values, start=1)]
 
 
+def plan_for(columns: list[str], column: str = "text") -> dict:
+    """The plan staging makes for data with these columns."""
+    return EMBED.prepare({}, {"columns": columns}, EMBED.validate_params({"column": column}), "")
+
+
 def csv_context(columns: list[str], column: str = "text", batch_size: int = 2) -> Context:
     params = EMBED.validate_params({"column": column, "batch_size": batch_size})
-    plan = ColumnCheck(column).plan(columns)
+    plan = plan_for(columns, column)
     return Context(params=params, plan=plan, layout={"format": "csv", "columns": columns})
 
 
@@ -78,9 +83,7 @@ def test_its_vectors_are_the_models_run_directly(direct_model):
 
 def test_it_rejects_a_record_without_text_and_names_why():
     values = [{"text": None}, {"body": "no text key"}, {"text": ""}, {"text": "  \t "}, {"text": 42}, {"text": ["a"]}]
-    context = Context(
-        params=EMBED.validate_params({}), plan=ColumnCheck("text").plan(["text", "body"]), layout={"format": "jsonl"}
-    )
+    context = Context(params=EMBED.validate_params({}), plan=plan_for(["text", "body"]), layout={"format": "jsonl"})
     batch = EMBED.process_batch(records(values), context)
     assert batch.table.num_rows == 0 and batch.kept == []
     assert batch.table.schema.field("embedding").type == pa.list_(pa.float32(), 384)
@@ -101,12 +104,12 @@ def test_a_short_csv_row_has_no_text():
 
 def test_staging_refuses_data_without_the_column_naming_the_columns_it_has():
     with pytest.raises(ParamError) as refused:
-        ColumnCheck("text").plan(["id", "body", "lang"])
+        plan_for(["id", "body", "lang"])
     assert str(refused.value) == (
         "embed-text reads the column 'text', which the data does not have; its columns are: id, body, lang. "
         "Set the column parameter to one of them."
     )
-    plan = ColumnCheck("body").plan(["id", "body"])
+    plan = plan_for(["id", "body"], "body")
     assert plan == {"column": "body", "index": 1, "model": "sentence-transformers/all-MiniLM-L6-v2", "dimension": 384}
 
 
