@@ -59,6 +59,8 @@ class Estimate:
 
     @property
     def duration(self) -> str:
+        if self.seconds < 60:
+            return f"{math.ceil(self.seconds)} s"
         minutes = math.ceil(self.seconds / 60)
         return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
 

@@ -20,6 +20,7 @@ from billing.models import LedgerEntry
 from jobs import services
 from jobs.models import Job, Shard, State
 from jobs.scheduling import sizing
+from jobs.workers.runner import skip_past_budget
 from tests.conftest import Worker, job_form, wait_for_end
 
 SECONDS_PER_BATCH = "0.2"  # test-slow-echo: 50 records a batch, so at most 250 records a second
@@ -233,6 +234,7 @@ def test_the_estimate_follows_the_measured_speed(organisation, rate_card):
         Decimal("3.60"),
     )
     assert (one.duration, four.duration) == ("1 h 00 min", "15 min")
+    assert sizing.estimate({**result, "records_total": 36}, 1).duration == "4 s"
     assert sizing.estimate({**result, "startup_seconds": 60.0}, 4).gpu_hours == Decimal("1.067"), "start-up on each"
     assert sizing.estimate({**result, "records_per_second": None}, 1) is None
     assert [found.gpus for found in sizing.shapes(result, 8)] == [8, 2]
@@ -258,3 +260,19 @@ def test_a_sample_measures_the_steady_speed_after_its_first_shard(organisation):
     assert result["records_per_second"] == 50.0, "the first shard's start-up is left out of the speed"
     assert result["startup_seconds"] == 10.0
     assert result["peak_memory_mb"] == 152
+
+
+def test_a_sample_past_its_time_runs_a_second_shard_before_it_stops(organisation, settings):
+    settings.E31_SAMPLE_SECONDS = 5
+    sample = finished_sample(organisation, state=State.RUNNING, started_at=timezone.now() - timedelta(seconds=6))
+    for index in range(4):
+        Shard.objects.create(
+            job=sample, index=index, first_record=1 + 100 * index, record_count=100, first_line=2 + 100 * index,
+            start_byte=0, end_byte=0, status=Shard.Status.DONE if index == 0 else Shard.Status.PENDING,
+        )  # fmt: skip
+    assert skip_past_budget(sample) == 0, "one shard shows no steady speed: its time includes the start-up"
+    Shard.objects.filter(job=sample, index=1).update(status=Shard.Status.DONE)
+    assert skip_past_budget(sample) == 2
+    sample.started_at = timezone.now()
+    Shard.objects.filter(job=sample, index=2).update(status=Shard.Status.PENDING)
+    assert skip_past_budget(sample) == 0, "within its time it takes shards"
