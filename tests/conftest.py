@@ -6,6 +6,7 @@ an outsider from another organisation, and an operator (staff, in no organisatio
 
 import contextlib
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -82,6 +83,14 @@ def wait_for(predicate, timeout: float = 30.0, interval: float = 0.05, what: str
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(interval)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fresh_storage():
+    """Job storage and uploads start empty: a run before this one (CI runs the suite twice in one
+    checkout, on two databases) leaves files under job ids this run hands out again."""
+    for folder in (settings.MEDIA_ROOT, settings.E31_UPLOAD_DIR):
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -163,6 +172,15 @@ def gpuworker(django_db_setup, django_db_blocker, redis_server):
     worker = Worker(f"test-{os.getpid()}", slots=2)
     yield worker
     worker.stop()
+
+
+@pytest.fixture(scope="module")
+def two_nodes(django_db_setup, redis_server):
+    """Two gpuworker processes as two nodes of one CPU slot each, for the module's tests."""
+    nodes = [Worker(f"node-{letter}-{os.getpid()}", slots=1) for letter in "ab"]
+    yield nodes
+    for node in nodes:
+        node.stop()
 
 
 def wait_for_slots(worker: Worker) -> Worker:
