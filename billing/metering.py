@@ -117,3 +117,21 @@ def record_staging(sender, job, size: int, started: datetime, finished: datetime
         },
     )
     return entry
+
+
+def ledger_row(entry: LedgerEntry) -> dict:
+    """A ledger entry as the exports and the CLI give it."""
+    return {
+        "job": entry.job_id,
+        "kind": entry.kind,
+        "gpus": entry.gpus,
+        "held_from": entry.held_from.isoformat(),
+        "held_to": entry.held_to.isoformat(),
+        "seconds": entry.seconds,
+        "gpu_hours": str(entry.gpu_hours),
+        "bytes": entry.bytes,
+        "source": entry.source_kind,
+        "rate": str(entry.rate),
+        "currency": entry.currency,
+        "amount": str(entry.amount),
+    }

@@ -7,6 +7,7 @@ from django.db.models import Sum
 from django.http import HttpResponse, JsonResponse
 from django.shortcuts import render
 
+from billing.metering import ledger_row
 from billing.models import LedgerEntry
 from jobs.scheduling import fleet
 from jobs.services import organisation_for
@@ -22,23 +23,6 @@ def _entries(request):
     if organisation is None:
         return None
     return LedgerEntry.objects.filter(organisation=organisation).order_by("-held_to", "-pk")
-
-
-def _row(entry: LedgerEntry) -> dict:
-    return {
-        "job": entry.job_id,
-        "kind": entry.kind,
-        "gpus": entry.gpus,
-        "held_from": entry.held_from.isoformat(),
-        "held_to": entry.held_to.isoformat(),
-        "seconds": entry.seconds,
-        "gpu_hours": str(entry.gpu_hours),
-        "bytes": entry.bytes,
-        "source": entry.source_kind,
-        "rate": str(entry.rate),
-        "currency": entry.currency,
-        "amount": str(entry.amount),
-    }
 
 
 @login_required
@@ -60,7 +44,7 @@ def ledger_csv(request):
     response["Content-Disposition"] = 'attachment; filename="ledger.csv"'
     writer = csv.DictWriter(response, fieldnames=COLUMNS)
     writer.writeheader()
-    writer.writerows(_row(entry) for entry in entries.iterator())
+    writer.writerows(ledger_row(entry) for entry in entries.iterator())
     return response
 
 
@@ -69,4 +53,4 @@ def ledger_json(request):
     entries = _entries(request)
     if entries is None:
         return JsonResponse({"error": "Your account is not in an organisation."}, status=403)
-    return JsonResponse({"entries": [_row(entry) for entry in entries.iterator()]})
+    return JsonResponse({"entries": [ledger_row(entry) for entry in entries.iterator()]})

@@ -23,7 +23,7 @@ from jobs.scheduling import schedule
 from jobs.staging import stage
 from jobs.workers.node import go_offline, take_silent_nodes_offline
 from jobs.workers.runner import ShardLost, claim_next, process_shard, run_slot
-from tests.conftest import Worker, job_form, wait_for, wait_for_end, wait_for_slots
+from tests.conftest import job_form, wait_for, wait_for_end, wait_for_slots
 from tests.jobs.test_worker_killed import csv_bytes
 
 
@@ -187,14 +187,6 @@ def node_processes(root: int) -> list[int]:
         found += children
         frontier = children
     return found
-
-
-@pytest.fixture(scope="module")
-def two_nodes(django_db_setup, redis_server):
-    nodes = [Worker(f"node-{letter}-{os.getpid()}", slots=1) for letter in "ab"]
-    yield nodes
-    for node in nodes:
-        node.stop()
 
 
 @pytest.mark.django_db(transaction=True)

@@ -1,25 +1,15 @@
 """Several machines: two gpuworker processes, two nodes, one job held across both and finished by
 both; its output holds every record once."""
 
-import os
-
 import pyarrow.parquet as pq
 import pytest
 from django.core.files.storage import default_storage
 
 from jobs.models import Job, Shard, State
-from tests.conftest import Worker, job_form, wait_for_end, wait_for_slots
+from tests.conftest import job_form, wait_for_end, wait_for_slots
 from tests.jobs.test_worker_killed import csv_bytes
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(scope="module")
-def two_nodes(django_db_setup, redis_server):
-    nodes = [Worker(f"node-{letter}-{os.getpid()}", slots=1) for letter in "ab"]
-    yield nodes
-    for node in nodes:
-        node.stop()
 
 
 def test_one_job_runs_across_two_nodes(two_nodes, partner_client):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
+from billing.metering import ledger_row
 from billing.models import LedgerEntry
 from jobs import services
 from jobs.models import Job, State
@@ -102,18 +103,7 @@ class Command(BaseCommand):
         if opts["output"]:
             self.write_output(job, Path(opts["output"]))
         entry = LedgerEntry.objects.get(job=job, kind=LedgerEntry.Kind.HOLD)
-        line = {
-            "job": job.pk,
-            "kind": entry.kind,
-            "gpus": entry.gpus,
-            "held_from": entry.held_from.isoformat(),
-            "held_to": entry.held_to.isoformat(),
-            "seconds": entry.seconds,
-            "gpu_hours": str(entry.gpu_hours),
-            "rate": str(entry.rate),
-            "currency": entry.currency,
-            "amount": str(entry.amount),
-        }
+        line = ledger_row(entry)
         if job.kind == Job.Kind.SAMPLE:
             line["sample"] = self.report_sample(job)
         self.stdout.write(json.dumps(line))
