@@ -52,7 +52,7 @@ def job_new(request):
         if getattr(request, "upload_too_large", False):
             form.add_error(None, too_large_message())
         elif form.is_valid():
-            uploaded_file = form.cleaned_data["data"]
+            uploaded_file, model = form.cleaned_data["data"], form.cleaned_data["model"]
             try:
                 job = services.submit_job(
                     organisation=organisation,
@@ -71,7 +71,7 @@ def job_new(request):
                     expected_sha256=form.cleaned_data["sha256"],
                     allow_partial=form.cleaned_data["allow_partial"],
                     sample=form.cleaned_data["sample"],
-                    model=model.file if (model := form.cleaned_data["model"]) else None,
+                    model=model.file if model else None,
                     model_name=model.name if model else "",
                 )
             except services.SubmitError as error:

@@ -91,6 +91,7 @@ def fresh_storage():
     checkout, on two databases) leaves files under job ids this run hands out again."""
     for folder in (settings.MEDIA_ROOT, settings.E31_UPLOAD_DIR):
         shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -15,7 +15,7 @@ own, with no more threads than the slot's share of the cores.
 import math
 import os
 import tempfile
-from functools import cache
+from functools import lru_cache
 
 import pyarrow as pa
 from django.core.files.storage import default_storage
@@ -94,7 +94,7 @@ def describe(path: str) -> dict:
     return found
 
 
-@cache
+@lru_cache(maxsize=8)
 def _local(path: str) -> str:
     """The model as a file on this machine: where the storage keeps it, or a copy (S3), once per process."""
     try:
@@ -107,8 +107,9 @@ def _local(path: str) -> str:
         return local
 
 
-@cache
+@lru_cache(maxsize=2)
 def _loaded(path: str, device: str):
+    """The model's session, kept for the next batches of the same job (a slot runs one job at a time)."""
     return _session(_local(path), device)
 
 
