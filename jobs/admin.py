@@ -32,8 +32,8 @@ class EventInline(ReadOnlyInline):
 
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
-    list_display = ["id", "organisation", "work", "state", "gpus", "hours", "records_total", "created"]
-    list_filter = ["state", "work", "organisation"]
+    list_display = ["id", "organisation", "work", "kind", "state", "gpus", "hours", "records_total", "created"]
+    list_filter = ["state", "kind", "work", "organisation"]
     search_fields = ["id", "source_name", "organisation__name"]
     exclude = ["source_secret"]  # the partner's S3 credentials, even encrypted, are not for display
     readonly_fields = [field.name for field in Job._meta.fields if field.name != "source_secret"]
@@ -62,7 +62,7 @@ class GpuInline(admin.TabularInline):
 
 @admin.register(Node)
 class NodeAdmin(admin.ModelAdmin):
-    list_display = ["name", "hostname", "driver", "last_seen"]
+    list_display = ["name", "hostname", "driver", "work_kinds", "last_seen"]
     inlines = [GpuInline]
 
 

@@ -75,6 +75,8 @@ def test_it_shows_the_job_to_operators_with_its_shards_and_holds(running_job, op
     assert "Shards" in page and "Allocations" in page and "CPU slot 1 on fake-node" in page
     for url in ("/admin/jobs/node/", "/admin/jobs/gpu/", "/admin/portal/organisation/", "/admin/auth/user/"):
         assert client.get(url).status_code == 200, url
+    jobs = client.get("/admin/jobs/job/", {"kind__exact": "pass"}).content.decode()
+    assert f"/admin/jobs/job/{running_job.pk}/change/" in jobs and "Kind" in jobs
 
 
 def test_it_shows_how_far_staging_has_got(organisation, partner_client, online_slots):
