@@ -118,22 +118,19 @@ def _sizing_context(job, pass_form: RequestForm | None = None) -> dict:
     online = fleet().online
     if pass_form is None:
         request = result.get("request", {})
-        gpus = max(1, min(int(request.get("gpus", 1)), online))
-        found = sizing.estimate(result, gpus)
+        found = sizing.estimate(result, max(1, min(int(request.get("gpus", 1)), online)))
         retention = request.get("retention_days", 0)
         pass_form = RequestForm(
             initial={
-                "gpus": gpus,
+                "gpus": found.gpus,
                 "hours": found.hours,
                 "retention": "keep" if retention else "delete",
                 "keep_days": retention or 7,
             }
         )
-    return {
-        "shapes": sizing.shapes(result, online),
-        "pass_form": pass_form,
-        "pass_estimate": _pass_estimate(job, pass_form),
-    }
+    else:
+        found = _pass_estimate(job, pass_form)
+    return {"shapes": sizing.shapes(result, online), "pass_form": pass_form, "pass_estimate": found}
 
 
 def _pass_estimate(job, pass_form: RequestForm):

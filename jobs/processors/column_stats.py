@@ -76,16 +76,20 @@ PARSE = {
     "string": str,
 }
 VALUE_COUNT = pa.struct([("value", pa.string()), ("count", pa.int64())])
+# What a partial summary and the output both hold of a column, after its name (and the output's type).
+COUNTS = [
+    ("count", pa.int64()),
+    ("nulls", pa.int64()),
+    ("invalid", pa.int64()),
+    ("invalid_example", pa.string()),
+    ("non_finite", pa.int64()),
+    ("min", pa.string()),
+    ("max", pa.string()),
+]
 PARTIAL_SCHEMA = pa.schema(
     [
         ("column", pa.string()),
-        ("count", pa.int64()),
-        ("nulls", pa.int64()),
-        ("invalid", pa.int64()),
-        ("invalid_example", pa.string()),
-        ("non_finite", pa.int64()),
-        ("min", pa.string()),
-        ("max", pa.string()),
+        *COUNTS,
         ("finite", pa.int64()),
         ("mean", pa.float64()),
         ("m2", pa.float64()),
@@ -98,13 +102,7 @@ OUTPUT_SCHEMA = pa.schema(
     [
         ("column", pa.string()),
         ("type", pa.string()),
-        ("count", pa.int64()),
-        ("nulls", pa.int64()),
-        ("invalid", pa.int64()),
-        ("invalid_example", pa.string()),
-        ("non_finite", pa.int64()),
-        ("min", pa.string()),
-        ("max", pa.string()),
+        *COUNTS,
         ("mean", pa.float64()),
         ("std", pa.float64()),
         ("distinct", pa.int64()),
