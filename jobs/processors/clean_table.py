@@ -106,14 +106,15 @@ def kind_of(value) -> str:
 def count_kinds(column: pa.ChunkedArray) -> Counter:
     """The kinds of the non-empty values of a column pyarrow read from CSV, counted without Python
     per value: a column that took a type in this block counts as that type; text is sorted by the
-    same patterns `kind_of` uses (date and datetime by their form; the pass checks each value)."""
+    same patterns `kind_of` uses (date and datetime by their form; the pass checks each value). A
+    block pyarrow read as floats counts as floats, whole ones too: it held at least one value that is
+    not an int, and the cast to float takes the ints."""
     counts: Counter = Counter()
     kind, valid = column.type, len(column) - column.null_count
     if pa.types.is_integer(kind):
         counts["int"] = valid
     elif pa.types.is_floating(kind):
-        whole = _count(pc.equal(column, pc.trunc(column)))
-        counts.update(int=whole, float=valid - whole)
+        counts["float"] = valid  # "2.0" is a float, not an int; once parsed, 2.0 cannot tell which it was
     elif pa.types.is_boolean(kind):
         counts["bool"] = valid
     elif pa.types.is_date(kind):
@@ -246,6 +247,12 @@ class TypeScanner(Scanner):
         self.declared = parse_types(params["types"])
         self.by_index: list[Counter] = []
         self.by_name: dict[str, Counter] = {}
+
+    @property
+    def needs_every_record(self) -> bool:
+        """Whether staging must count every record, or may count a sample of them: a threshold of 1
+        asks that every value fits, which no sample can promise."""
+        return self.threshold >= 1
 
     def add(self, value: list | dict) -> None:
         if type(value) is list:

@@ -315,6 +315,8 @@ class StatsScanner(TypeScanner):
     """clean-table's count of the kinds of value in each column (NaN and infinities written as text
     counting as floats), and the range of each column's finite numbers, for the histogram edges."""
 
+    needs_every_record = True  # the ranges fix the histogram's edges, and the counts are exact
+
     def __init__(self, params: dict):
         super().__init__(params)
         self.selected = parse_columns(params["columns"])
@@ -355,9 +357,6 @@ class StatsScanner(TypeScanner):
         for index, column in enumerate(table.columns):
             counter = self.by_index[index]
             if pa.types.is_floating(column.type):
-                infinite = _count(pc.is_inf(column))
-                if infinite:  # clean-table counts an infinity (its own trunc) as an int
-                    counter.update(int=-infinite, float=infinite)
                 numbers = pc.filter(column, pc.is_finite(column))
             elif pa.types.is_integer(column.type):
                 numbers = column

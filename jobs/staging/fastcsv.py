@@ -1,13 +1,18 @@
-"""Staging's read of a CSV file at pyarrow's speed: count the records, cut shards, and let the
-processor's scanner see every column, without a Python step per record.
+"""Staging's read of a CSV file at close to the disk's speed: count the records and cut shards
+without parsing them, and let the processor's scanner see a sample of them (or every one, when it
+asks for that).
 
-The file is read in blocks that end at a record boundary. A boundary is guessed as a newline with an
-even number of quotes before it in the block, which is right for CSV whose quotes open and close
-fields; each block is then parsed by pyarrow. Whatever this cannot vouch for — bytes that are not
-UTF-8, a carriage return alone, a quote in the middle of a field, a parse error, a one-column file —
-raises `Unsure`, and staging reads the file again the exact, slower way, which also words the error.
+A newline ends a record when an even number of quotes comes before it, which is right for CSV whose
+quotes open and close fields. The scan finds quotes and newlines with numpy, a block at a time, and
+checks on the way what that rule depends on. Whatever it cannot vouch for — bytes that are not UTF-8,
+a carriage return alone, a quote in the middle of a field, an unmatched quote, a whitespace-only line
+it cannot place, a one-column file — raises `Unsure`, and staging reads the file again the exact,
+slower way, which also words the error. A scanner that may work from a sample (clean-table's type
+count) sees about TYPE_SAMPLE_BYTES of records from across the file, parsed by pyarrow; one that
+needs every record (column-stats' ranges) sees every block parsed.
 """
 
+import bisect
 import io
 import re
 from collections import deque
@@ -15,6 +20,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import BinaryIO, NamedTuple
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
@@ -22,6 +28,14 @@ MIN_BLOCK = 64 * 1024
 MAX_BLOCK = 4 * 1024 * 1024
 BLOCKS_PER_FILE = 64  # small files still get enough cut points for their shards
 PARSERS = 2  # blocks parsed at once while the one before is counted (pyarrow lets go of the GIL)
+SCAN_BLOCK = 1024 * 1024
+TYPE_SAMPLE_BYTES = 16 * 1024 * 1024  # what a sampling scanner sees, in SAMPLE_PIECES pieces across the file
+SAMPLE_PIECES = 32
+QUOTE, NEWLINE, RETURN = b'"'[0], b"\n"[0], b"\r"[0]
+# Bytes a whitespace-only line may begin with: ASCII whitespace, and the first bytes of the UTF-8
+# forms of Unicode's other spaces (U+0085, U+00A0, U+1680, U+2000-U+205F, U+3000).
+SPACE_START = np.zeros(256, bool)
+SPACE_START[[*range(9, 14), *range(28, 33), 0xC2, 0xE1, 0xE2, 0xE3]] = True
 TRUE_VALUES = ["true", "True", "TRUE", "yes", "Yes", "YES"]
 FALSE_VALUES = ["false", "False", "FALSE", "no", "No", "NO"]
 
@@ -99,13 +113,176 @@ def read(
     size: int,
     add_table: Callable[[pa.Table], None] | None,
     advance: Callable[[int], None],
-) -> tuple[int, list[tuple[int, int, int]]]:
-    """Read the records after the header: their count and the cut points (records, end byte, end line)."""
-    columns = layout["columns"]
-    if len(columns) < 2:
+    *,
+    every_record: bool = False,
+    grain: int = 250,
+    max_cuts: int = 10_000,
+) -> tuple[int, list[tuple[int, int, int]], int]:
+    """Read the records after the header: their count, the cut points (records, end byte, end line)
+    and how many records `add_table` saw: a sample of them, or every one with `every_record`."""
+    if len(layout["columns"]) < 2:
         raise Unsure  # with one column, telling a blank line from a record takes Python's rules
     if size < BLOCKS_PER_FILE * MIN_BLOCK:
         raise Unsure  # too small for enough blocks to cut shards from; the exact read is quick here
+    if add_table is not None and every_record:
+        records, cuts = _read_parsing(stream, layout, data_offset, header_lines, size, add_table, advance)
+        return records, cuts, records
+    records, cuts = _Scan(layout["delimiter"], data_offset, header_lines, grain, max_cuts).run(stream, advance)
+    sampled = sample(stream, layout, data_offset, cuts, add_table) if add_table is not None else 0
+    return records, cuts, sampled
+
+
+class _Scan:
+    """Counts records and marks cut points every `grain` records (and at the end of each block),
+    reading the file block by block without parsing it."""
+
+    def __init__(self, delimiter: str, data_offset: int, header_lines: int, grain: int, max_cuts: int):
+        self.beside_quote = np.zeros(256, bool)  # what may stand next to a quote that opens or closes a field
+        self.beside_quote[list(delimiter.encode() + b'\r\n"')] = True
+        self.delimiter = delimiter.encode()
+        self.position, self.lines, self.records = data_offset, header_lines, 0
+        self.grain, self.max_cuts = grain, max_cuts
+        self.cuts: list[tuple[int, int, int]] = []
+
+    def run(self, stream: BinaryIO, advance: Callable[[int], None]) -> tuple[int, list[tuple[int, int, int]]]:
+        """Read into one buffer, the unfinished record after a block moved to its front (fresh
+        memory for every block costs page faults)."""
+        stream.seek(self.position)
+        buffer, pending = bytearray(2 * SCAN_BLOCK), 0
+        while True:
+            if len(buffer) - pending < SCAN_BLOCK:
+                buffer.extend(bytes(len(buffer)))  # a record longer than a block: room to read on
+            window = memoryview(buffer)[pending : pending + SCAN_BLOCK]
+            more = stream.readinto(window) or 0
+            window.release()
+            filled = pending + more
+            if not filled:
+                break
+            used = self._block(buffer, filled, last=not more)
+            buffer[: filled - used] = buffer[used:filled]
+            pending = filled - used
+            if used:
+                advance(self.position)
+        if not self.cuts or self.cuts[-1][1] != self.position:
+            self.cuts.append((self.records, self.position, self.lines))
+        return self.records, self.cuts
+
+    def _block(self, data: bytearray, filled: int, last: bool) -> int:
+        """Count the records of `data[:filled]` up to its last record end (all of it when `last`);
+        return the bytes taken. `data` starts where a record starts."""
+        view = np.frombuffer(data, np.uint8, filled)
+        marks = np.flatnonzero((view == NEWLINE) | (view == QUOTE))
+        is_newline = view[marks] == NEWLINE
+        newlines, quotes = marks[is_newline], marks[~is_newline]
+        # A newline ends a record after an even number of quotes (a uint8 count wraps, keeping the parity).
+        ends = newlines[(np.cumsum(~is_newline, dtype=np.uint8)[is_newline] & 1) == 0] if len(quotes) else newlines
+        if last:
+            if len(quotes) % 2:
+                raise Unsure  # an unmatched quote: the exact read says on which line
+            length = filled
+        elif not len(ends):
+            return 0  # a record longer than what is read so far: read on to its end
+        else:
+            length = int(ends[-1]) + 1
+            newlines = newlines[: np.searchsorted(newlines, length)]
+            quotes = quotes[: np.searchsorted(quotes, length)]
+        self._check(data, view, length, newlines, quotes, last)
+        starts = np.concatenate(([0], ends[:-1] + 1))[: len(ends)]
+        lengths = ends - starts
+        record = (lengths > 1) | ((lengths == 1) & (view[ends - 1] != RETURN))
+        for index in np.flatnonzero(record & SPACE_START[view[np.minimum(starts, filled - 1)]]):
+            record[index] = not self._blank(data[starts[index] : ends[index]])
+        counted = self.records + np.cumsum(record)
+        at = np.flatnonzero(record & (counted % self.grain == 0))
+        self.cuts.extend(
+            zip(
+                counted[at].tolist(),
+                (self.position + ends[at] + 1).tolist(),
+                (self.lines + np.searchsorted(newlines, ends[at]) + 1).tolist(),
+                strict=True,
+            )
+        )
+        self.records = int(counted[-1]) if len(counted) else self.records
+        tail = length - (int(ends[-1]) + 1 if len(ends) else 0)
+        if tail and not self._blank(data[length - tail : length]):
+            self.records += 1  # the last record, with no newline after it
+        self.lines += len(newlines) + (1 if tail else 0)
+        self.position += length
+        if not self.cuts or self.cuts[-1][1] != self.position:
+            self.cuts.append((self.records, self.position, self.lines))
+        while len(self.cuts) > self.max_cuts:
+            self.cuts, self.grain = self.cuts[1::2], self.grain * 2
+        return length
+
+    def _check(
+        self, data: bytearray, view: np.ndarray, length: int, newlines: np.ndarray, quotes: np.ndarray, last: bool
+    ) -> None:
+        """What the quote rule depends on: UTF-8 text, no carriage return alone, no quote mid-field."""
+        if length and not data.isascii():  # the buffer's bytes past `length` may only cause a needless check
+            offsets = pa.array([0, length], pa.int64()).buffers()[1]
+            text = pa.Array.from_buffers(pa.large_string(), 1, [None, offsets, pa.py_buffer(data)])
+            try:
+                text.validate(full=True)
+            except pa.ArrowInvalid:
+                raise Unsure from None
+        if data.find(b"\r", 0, length) != -1:  # every carriage return must stand before a newline
+            returns = np.count_nonzero(view[:length] == RETURN)
+            if returns != np.count_nonzero(view[newlines[newlines > 0] - 1] == RETURN):
+                raise Unsure
+        if len(quotes):
+            before = view[np.maximum(quotes - 1, 0)]
+            before[quotes == 0] = NEWLINE
+            after = view[np.minimum(quotes + 1, len(view) - 1)]
+            if last:
+                after[quotes + 1 >= len(view)] = NEWLINE
+            if (~self.beside_quote[before] & ~self.beside_quote[after]).any():
+                raise Unsure
+
+    def _blank(self, line: bytearray) -> bool:
+        """A blank or whitespace-only line, which is no record (as the exact read sees it)."""
+        return self.delimiter not in line and not line.decode("utf-8").strip()
+
+
+def sample(stream: BinaryIO, layout: dict, data_offset: int, cuts: list[tuple[int, int, int]], add_table) -> int:
+    """Parse about TYPE_SAMPLE_BYTES of records, in pieces spread over the file between cut points,
+    and hand each to `add_table`: all of it when the data is no larger. The records parsed."""
+    bounds = [data_offset] + [end for _, end, _ in cuts]
+    whole = bounds[-1] - bounds[0]
+    piece = whole if whole <= TYPE_SAMPLE_BYTES else TYPE_SAMPLE_BYTES // SAMPLE_PIECES
+    pieces: list[tuple[int, int]] = []
+    for number in range(1 if piece == whole else SAMPLE_PIECES):
+        target = bounds[0] + number * (whole - piece) // max(1, SAMPLE_PIECES - 1)
+        begin = bounds[max(0, bisect.bisect_right(bounds, target) - 1)]
+        if pieces and begin < pieces[-1][1]:
+            begin = pieces[-1][1]
+        end = bounds[min(len(bounds) - 1, bisect.bisect_left(bounds, begin + piece))]
+        if end > begin:
+            pieces.append((begin, end))
+    columns, delimiter, parsed = layout["columns"], layout["delimiter"], 0
+    with ThreadPoolExecutor(max_workers=PARSERS, thread_name_prefix="e31-csv") as parsers:
+        futures = []
+        for begin, end in pieces:
+            stream.seek(begin)
+            futures.append(parsers.submit(_parse, stream.read(end - begin), columns, delimiter))
+        for future in futures:
+            table, malformed = future.result()
+            if table.num_rows:
+                add_table(table)
+            parsed += table.num_rows + malformed
+    return parsed
+
+
+def _read_parsing(
+    stream: BinaryIO,
+    layout: dict,
+    data_offset: int,
+    header_lines: int,
+    size: int,
+    add_table: Callable[[pa.Table], None],
+    advance: Callable[[int], None],
+) -> tuple[int, list[tuple[int, int, int]]]:
+    """The records counted as every block is parsed, each block's table handed to `add_table`."""
+    columns = layout["columns"]
     delimiter = layout["delimiter"]
     suspicious = _suspicious_quote(delimiter.encode())
     target = block_size(size)
@@ -118,7 +295,7 @@ def read(
         nonlocal records, lines, position
         future, length, newlines = parsing.popleft()
         table, malformed = future.result()
-        if add_table is not None and table.num_rows:
+        if table.num_rows:
             add_table(table)
         records += table.num_rows + malformed
         lines += newlines

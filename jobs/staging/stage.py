@@ -111,9 +111,10 @@ def describe_and_cut(job: Job, path: str, progress: StagingProgress) -> tuple[di
             layout["columns"], data_offset, header_lines = read_header(stream, layout)
             if scanner is None or hasattr(scanner, "add_table"):
                 try:
-                    total, points = fastcsv.read(
+                    total, points, sampled = fastcsv.read(
                         stream, layout, data_offset, header_lines, size, getattr(scanner, "add_table", None),
-                        progress.advance,
+                        progress.advance, every_record=getattr(scanner, "needs_every_record", True), grain=GRAIN,
+                        max_cuts=MAX_CUT_POINTS,
                     )  # fmt: skip
                 except fastcsv.Unsure:
                     scanner = processor.scanner(job.params)  # count again from nothing, the exact way
@@ -122,6 +123,8 @@ def describe_and_cut(job: Job, path: str, progress: StagingProgress) -> tuple[di
                         raise FormatError("The file has no records.")
                     layout["data_offset"] = data_offset
                     plan = scanner.plan(layout["columns"]) if scanner else {}
+                    if scanner and sampled < total:
+                        plan["sampled_records"] = sampled
                     cuts = [Cut(*point) for point in points]
                     return layout, plan, total, _shards(job, Cut(0, data_offset, header_lines), cuts, total)
             stream.seek(data_offset)

@@ -51,39 +51,51 @@ def job_for(organisation) -> Job:
     )
 
 
-def described(job: Job, data: bytes, monkeypatch=None, exact: bool = False):
-    if exact:
-        monkeypatch.setattr(fastcsv, "read", _unsure)
+def described(job: Job, data: bytes, exact: bool = False):
     path = default_storage.save("test-fastcsv/data.csv", ContentFile(data))
     try:
-        return stage.describe_and_cut(job, path, StagingProgress(job.pk, job.staging_claim))
+        with pytest.MonkeyPatch.context() as patch:
+            if exact:
+                patch.setattr(fastcsv, "read", _unsure)
+            return stage.describe_and_cut(job, path, StagingProgress(job.pk, job.staging_claim))
     finally:
         default_storage.delete(path)
-        if exact:
-            monkeypatch.undo()
 
 
 def _unsure(*args, **kwargs):
     raise fastcsv.Unsure
 
 
+@pytest.fixture
+def small_blocks(monkeypatch):
+    """Many blocks, even for small data, so records cross the scan's block boundaries."""
+    monkeypatch.setattr(fastcsv, "MIN_BLOCK", 1024)
+    monkeypatch.setattr(fastcsv, "SCAN_BLOCK", 4096)
+
+
 @pytest.mark.parametrize("name", list(DATASETS))
-def test_the_fast_read_agrees_with_the_exact_read(organisation, monkeypatch, name):
-    monkeypatch.setattr(fastcsv, "MIN_BLOCK", 1024)  # many blocks, even for small data
+@pytest.mark.usefixtures("small_blocks")
+def test_the_fast_read_agrees_with_the_exact_read(organisation, name):
     data = DATASETS[name]
     job = job_for(organisation)
     layout, plan, total, shards = described(job, data)
-    fast_total, _ = fastcsv.read(
+    fast_total, _, _ = fastcsv.read(
         io.BytesIO(data), layout, layout["data_offset"], shards[0]["first_line"] - 1, len(data), None, lambda done: None
     )
     assert fast_total == total, "the fast read took this dataset"
-    exact_layout, exact_plan, exact_total, _ = described(job, data, monkeypatch, exact=True)
+    exact_layout, exact_plan, exact_total, _ = described(job, data, exact=True)
     assert total == exact_total
     assert plan == exact_plan
     assert layout["columns"] == exact_layout["columns"]
     assert len(shards) > 1
+    lines = {
+        record.position: record.line
+        for record in iter_records(
+            io.BytesIO(data[layout["data_offset"] :]), exact_layout, start=layout["data_offset"], first_line=2
+        )
+    }
     position = 1
-    for shard in shards:  # each shard, read back as a slot reads it, holds exactly its records
+    for shard in shards:  # each shard, read back as a slot reads it, holds exactly its records, on their lines
         assert shard["first_record"] == position
         records = list(
             iter_records(
@@ -96,6 +108,7 @@ def test_the_fast_read_agrees_with_the_exact_read(organisation, monkeypatch, nam
             )
         )
         assert [record.position for record in records] == list(range(position, position + shard["record_count"]))
+        assert [record.line for record in records] == [lines[record.position] for record in records]
         position += shard["record_count"]
     assert position == total + 1
 
@@ -111,8 +124,8 @@ def test_the_fast_read_agrees_with_the_exact_read(organisation, monkeypatch, nam
     ],
     ids=["inch mark", "quotes mid-field", "lone carriage return", "latin-1 byte", "unmatched quote"],
 )
-def test_what_the_fast_read_cannot_vouch_for_goes_the_exact_way(organisation, monkeypatch, data, error):
-    monkeypatch.setattr(fastcsv, "MIN_BLOCK", 1024)
+@pytest.mark.usefixtures("small_blocks")
+def test_what_the_fast_read_cannot_vouch_for_goes_the_exact_way(organisation, data, error):
     job = job_for(organisation)
     assert len(data) > fastcsv.BLOCKS_PER_FILE * fastcsv.MIN_BLOCK, "large enough for the fast read to try"
     layout = {"format": "csv", "delimiter": ",", "quotechar": '"', "columns": ["id", "name", "score", "day"]}
@@ -124,3 +137,32 @@ def test_what_the_fast_read_cannot_vouch_for_goes_the_exact_way(organisation, mo
     else:
         _, _, total, _ = described(job, data)
         assert total == 3011
+
+
+@pytest.mark.usefixtures("small_blocks")
+def test_types_come_from_a_sample_across_a_large_file(organisation, monkeypatch):
+    """Past TYPE_SAMPLE_BYTES the types come from pieces spread over the file, its end included; the
+    count stays exact, and the value that does not fit is left to the pass to reject."""
+    monkeypatch.setattr(fastcsv, "TYPE_SAMPLE_BYTES", 32 * 1024)
+    data = HEADER + rows(6000) + b"6000,late,not a number,2026-01-01\n"
+    job = job_for(organisation)
+    _, plan, total, shards = described(job, data)
+    assert total == 6001
+    assert [column["type"] for column in plan["columns"]] == ["int", "string", "float", "date"]
+    assert 0 < plan["sampled_records"] < total
+    assert sum(shard["record_count"] for shard in shards) == 6001
+    job.params = processors.get("clean-table").validate_params({"type_threshold": "1"})
+    _, every, total, _ = described(job, data)
+    assert total == 6001 and "sampled_records" not in every, "a threshold of 1 counts every value"
+    assert [column["type"] for column in every["columns"]] == ["int", "string", "string", "date"]
+
+
+@pytest.mark.usefixtures("small_blocks")
+def test_whole_floats_make_a_float_column_not_an_int_one(organisation):
+    """pyarrow reads "2.0" as 2.0; such a column is float (the exact read's kind), not int, which
+    would reject every record at the pass."""
+    data = HEADER + b"".join(b'%d,"n %d",%d.0,2026-01-01\n' % (n, n, n) for n in range(3000))
+    job = job_for(organisation)
+    _, plan, _, _ = described(job, data)
+    _, exact_plan, _, _ = described(job, data, exact=True)
+    assert plan["columns"][2]["type"] == exact_plan["columns"][2]["type"] == "float"
