@@ -8,7 +8,7 @@
 4. CSV to shards: records/s of staging's read (count, check, infer types, cut shards) against
    `pyarrow.csv.read_csv` reading the same file alone (target >= 0.7).
 
-    .venv/bin/python bench/staging.py [--gb 1] [--upload-gb 1,4] [--rows 1000000]
+    .venv/bin/python bench/staging.py [--gb 5] [--http-gb 2] [--repeat 3] [--upload-gb 1,4] [--rows 1000000]
 
 Staging runs in this process through `jobs.staging.stage.stage`, the function the control worker
 runs, on the embedded defaults in a scratch var/ of its own. Each staging figure is split into its
@@ -22,12 +22,10 @@ import http.client
 import os
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
-import threading
 import time
-from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import scratch
@@ -115,41 +113,66 @@ def timed(command: list[str]) -> float:
     return time.perf_counter() - began
 
 
-def report(label: str, size: int, seconds: float, split: dict, baseline: str, baseline_seconds: float) -> None:
+def report(label: str, size: int, seconds: float, split: dict, baseline: str, baseline_seconds: float) -> float:
     rate, base = size / MB / seconds, size / MB / baseline_seconds
     print(f"{label}: staging {rate:.1f} MB/s, {baseline} {base:.1f} MB/s, ratio {rate / base:.2f}")
     print("    phases: " + ", ".join(f"{name} {size / MB / s:.1f} MB/s ({s:.1f} s)" for name, s in split.items()))
+    return rate / base
 
 
-def bench_server_path(organisation, phases: Phases, data: Path) -> None:
-    path = data
-    cp_seconds = timed(["cp", str(path), str(SCRATCH / "cp-copy.csv")])
-    (SCRATCH / "cp-copy.csv").unlink()
-    job, seconds, split = run_staging(
-        organisation, phases, source_kind=Job.Source.PATH, source_uri=str(path), source_name=path.name
+def side_by_side(label: str, baseline: str, command: list[str], repeat: int, organisation, phases, **source) -> None:
+    """The plain tool, then staging, `repeat` times in turn (this machine is noisy): each pair's
+    figures, and the median ratio."""
+    ratios = []
+    for _ in range(repeat):
+        baseline_seconds = timed(command)
+        (SCRATCH / "baseline-copy").unlink()
+        job, seconds, split = run_staging(organisation, phases, **source)
+        default_storage.delete(job.staged_path)
+        size = job.input_bytes
+        ratios.append(report(f"{label}, {size / MB:,.0f} MB", size, seconds, split, baseline, baseline_seconds))
+    print(f"{label}: median ratio {statistics.median(ratios):.2f} over {repeat} runs")
+
+
+def bench_server_path(organisation, phases: Phases, data: Path, repeat: int) -> None:
+    command = ["cp", str(data), str(SCRATCH / "baseline-copy")]
+    side_by_side(
+        "server path", "cp", command, repeat, organisation, phases,
+        source_kind=Job.Source.PATH, source_uri=str(data), source_name=data.name,
+    )  # fmt: skip
+
+
+def bench_http(organisation, phases: Phases, data: Path, repeat: int) -> None:
+    """The file served by Python's http.server in a process of its own, as a remote server would be."""
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "--directory", str(data.parent), str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
-    report(f"server path, {job.input_bytes / MB:,.0f} MB", job.input_bytes, seconds, split, "cp", cp_seconds)
-
-
-def bench_http(organisation, phases: Phases, data: Path) -> None:
-    handler = partial(_QuietHandler, directory=str(data.parent))
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/{data.name}"
     try:
-        curl_seconds = timed(["curl", "-sS", "-o", str(SCRATCH / "curl-copy.csv"), url])
-        (SCRATCH / "curl-copy.csv").unlink()
-        job, seconds, split = run_staging(
-            organisation, phases, source_kind=Job.Source.URL, source_uri=url, source_name=data.name
-        )
+        wait_for_port(port)
+        url = f"http://127.0.0.1:{port}/{data.name}"
+        command = ["curl", "-sS", "-o", str(SCRATCH / "baseline-copy"), url]
+        side_by_side(
+            "HTTP on loopback", "curl", command, repeat, organisation, phases,
+            source_kind=Job.Source.URL, source_uri=url, source_name=data.name,
+        )  # fmt: skip
     finally:
-        server.shutdown()
-    report(f"HTTP on loopback, {job.input_bytes / MB:,.0f} MB", job.input_bytes, seconds, split, "curl", curl_seconds)
+        server.terminate()
+        server.wait()
 
 
-class _QuietHandler(SimpleHTTPRequestHandler):
-    def log_message(self, *args) -> None:
-        return
+def wait_for_port(port: int) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def free_port() -> int:
@@ -184,15 +207,7 @@ def bench_upload(user, gigabytes: float) -> None:
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+        wait_for_port(port)
         idle_rss = peak_rss_mb(server.pid)
         headers = {
             "Tus-Resumable": "1.0.0",
@@ -258,9 +273,11 @@ def bench_csv(organisation, data: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--gb", type=float, default=1.0, help="size of the server-path and HTTP datasets")
+    parser.add_argument("--gb", type=float, default=5.0, help="size of the server-path dataset")
     parser.add_argument("--upload-gb", default="1,4", help="sizes of the uploads, comma-separated")
     parser.add_argument("--rows", type=int, default=1_000_000, help="rows of the CSV-to-shards dataset")
+    parser.add_argument("--http-gb", type=float, default=2.0, help="size of the HTTP dataset")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of the server-path and HTTP comparisons")
     parser.add_argument("--only", choices=["csv", "path", "http", "upload"], help="run one part only")
     options = parser.parse_args()
     call_command("migrate", verbosity=0)
@@ -276,12 +293,13 @@ def main() -> None:
                 rows = scratch.make_csv(options.rows)
             if "csv" in wanted:
                 bench_csv(organisation, rows)
-            if wanted & {"path", "http"}:
-                big = grow(rows, int(options.gb * 1e9), SCRATCH / "roots" / organisation.slug / "server.csv")
             if "path" in wanted:
-                bench_server_path(organisation, phases, big)
+                big = grow(rows, int(options.gb * 1e9), SCRATCH / "roots" / organisation.slug / "server.csv")
+                bench_server_path(organisation, phases, big, options.repeat)
+                big.unlink()
             if "http" in wanted:
-                bench_http(organisation, phases, big)
+                big = grow(rows, int(options.http_gb * 1e9), SCRATCH / "roots" / organisation.slug / "served.csv")
+                bench_http(organisation, phases, big, options.repeat)
             if "upload" in wanted:
                 for gigabytes in options.upload_gb.split(","):
                     bench_upload(user, float(gigabytes))

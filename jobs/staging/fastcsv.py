@@ -14,7 +14,9 @@ needs every record (column-stats' ranges) sees every block parsed.
 
 import bisect
 import io
+import queue
 import re
+import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -23,6 +25,8 @@ from typing import BinaryIO, NamedTuple
 import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
+
+from jobs.staging.formats import SAMPLE_BYTES, FormatError, detect, read_header
 
 MIN_BLOCK = 64 * 1024
 MAX_BLOCK = 4 * 1024 * 1024
@@ -117,9 +121,11 @@ def read(
     every_record: bool = False,
     grain: int = 250,
     max_cuts: int = 10_000,
+    scanned: "Scanned | None" = None,
 ) -> tuple[int, list[tuple[int, int, int]], int]:
     """Read the records after the header: their count, the cut points (records, end byte, end line)
-    and how many records `add_table` saw: a sample of them, or every one with `every_record`."""
+    and how many records `add_table` saw: a sample of them, or every one with `every_record`.
+    `scanned` is what a ScanAlong found while the file was copied, which spares the scan here."""
     if len(layout["columns"]) < 2:
         raise Unsure  # with one column, telling a blank line from a record takes Python's rules
     if size < BLOCKS_PER_FILE * MIN_BLOCK:
@@ -127,7 +133,10 @@ def read(
     if add_table is not None and every_record:
         records, cuts = _read_parsing(stream, layout, data_offset, header_lines, size, add_table, advance)
         return records, cuts, records
-    records, cuts = _Scan(layout["delimiter"], data_offset, header_lines, grain, max_cuts).run(stream, advance)
+    if scanned is not None and scanned.matches(layout, data_offset, header_lines):
+        records, cuts = scanned.records, scanned.cuts
+    else:
+        records, cuts = _Scan(layout["delimiter"], data_offset, header_lines, grain, max_cuts).run(stream, advance)
     sampled = sample(stream, layout, data_offset, cuts, add_table) if add_table is not None else 0
     return records, cuts, sampled
 
@@ -241,6 +250,125 @@ class _Scan:
     def _blank(self, line: bytearray) -> bool:
         """A blank or whitespace-only line, which is no record (as the exact read sees it)."""
         return self.delimiter not in line and not line.decode("utf-8").strip()
+
+
+class Scanned(NamedTuple):
+    """What a ScanAlong found: the layout it scanned by, and the records and cut points."""
+
+    delimiter: str
+    columns: list[str]
+    data_offset: int
+    header_lines: int
+    records: int
+    cuts: list[tuple[int, int, int]]
+
+    def matches(self, layout: dict, data_offset: int, header_lines: int) -> bool:
+        return (self.delimiter, self.columns, self.data_offset, self.header_lines) == (
+            layout["delimiter"],
+            layout["columns"],
+            data_offset,
+            header_lines,
+        )
+
+
+class ScanAlong:
+    """The scan, run on a thread of its own while staging copies the data: the copy hands over each
+    chunk it reads, so the data is read once, and the scan runs beside the copy (numpy, the hashing
+    and the writes let go of the GIL). Anything that is not a CSV this scan can vouch for leaves no
+    result, and staging reads the staged copy as before."""
+
+    QUEUED_CHUNKS = 64
+
+    def __init__(self, name: str, grain: int, max_cuts: int):
+        self.name, self.grain, self.max_cuts = name, grain, max_cuts
+        self.chunks: queue.Queue[bytes | None] = queue.Queue(maxsize=self.QUEUED_CHUNKS)
+        self.scanned: Scanned | None = None
+        self.thread = threading.Thread(target=self._run, name="e31-scan-along", daemon=True)
+        self.thread.start()
+
+    def feed(self, data: bytes) -> None:
+        if data:
+            self.chunks.put(data)
+
+    def finish(self) -> Scanned | None:
+        """The scan's result, once the copy has handed over its last chunk."""
+        self.chunks.put(None)
+        self.thread.join()
+        return self.scanned
+
+    def _run(self) -> None:
+        stream = _ChunkStream(self.chunks)
+        try:
+            head = stream.head(SAMPLE_BYTES + 1)
+            layout = detect(head[:SAMPLE_BYTES], at_eof=len(head) <= SAMPLE_BYTES, name=self.name)
+            if layout["format"] != "csv":
+                return
+            columns, data_offset, header_lines = read_header(io.BytesIO(head), layout)
+            if (data_offset >= len(head) and len(head) > SAMPLE_BYTES) or len(columns) < 2:
+                return  # a header longer than the head, or one column: the read after the copy decides
+            records, cuts = _Scan(layout["delimiter"], data_offset, header_lines, self.grain, self.max_cuts).run(
+                stream, lambda done: None
+            )
+            if stream.position >= BLOCKS_PER_FILE * MIN_BLOCK:
+                self.scanned = Scanned(layout["delimiter"], columns, data_offset, header_lines, records, cuts)
+        except (Unsure, FormatError):
+            return  # the read after the copy goes the exact way, and words any error
+        finally:
+            stream.drain()
+
+
+class _ChunkStream:
+    """The chunks a ScanAlong is handed, read as a stream that only goes forward."""
+
+    def __init__(self, chunks: queue.Queue):
+        self.chunks = chunks
+        self.held: deque[memoryview] = deque()  # chunks taken from the queue and not yet read
+        self.position = 0  # bytes read (or skipped) so far
+        self.ended = False
+
+    def _take(self) -> bool:
+        if self.ended:
+            return False
+        chunk = self.chunks.get()
+        if chunk is None:
+            self.ended = True
+            return False
+        self.held.append(memoryview(chunk))
+        return True
+
+    def head(self, size: int) -> bytes:
+        """The first `size` bytes (fewer at the end), left to be read again."""
+        while sum(len(chunk) for chunk in self.held) < size and self._take():
+            pass
+        return b"".join(self.held)[:size]
+
+    def seek(self, position: int) -> None:
+        if position < self.position:
+            raise ValueError("a chunk stream only goes forward")
+        while self.position < position and (self.held or self._take()):
+            skip = min(len(self.held[0]), position - self.position)
+            self._consume(skip)
+
+    def readinto(self, buffer) -> int:
+        if not self.held and not self._take():
+            return 0
+        count = min(len(buffer), len(self.held[0]))
+        buffer[:count] = self.held[0][:count]
+        self._consume(count)
+        return count
+
+    def _consume(self, count: int) -> None:
+        self.position += count
+        if count == len(self.held[0]):
+            self.held.popleft()
+        else:
+            self.held[0] = self.held[0][count:]
+
+    def drain(self) -> None:
+        """Take what is left, so the copy never waits on a scan that has stopped."""
+        self.held.clear()
+        while self._take():
+            self.held.clear()
 
 
 def sample(stream: BinaryIO, layout: dict, data_offset: int, cuts: list[tuple[int, int, int]], add_table) -> int:

@@ -3,6 +3,7 @@ filesystem in the organisation's folder under one of the operator's staging root
 when the job is submitted and opened, checked again, when it is staged."""
 
 import contextlib
+import fcntl
 import os
 import tempfile
 import threading
@@ -17,6 +18,8 @@ from django.core.files.storage import default_storage
 from jobs.models import Job
 from jobs.staging import fetch, s3
 from jobs.staging.progress import StagingProgress
+
+PIPE_BYTES = 1024 * 1024
 
 
 class SourceError(ValueError):
@@ -89,6 +92,8 @@ class _Download(threading.Thread):
         super().__init__(name="e31-download", daemon=True)
         self.url = url
         reader, writer = os.pipe()
+        with contextlib.suppress(AttributeError, OSError):  # Linux: 1 MiB between the threads, not 64 KiB
+            fcntl.fcntl(writer, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
         self.reader = os.fdopen(reader, "rb")
         self.writer = os.fdopen(writer, "wb")
         self.headers_seen = threading.Event()

@@ -36,11 +36,13 @@ MAX_CUT_POINTS = 10_000
 
 
 class _Hashing(io.RawIOBase):
-    """A read-only stream that checksums and counts the bytes read through it."""
+    """A read-only stream that checksums and counts the bytes read through it, and hands them to a
+    scan running beside the copy."""
 
-    def __init__(self, source, progress: StagingProgress):
+    def __init__(self, source, progress: StagingProgress, along: fastcsv.ScanAlong):
         self.source = source
         self.progress = progress
+        self.along = along
         self.sha256 = hashlib.sha256()
         self.bytes = 0
 
@@ -49,6 +51,7 @@ class _Hashing(io.RawIOBase):
 
     def readinto(self, buffer) -> int:
         data = self.source.read(len(buffer))
+        self.along.feed(data)
         self.sha256.update(data)
         self.bytes += len(data)
         self.progress.advance(self.bytes)
@@ -71,15 +74,22 @@ def staged_name(job: Job, claim: str) -> str:
     return f"{job.storage_prefix}/input/data-{claim[:12]}.{suffix}"
 
 
-def copy_to_job_storage(job: Job, target: str, progress: StagingProgress) -> tuple[str, int, str]:
-    """Copy the job's source into its storage at `target`; return the staged path, bytes and sha256."""
-    with sources.open_source(job, progress) as source:
-        progress.phase(getattr(source, "phase", "copying"), _size(source))
-        hashing = _Hashing(source, progress)
-        reader = io.BufferedReader(hashing, buffer_size=1024 * 1024)
-        default_storage.delete(target)  # what an interrupted attempt left
-        path = default_storage.save(target, File(reader, name="data"))
-    return path, hashing.bytes, hashing.sha256.hexdigest()
+def copy_to_job_storage(
+    job: Job, target: str, progress: StagingProgress
+) -> tuple[str, int, str, fastcsv.Scanned | None]:
+    """Copy the job's source into its storage at `target`; return the staged path, bytes, sha256, and
+    what a scan of its CSV records beside the copy found."""
+    along = fastcsv.ScanAlong(job.source_name, GRAIN, MAX_CUT_POINTS)
+    try:
+        with sources.open_source(job, progress) as source:
+            progress.phase(getattr(source, "phase", "copying"), _size(source))
+            hashing = _Hashing(source, progress, along)
+            reader = io.BufferedReader(hashing, buffer_size=1024 * 1024)
+            default_storage.delete(target)  # what an interrupted attempt left
+            path = default_storage.save(target, File(reader, name="data"))
+    finally:
+        scanned = along.finish()
+    return path, hashing.bytes, hashing.sha256.hexdigest(), scanned
 
 
 def _size(stream) -> int | None:
@@ -91,8 +101,11 @@ def _size(stream) -> int | None:
         return None
 
 
-def describe_and_cut(job: Job, path: str, progress: StagingProgress) -> tuple[dict, dict, int, list[dict]]:
-    """Read the staged copy once: its layout, the processor's plan, the record count and the shards."""
+def describe_and_cut(
+    job: Job, path: str, progress: StagingProgress, scanned: fastcsv.Scanned | None = None
+) -> tuple[dict, dict, int, list[dict]]:
+    """Read the staged copy once: its layout, the processor's plan, the record count and the shards
+    (a CSV's records counted already when the copy `scanned` them)."""
     processor = processors.get(job.work)
     scanner = processor.scanner(job.params)
     size = default_storage.size(path)
@@ -114,7 +127,7 @@ def describe_and_cut(job: Job, path: str, progress: StagingProgress) -> tuple[di
                     total, points, sampled = fastcsv.read(
                         stream, layout, data_offset, header_lines, size, getattr(scanner, "add_table", None),
                         progress.advance, every_record=getattr(scanner, "needs_every_record", True), grain=GRAIN,
-                        max_cuts=MAX_CUT_POINTS,
+                        max_cuts=MAX_CUT_POINTS, scanned=scanned,
                     )  # fmt: skip
                 except fastcsv.Unsure:
                     scanner = processor.scanner(job.params)  # count again from nothing, the exact way
@@ -306,15 +319,16 @@ def stage(job_id: int) -> None:
     target = staged_name(job, claim)
     try:
         progress = StagingProgress(job.pk, claim)
+        scanned = None
         if job.sample_id:
             path, size, sha256 = take_sample_copy(job)
         else:
-            path, size, sha256 = copy_to_job_storage(job, target, progress)
+            path, size, sha256, scanned = copy_to_job_storage(job, target, progress)
         if job.expected_sha256 and sha256 != job.expected_sha256:
             raise sources.SourceError(
                 f"checksum mismatch: the data's SHA-256 is {sha256}, not the {job.expected_sha256} given with the job."
             )
-        layout, plan, total, shards = describe_and_cut(job, path, progress)
+        layout, plan, total, shards = describe_and_cut(job, path, progress, scanned)
         plan = processors.get(job.work).prepare(plan, layout, job.params, job.model_path)
         progress.flush()
     except StagingStopped:

@@ -12,6 +12,7 @@ from django.core.files.storage import default_storage
 from jobs import processors
 from jobs.models import Job, State
 from jobs.staging import fastcsv, stage
+from jobs.staging.fastcsv import ScanAlong
 from jobs.staging.formats import FormatError, iter_records
 from jobs.staging.progress import StagingProgress
 from tests.conftest import EXAMPLE
@@ -19,6 +20,7 @@ from tests.conftest import EXAMPLE
 pytestmark = pytest.mark.django_db
 
 HEADER = b"id,name,score,day\n"
+SHARD_FIELDS = ("index", "first_record", "record_count", "first_line", "start_byte", "end_byte")
 
 
 def rows(count: int, newline: bytes = b"\n") -> bytes:
@@ -166,3 +168,42 @@ def test_whole_floats_make_a_float_column_not_an_int_one(organisation):
     _, plan, _, _ = described(job, data)
     _, exact_plan, _, _ = described(job, data, exact=True)
     assert plan["columns"][2]["type"] == exact_plan["columns"][2]["type"] == "float"
+
+
+@pytest.mark.parametrize("name", ["example (quoted newlines, dirty rows)", "crlf", "blank and whitespace lines"])
+@pytest.mark.usefixtures("small_blocks")
+def test_the_scan_beside_the_copy_finds_what_the_read_after_it_would(organisation, monkeypatch, name):
+    """Staging scans a CSV while it copies it, once: the records and shards are those the staged copy,
+    read on its own, gives."""
+    data = DATASETS[name]
+    scans = []
+    run = fastcsv._Scan.run
+
+    def counted(scan, stream, advance):
+        scans.append(type(stream).__name__)
+        return run(scan, stream, advance)
+
+    monkeypatch.setattr(fastcsv._Scan, "run", counted)
+    job = job_for(organisation)
+    Job.objects.filter(pk=job.pk).update(
+        state=State.SUBMITTED, source_path=default_storage.save("test-fastcsv/upload.csv", ContentFile(data))
+    )
+    stage.stage(job.pk)
+    job.refresh_from_db()
+    assert job.state == State.QUEUED, job.error
+    assert scans == ["_ChunkStream"], "one scan, beside the copy"
+    shards = list(job.shards.order_by("index").values(*SHARD_FIELDS))
+    _, plan, total, alone = described(job_for(organisation), data)
+    assert (job.records_total, job.plan) == (total, plan)
+    assert shards == [{field: shard[field] for field in SHARD_FIELDS} for shard in alone]
+    default_storage.delete(job.staged_path)
+
+
+def test_a_scan_beside_the_copy_of_what_is_no_csv_leaves_nothing_and_keeps_the_copy_going():
+    """Each chunk is taken, whatever the data: the copy never waits on a scan that gave up."""
+    chunks = [b"\x89PNG\r\n\x1a\n" + bytes(70_000)] + [bytes(1024 * 1024)] * (ScanAlong.QUEUED_CHUNKS * 2)
+    along = ScanAlong("image.png", 250, 10_000)
+    for chunk in chunks:
+        along.feed(chunk)
+    assert along.finish() is None
+    assert along.chunks.empty()
