@@ -7,13 +7,17 @@ quotes open and close fields. The scan finds quotes and newlines with numpy, a b
 checks on the way what that rule depends on. Whatever it cannot vouch for — bytes that are not UTF-8,
 a carriage return alone, a quote in the middle of a field, an unmatched quote, a whitespace-only line
 it cannot place, a one-column file — raises `Unsure`, and staging reads the file again the exact,
-slower way, which also words the error. A scanner that may work from a sample (clean-table's type
-count) sees about TYPE_SAMPLE_BYTES of records from across the file, parsed by pyarrow; one that
-needs every record (column-stats' ranges) sees every block parsed.
+slower way, which also words the error. Staging runs the scan on a thread beside the copy
+(ScanAlong), so the data is read once.
+
+A scanner that may work from a sample (clean-table's type count) sees about TYPE_SAMPLE_BYTES of
+records from across the file, parsed by pyarrow; one that needs every record (column-stats' ranges)
+sees every block parsed.
 """
 
 import bisect
 import io
+import logging
 import queue
 import re
 import threading
@@ -27,6 +31,8 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from jobs.staging.formats import SAMPLE_BYTES, FormatError, detect, read_header
+
+log = logging.getLogger(__name__)
 
 MIN_BLOCK = 64 * 1024
 MAX_BLOCK = 4 * 1024 * 1024
@@ -162,7 +168,7 @@ class _Scan:
             if len(buffer) - pending < SCAN_BLOCK:
                 buffer.extend(bytes(len(buffer)))  # a record longer than a block: room to read on
             window = memoryview(buffer)[pending : pending + SCAN_BLOCK]
-            more = stream.readinto(window) or 0
+            more = _read_into(stream, window)
             window.release()
             filled = pending + more
             if not filled:
@@ -252,6 +258,17 @@ class _Scan:
         return self.delimiter not in line and not line.decode("utf-8").strip()
 
 
+def _read_into(stream: BinaryIO, window: memoryview) -> int:
+    """readinto where the stream has it (a storage's file may not)."""
+    try:
+        readinto = stream.readinto
+    except AttributeError:
+        data = stream.read(len(window))
+        window[: len(data)] = data
+        return len(data)
+    return readinto(window) or 0
+
+
 class Scanned(NamedTuple):
     """What a ScanAlong found: the layout it scanned by, and the records and cut points."""
 
@@ -313,6 +330,8 @@ class ScanAlong:
                 self.scanned = Scanned(layout["delimiter"], columns, data_offset, header_lines, records, cuts)
         except (Unsure, FormatError):
             return  # the read after the copy goes the exact way, and words any error
+        except Exception:
+            log.exception("the scan beside the copy of %s failed; the staged copy is read instead", self.name)
         finally:
             stream.drain()
 
@@ -350,11 +369,14 @@ class _ChunkStream:
             self._consume(skip)
 
     def readinto(self, buffer) -> int:
-        if not self.held and not self._take():
-            return 0
-        count = min(len(buffer), len(self.held[0]))
-        buffer[:count] = self.held[0][:count]
-        self._consume(count)
+        """Fill the buffer, as a file would (short only at the end): the blocks, and so the cut
+        points, are then those of a scan of the staged copy."""
+        count = 0
+        while count < len(buffer) and (self.held or self._take()):
+            taken = min(len(buffer) - count, len(self.held[0]))
+            buffer[count : count + taken] = self.held[0][:taken]
+            self._consume(taken)
+            count += taken
         return count
 
     def _consume(self, count: int) -> None:

@@ -59,6 +59,13 @@ class _Hashing(io.RawIOBase):
         return len(data)
 
 
+class _Staged(File):
+    """The data as storage saves it, in 1 MiB writes rather than Django's 64 KiB: a sixteenth of the
+    system calls."""
+
+    DEFAULT_CHUNK_SIZE = 1024 * 1024
+
+
 @dataclass
 class Cut:
     """A record boundary where a shard may end."""
@@ -86,7 +93,7 @@ def copy_to_job_storage(
             hashing = _Hashing(source, progress, along)
             reader = io.BufferedReader(hashing, buffer_size=1024 * 1024)
             default_storage.delete(target)  # what an interrupted attempt left
-            path = default_storage.save(target, File(reader, name="data"))
+            path = default_storage.save(target, _Staged(reader, name="data"))
     finally:
         scanned = along.finish()
     return path, hashing.bytes, hashing.sha256.hexdigest(), scanned

@@ -18,7 +18,7 @@ from kombu.exceptions import OperationalError
 from jobs import processors
 from jobs.workers import node as nodes
 from jobs.workers import nvml
-from portal.procs import Children, StopRequested
+from portal.procs import KEEP_FREED_MEMORY, Children, StopRequested
 
 # Each slot's share of the cores, for every math library's thread pool (RAYON: Hugging Face's tokenizers).
 THREAD_VARIABLES = (
@@ -26,16 +26,10 @@ THREAD_VARIABLES = (
 )  # fmt: skip
 
 
-# glibc's malloc hands a large buffer (a decoded image, a batch's tensors) back to the kernel when it is
-# freed, and the next one costs a page fault per page: image-thumbs spent a quarter of its time there.
-# A slot keeps up to 64 MiB of freed memory for reuse instead.
-SLOT_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(64 * 1024**2), "MALLOC_TRIM_THRESHOLD_": str(128 * 1024**2)}
-
-
 def slot_environment(threads: int) -> dict[str, str]:
-    """What a slot's process runs with: its share of the cores for every math library, and the
-    allocator settings above."""
-    return {**dict.fromkeys(THREAD_VARIABLES, str(threads)), **SLOT_MALLOC}
+    """What a slot's process runs with: its share of the cores for every math library, and memory
+    kept for reuse (portal.procs.KEEP_FREED_MEMORY)."""
+    return {**dict.fromkeys(THREAD_VARIABLES, str(threads)), **KEEP_FREED_MEMORY}
 
 
 def celery_worker(queue: str, name: str, concurrency: int = 1) -> list[str]:
@@ -71,7 +65,9 @@ class Command(BaseCommand):
                 queue, celery_worker(queue, f"slot{spec.index}@{name}"), env, stop_signal=signal.SIGQUIT
             )
         if not no_control:
-            children.start("control", celery_worker("control", f"control@{name}", 2), stop_signal=signal.SIGQUIT)
+            children.start(
+                "control", celery_worker("control", f"control@{name}", 2), KEEP_FREED_MEMORY, stop_signal=signal.SIGQUIT
+            )
         noun = "GPU" if gpus else "CPU slot"
         work_kinds = processors.runnable_here()
         self.stdout.write(
