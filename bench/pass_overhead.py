@@ -17,6 +17,7 @@ from pathlib import Path
 
 import scratch
 
+scratch.as_a_worker()  # the bare loop runs with a slot's memory settings
 scratch.setup()
 
 import pyarrow.parquet as pq  # noqa: E402

@@ -19,6 +19,16 @@ SCRATCH = Path(os.environ.get("E31_BENCH_SCRATCH") or tempfile.mkdtemp(prefix="e
 os.environ["E31_BENCH_SCRATCH"] = str(SCRATCH)
 
 
+def as_a_worker() -> None:
+    """Run this benchmark with the workers' memory settings (portal.procs.KEEP_FREED_MEMORY), so
+    what runs in its own process (staging, a bare loop) runs as in the control worker or a slot."""
+    sys.path.insert(0, str(ROOT))
+    from portal.procs import KEEP_FREED_MEMORY
+
+    if any(os.environ.get(name) != value for name, value in KEEP_FREED_MEMORY.items()):
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **KEEP_FREED_MEMORY})
+
+
 def setup(**env: str) -> None:
     """Point the portal at the scratch var/ (and `env`), away from any DATABASE_URL or REDIS_URL."""
     os.environ["E31_VAR_DIR"] = str(SCRATCH / "var")

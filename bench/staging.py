@@ -30,14 +30,7 @@ from pathlib import Path
 
 import scratch
 
-sys.path.insert(0, str(scratch.ROOT))
-from portal.procs import KEEP_FREED_MEMORY
-
-if any(os.environ.get(name) != value for name, value in KEEP_FREED_MEMORY.items()):
-    # Staging runs here with the memory settings of the control worker, where it runs in the portal.
-    environment = {**os.environ, **KEEP_FREED_MEMORY, "E31_BENCH_SCRATCH": str(scratch.SCRATCH)}
-    os.execve(sys.executable, [sys.executable, *sys.argv], environment)
-
+scratch.as_a_worker()
 scratch.setup(
     E31_STAGING_ROOTS=str(scratch.SCRATCH / "roots"),
     E31_STAGING_ALLOWED_HOSTS="127.0.0.1",
