@@ -25,7 +25,7 @@ from jobs.models import Job, Shard, State
 from jobs.processors import ParamError
 from jobs.scheduling import sizing
 from jobs.signals import staging_finished
-from jobs.staging import archives, fastcsv, parquet, sources
+from jobs.staging import archives, fastcsv, parquet, ranged, sources
 from jobs.staging.formats import SAMPLE_BYTES, FormatError, detect, iter_records, read_header
 from jobs.staging.progress import StagingProgress, StagingStopped, lease_end
 
@@ -117,7 +117,7 @@ def describe_and_cut(
     scanner = processor.scanner(job.params)
     size = default_storage.size(path)
     progress.phase("reading", size)
-    with default_storage.open(path, "rb") as stream:
+    with ranged.open_for_ranges(path) as stream:  # on S3, only what is read is fetched
         head = stream.read(SAMPLE_BYTES + 1)
         layout = detect(head[:SAMPLE_BYTES], at_eof=len(head) <= SAMPLE_BYTES, name=job.source_name)
         if layout["format"] not in processor.input_formats:

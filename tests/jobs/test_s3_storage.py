@@ -16,9 +16,11 @@ import pytest
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 from django.test import override_settings
+from storages.backends.s3 import S3Storage
 
+from jobs import processors
 from jobs.models import Job, State
-from jobs.staging import ranged
+from jobs.staging import fastcsv, ranged, stage
 from tests.conftest import EXAMPLE, Worker, job_form, s3_on_loopback, wait_for, wait_for_end, wait_for_slots
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -34,6 +36,16 @@ def s3_endpoint():
             os.environ.setdefault(name, value)
         client.create_bucket(Bucket=BUCKET)
         yield endpoint
+
+
+def _s3_storages(endpoint: str) -> dict:
+    return {
+        "default": {
+            "BACKEND": "storages.backends.s3.S3Storage",
+            "OPTIONS": {"bucket_name": BUCKET, "endpoint_url": endpoint, "file_overwrite": False},
+        },
+        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    }
 
 
 def _client_credentials() -> dict:
@@ -60,14 +72,7 @@ def s3_worker(s3_endpoint, django_db_setup, redis_server):
 
 def test_it_stages_runs_and_returns_the_output_through_s3(s3_endpoint, s3_worker, partner_client):
     wait_for_slots(s3_worker)
-    storages = {
-        "default": {
-            "BACKEND": "storages.backends.s3.S3Storage",
-            "OPTIONS": {"bucket_name": BUCKET, "endpoint_url": s3_endpoint, "file_overwrite": False},
-        },
-        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
-    }
-    with override_settings(STORAGES=storages):
+    with override_settings(STORAGES=_s3_storages(s3_endpoint)):
         assert partner_client.post("/jobs/new/", job_form()).status_code == 302
         job = wait_for_end(Job.objects.get())
         assert job.state == State.SUCCEEDED, job.error
@@ -103,16 +108,9 @@ def test_it_stages_runs_and_returns_the_output_through_s3(s3_endpoint, s3_worker
 
 
 def test_a_slot_reads_only_its_part_of_a_staged_copy_on_s3(s3_endpoint, monkeypatch):
-    storages = {
-        "default": {
-            "BACKEND": "storages.backends.s3.S3Storage",
-            "OPTIONS": {"bucket_name": BUCKET, "endpoint_url": s3_endpoint, "file_overwrite": False},
-        },
-        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
-    }
     data = bytes(range(256)) * 80_000  # 20 MB
     table = pa.table({"n": list(range(100_000))})
-    with override_settings(STORAGES=storages):
+    with override_settings(STORAGES=_s3_storages(s3_endpoint)):
         path = default_storage.save("ranged/data.bin", ContentFile(data))
         sink = io.BytesIO()
         pq.write_table(table, sink, row_group_size=10_000)
@@ -132,3 +130,31 @@ def test_a_slot_reads_only_its_part_of_a_staged_copy_on_s3(s3_endpoint, monkeypa
 def _span(header: str) -> int:
     start, end = header.removeprefix("bytes=").split("-")
     return int(end) - int(start) + 1
+
+
+def test_staging_a_csv_on_s3_never_downloads_the_staged_copy_whole(s3_endpoint, organisation, monkeypatch):
+    """The copy is scanned as it is stored; what staging reads back (the head, the type sample) is
+    fetched by range, not by django-storages' download of the whole object."""
+    monkeypatch.setattr(fastcsv, "MIN_BLOCK", 1024)
+    data = b"id,name,score\n" + b"".join(b'%d,"name %d",%d.5\n' % (n, n, n) for n in range(5000))
+    opened = []
+    original = S3Storage._open
+
+    def noted(storage, name, mode="rb"):
+        opened.append(name)
+        return original(storage, name, mode)
+
+    monkeypatch.setattr(S3Storage, "_open", noted)
+    with override_settings(STORAGES=_s3_storages(s3_endpoint)):
+        job = Job.objects.create(
+            organisation=organisation, work="clean-table", params=processors.get("clean-table").validate_params({}),
+            source_name="data.csv", source_path=default_storage.save("uploads/data.csv", ContentFile(data)),
+            gpus=1, hours=1,
+        )  # fmt: skip
+        stage.stage(job.pk)
+        job.refresh_from_db()
+        assert job.state == State.QUEUED, job.error
+        assert job.records_total == 5000 and job.shards.count() > 1
+        assert [column["type"] for column in job.plan["columns"]] == ["int", "string", "float"]
+        assert job.staged_path not in opened, "the staged copy was read by range"
+        default_storage.delete(job.staged_path)
