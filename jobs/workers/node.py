@@ -9,7 +9,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from jobs import lifecycle
-from jobs.models import Allocation, Gpu, Node, State
+from jobs.models import Allocation, Gpu, Job, Node, State
 from jobs.workers.nvml import GpuInfo, Reading
 
 
@@ -83,6 +83,13 @@ def go_offline(node_name: str) -> None:
     Node.objects.filter(name=node_name).update(last_seen=None)
     Gpu.objects.filter(node__name=node_name).update(last_seen=None)
     take_offline(Allocation.objects.filter(gpu__node__name=node_name), now)
+
+
+def waited_for(node_name: str) -> bool:
+    """Whether a job is queued while this node has a free slot. The scheduler runs when staging ends
+    and when a hold ends; this catches what those missed — a schedule that skipped slots whose rows a
+    heartbeat had locked, or its message lost while the broker was away — within a heartbeat."""
+    return Job.objects.filter(state=State.QUEUED).exists() and Gpu.objects.filter(node__name=node_name).free().exists()
 
 
 def take_silent_nodes_offline() -> list[int]:

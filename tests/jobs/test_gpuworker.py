@@ -2,13 +2,18 @@
 running after it is stopped."""
 
 import os
+import re
 import signal
 from pathlib import Path
 
 import pytest
+from django.conf import settings
+from django.core.files.storage import default_storage
 
-from jobs.models import Gpu
-from tests.conftest import Worker, wait_for
+from jobs import lifecycle, processors
+from jobs.models import Gpu, Job, State
+from jobs.staging import stage
+from tests.conftest import Worker, job_form, wait_for, wait_for_end
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -52,3 +57,24 @@ def test_it_registers_its_slots_restarts_a_dead_worker_and_leaves_nothing_behind
     assert worker.process.returncode == 0
     assert processes_mentioning(worker.name) == {}
     assert not Gpu.objects.online().filter(node__name=worker.name).exists()
+
+
+def test_a_job_left_queued_with_free_slots_is_started_by_a_heartbeat(worker, organisation, monkeypatch):
+    """The scheduler runs when staging ends; should that miss (slots a heartbeat had locked, a message
+    lost while the broker was away), the node's next heartbeat asks again."""
+    log = settings.VAR_DIR / f"{worker.name}.log"
+    wait_for(lambda: re.search(r"jobs\.tasks\.schedule\[.*\] succeeded", log.read_text()), timeout=60,
+             what="the schedule a node asks for when it starts")  # fmt: skip
+    assert Gpu.objects.filter(node__name=worker.name).free().exists()
+    monkeypatch.setattr(lifecycle, "schedule_on_commit", lambda: None)  # staging here sends no schedule
+    upload = job_form(gpus="1")["data"]
+    job = Job.objects.create(
+        organisation=organisation, work="clean-table",
+        params=processors.get("clean-table").validate_params({}), source_name="customers.csv",
+        source_path=default_storage.save("uploads/customers.csv", upload), gpus=1, hours=1,
+    )  # fmt: skip
+    stage.stage(job.pk)
+    job = Job.objects.get(pk=job.pk)
+    assert job.state == State.QUEUED
+    job = wait_for_end(job, timeout=60)
+    assert job.state == State.SUCCEEDED, job.error

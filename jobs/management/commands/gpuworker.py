@@ -3,7 +3,8 @@
 One Celery worker process per GPU found by NVML (or per CPU slot), pinned to it and consuming a
 queue of its own, plus one worker for the control queue (staging, scheduling, assembly). The node
 and its slots are registered and kept alive with heartbeats; a worker that dies is restarted. Each
-heartbeat also takes nodes that missed theirs offline (jobs.workers.node.take_silent_nodes_offline).
+heartbeat also takes nodes that missed theirs offline (jobs.workers.node.take_silent_nodes_offline),
+and asks for a schedule while a job waits and this node has a free slot.
 """
 
 import os
@@ -94,10 +95,11 @@ class Command(BaseCommand):
                 try:
                     nodes.register(name, specs, driver, alive, nvml.readings() if gpus else None, work_kinds)
                     nodes.take_silent_nodes_offline()
-                    if not scheduled:
+                    if not scheduled or nodes.waited_for(name):
                         from jobs import tasks
 
-                        tasks.schedule.delay()
+                        # Fail at once if the broker is away: the next beat tries again, on time.
+                        tasks.schedule.apply_async(retry=False)
                         scheduled = True
                 except (DatabaseError, OperationalError) as error:
                     # The database or the broker is away for a while: the next beat tries again.
