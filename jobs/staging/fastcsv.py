@@ -12,17 +12,16 @@ slower way, which also words the error. Staging runs the scan on a thread beside
 
 A scanner that may work from a sample (clean-table's type count) sees about TYPE_SAMPLE_BYTES of
 records from across the file, parsed by pyarrow; one that needs every record (column-stats' ranges)
-sees every block parsed.
+sees every record parsed, a piece at a time.
 """
 
 import bisect
 import io
 import logging
 import queue
-import re
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import BinaryIO, NamedTuple
 
@@ -35,9 +34,9 @@ from jobs.staging.formats import SAMPLE_BYTES, FormatError, detect, read_header
 log = logging.getLogger(__name__)
 
 MIN_BLOCK = 64 * 1024
-MAX_BLOCK = 4 * 1024 * 1024
+MAX_BLOCK = 4 * 1024 * 1024  # the most parsed at once when a scanner needs every record
 BLOCKS_PER_FILE = 64  # small files still get enough cut points for their shards
-PARSERS = 2  # blocks parsed at once while the one before is counted (pyarrow lets go of the GIL)
+PARSERS = 2  # pieces parsed at once
 SCAN_BLOCK = 1024 * 1024
 TYPE_SAMPLE_BYTES = 16 * 1024 * 1024  # what a sampling scanner sees, in SAMPLE_PIECES pieces across the file
 SAMPLE_PIECES = 32
@@ -52,42 +51,6 @@ FALSE_VALUES = ["false", "False", "FALSE", "no", "No", "NO"]
 
 class Unsure(Exception):
     """The fast read cannot vouch for this file; read it the exact way."""
-
-
-def block_size(size: int) -> int:
-    return max(MIN_BLOCK, min(MAX_BLOCK, size // BLOCKS_PER_FILE))
-
-
-def _suspicious_quote(delimiter: bytes) -> re.Pattern:
-    """A quote with a character other than a delimiter, a line end or a quote on both sides: literal
-    in an unquoted field, or an error in a quoted one. Either way, quote parity cannot be trusted."""
-    other = b"[^" + re.escape(delimiter) + b'\\r\\n"]'
-    # The quote first, so the search jumps from quote to quote; the lookbehind then sees the character before it.
-    return re.compile(b'"(?=' + other + b")(?<=" + other + b'")')
-
-
-def _boundary(data: bytes, start: int, target: int) -> int:
-    """The end (just past a newline) of the first record ending at or after `target`, or -1."""
-    quotes, counted = 0, start
-    newline = data.find(b"\n", target)
-    while newline != -1:
-        quotes += data.count(b'"', counted, newline)
-        counted = newline
-        if quotes % 2 == 0:
-            return newline + 1
-        newline = data.find(b"\n", newline + 1)
-    return -1
-
-
-def _check(block: bytes, suspicious: re.Pattern, last: bool) -> None:
-    try:
-        block.decode("utf-8")
-    except UnicodeDecodeError:
-        raise Unsure from None
-    if (b"\r" in block and block.count(b"\r") != block.count(b"\r\n")) or suspicious.search(block):
-        raise Unsure
-    if last and block.count(b'"') % 2:
-        raise Unsure  # an unmatched quote (other blocks end where the count is even): the exact read says where
 
 
 def _parse(block: bytes, columns: list[str], delimiter: str) -> tuple[pa.Table, int]:
@@ -136,15 +99,17 @@ def read(
         raise Unsure  # with one column, telling a blank line from a record takes Python's rules
     if size < BLOCKS_PER_FILE * MIN_BLOCK:
         raise Unsure  # too small for enough blocks to cut shards from; the exact read is quick here
-    if add_table is not None and every_record:
-        records, cuts = _read_parsing(stream, layout, data_offset, header_lines, size, add_table, advance)
-        return records, cuts, records
     if scanned is not None and scanned.matches(layout, data_offset, header_lines):
         records, cuts = scanned.records, scanned.cuts
     else:
         records, cuts = _Scan(layout["delimiter"], data_offset, header_lines, grain, max_cuts).run(stream, advance)
-    sampled = sample(stream, layout, data_offset, cuts, add_table) if add_table is not None else 0
-    return records, cuts, sampled
+    if add_table is None:
+        return records, cuts, 0
+    bounds = [data_offset] + [end for _, end, _ in cuts]
+    parsed = _parse_pieces(
+        stream, layout, _every_piece(bounds) if every_record else _sample(bounds), add_table, advance
+    )
+    return records, cuts, records if every_record else parsed
 
 
 class _Scan:
@@ -168,7 +133,7 @@ class _Scan:
             if len(buffer) - pending < SCAN_BLOCK:
                 buffer.extend(bytes(len(buffer)))  # a record longer than a block: room to read on
             window = memoryview(buffer)[pending : pending + SCAN_BLOCK]
-            more = _read_into(stream, window)
+            more = stream.readinto(window) or 0
             window.release()
             filled = pending + more
             if not filled:
@@ -258,17 +223,6 @@ class _Scan:
         return self.delimiter not in line and not line.decode("utf-8").strip()
 
 
-def _read_into(stream: BinaryIO, window: memoryview) -> int:
-    """readinto where the stream has it (a storage's file may not)."""
-    try:
-        readinto = stream.readinto
-    except AttributeError:
-        data = stream.read(len(window))
-        window[: len(data)] = data
-        return len(data)
-    return readinto(window) or 0
-
-
 class Scanned(NamedTuple):
     """What a ScanAlong found: the layout it scanned by, and the records and cut points."""
 
@@ -326,8 +280,7 @@ class ScanAlong:
             records, cuts = _Scan(layout["delimiter"], data_offset, header_lines, self.grain, self.max_cuts).run(
                 stream, lambda done: None
             )
-            if stream.position >= BLOCKS_PER_FILE * MIN_BLOCK:
-                self.scanned = Scanned(layout["delimiter"], columns, data_offset, header_lines, records, cuts)
+            self.scanned = Scanned(layout["delimiter"], columns, data_offset, header_lines, records, cuts)
         except (Unsure, FormatError):
             return  # the read after the copy goes the exact way, and words any error
         except Exception:
@@ -393,100 +346,56 @@ class _ChunkStream:
             self.held.clear()
 
 
-def sample(stream: BinaryIO, layout: dict, data_offset: int, cuts: list[tuple[int, int, int]], add_table) -> int:
-    """Parse about TYPE_SAMPLE_BYTES of records, in pieces spread over the file between cut points,
-    and hand each to `add_table`: all of it when the data is no larger. The records parsed."""
-    bounds = [data_offset] + [end for _, end, _ in cuts]
+def _sample(bounds: list[int]) -> list[tuple[int, int]]:
+    """About TYPE_SAMPLE_BYTES of records between record boundaries, in pieces spread over the file,
+    its end included: all of it when the data is no larger."""
     whole = bounds[-1] - bounds[0]
-    piece = whole if whole <= TYPE_SAMPLE_BYTES else TYPE_SAMPLE_BYTES // SAMPLE_PIECES
+    if whole <= TYPE_SAMPLE_BYTES:
+        return _every_piece(bounds)
+    piece = TYPE_SAMPLE_BYTES // SAMPLE_PIECES
     pieces: list[tuple[int, int]] = []
-    for number in range(1 if piece == whole else SAMPLE_PIECES):
-        target = bounds[0] + number * (whole - piece) // max(1, SAMPLE_PIECES - 1)
+    for number in range(SAMPLE_PIECES):
+        target = bounds[0] + number * (whole - piece) // (SAMPLE_PIECES - 1)
         begin = bounds[max(0, bisect.bisect_right(bounds, target) - 1)]
         if pieces and begin < pieces[-1][1]:
             begin = pieces[-1][1]
         end = bounds[min(len(bounds) - 1, bisect.bisect_left(bounds, begin + piece))]
         if end > begin:
             pieces.append((begin, end))
+    return pieces
+
+
+def _every_piece(bounds: list[int]) -> list[tuple[int, int]]:
+    """All the records, in pieces of about MAX_BLOCK bytes between record boundaries."""
+    pieces, begin = [], bounds[0]
+    for end in bounds[1:]:
+        if end - begin >= MAX_BLOCK or end == bounds[-1]:
+            pieces.append((begin, end))
+            begin = end
+    return [piece for piece in pieces if piece[1] > piece[0]]
+
+
+def _parse_pieces(stream: BinaryIO, layout: dict, pieces: list[tuple[int, int]], add_table, advance) -> int:
+    """Parse each piece with pyarrow (PARSERS at once: it lets go of the GIL) and hand its table to
+    `add_table`, in order; the records parsed."""
     columns, delimiter, parsed = layout["columns"], layout["delimiter"], 0
-    with ThreadPoolExecutor(max_workers=PARSERS, thread_name_prefix="e31-csv") as parsers:
-        futures = []
-        for begin, end in pieces:
-            stream.seek(begin)
-            futures.append(parsers.submit(_parse, stream.read(end - begin), columns, delimiter))
-        for future in futures:
-            table, malformed = future.result()
-            if table.num_rows:
-                add_table(table)
-            parsed += table.num_rows + malformed
-    return parsed
-
-
-def _read_parsing(
-    stream: BinaryIO,
-    layout: dict,
-    data_offset: int,
-    header_lines: int,
-    size: int,
-    add_table: Callable[[pa.Table], None],
-    advance: Callable[[int], None],
-) -> tuple[int, list[tuple[int, int, int]]]:
-    """The records counted as every block is parsed, each block's table handed to `add_table`."""
-    columns = layout["columns"]
-    delimiter = layout["delimiter"]
-    suspicious = _suspicious_quote(delimiter.encode())
-    target = block_size(size)
-    stream.seek(data_offset)
-    records, lines, position, cuts = 0, header_lines, data_offset, []
-    parsing: deque[tuple[Future, int, int]] = deque()
+    parsing: deque[tuple[Future, int]] = deque()
 
     def take_one() -> None:
-        """The oldest block parsed: count it in order (pyarrow parses the next ones meanwhile)."""
-        nonlocal records, lines, position
-        future, length, newlines = parsing.popleft()
+        nonlocal parsed
+        future, end = parsing.popleft()
         table, malformed = future.result()
         if table.num_rows:
             add_table(table)
-        records += table.num_rows + malformed
-        lines += newlines
-        position += length
-        cuts.append((records, position, lines))
-        advance(position)
+        parsed += table.num_rows + malformed
+        advance(end)
 
     with ThreadPoolExecutor(max_workers=PARSERS, thread_name_prefix="e31-csv") as parsers:
-        for block in _blocks(stream, target):
-            _check(block.data, suspicious, last=block.last)
-            newlines = block.data.count(b"\n") + (0 if block.data.endswith(b"\n") else 1)
-            parsing.append((parsers.submit(_parse, block.data, columns, delimiter), len(block.data), newlines))
+        for begin, end in pieces:
+            stream.seek(begin)
+            parsing.append((parsers.submit(_parse, stream.read(end - begin), columns, delimiter), end))
             if len(parsing) > PARSERS:
                 take_one()
         while parsing:
             take_one()
-    return records, cuts
-
-
-class _Block(NamedTuple):
-    data: bytes
-    last: bool  # the rest of the file, taken whole: it may end inside an unmatched quote
-
-
-def _blocks(stream: BinaryIO, target: int) -> Iterator[_Block]:
-    """The file in blocks of about `target` bytes, each ending where a record ends."""
-    pending, at_end, wanted = b"", False, 2 * target
-    while True:
-        while not at_end and len(pending) < wanted:
-            more = stream.read(MAX_BLOCK)
-            at_end = not more
-            pending += more
-        if not pending:
-            return
-        end = _boundary(pending, 0, min(target, len(pending)))
-        if end == -1 and not at_end:
-            wanted = len(pending) + MAX_BLOCK  # a record longer than a block: read on to its end
-            continue
-        wanted = 2 * target
-        if end == -1:
-            yield _Block(pending, True)
-            return
-        yield _Block(pending[:end], False)
-        pending = pending[end:]
+    return parsed
