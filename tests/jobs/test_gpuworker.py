@@ -4,6 +4,7 @@ running after it is stopped."""
 import os
 import re
 import signal
+import uuid
 from pathlib import Path
 
 import pytest
@@ -40,7 +41,7 @@ def main_process_of(slot: str) -> int | None:
 
 @pytest.fixture
 def worker(django_db_setup, redis_server, transactional_db):
-    worker = Worker(f"gpuworker-test-{os.getpid()}", slots=1)
+    worker = Worker(f"gpuworker-test-{uuid.uuid4().hex[:8]}", slots=1)  # its own log: no earlier test's lines
     yield worker
     if worker.process.poll() is None:
         worker.stop()
@@ -65,7 +66,8 @@ def test_a_job_left_queued_with_free_slots_is_started_by_a_heartbeat(worker, org
     log = settings.VAR_DIR / f"{worker.name}.log"
     wait_for(lambda: re.search(r"jobs\.tasks\.schedule\[.*\] succeeded", log.read_text()), timeout=60,
              what="the schedule a node asks for when it starts")  # fmt: skip
-    assert Gpu.objects.filter(node__name=worker.name).free().exists()
+    wait_for(lambda: Gpu.objects.filter(node__name=worker.name).free().exists(), timeout=60,
+             what="its slot online: the node counts a slot once its worker answers")  # fmt: skip
     monkeypatch.setattr(lifecycle, "schedule_on_commit", lambda: None)  # staging here sends no schedule
     upload = job_form(gpus="1")["data"]
     job = Job.objects.create(
