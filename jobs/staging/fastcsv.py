@@ -3,12 +3,12 @@ without parsing them, and let the processor's scanner see a sample of them (or e
 asks for that).
 
 A newline ends a record when an even number of quotes comes before it, which is right for CSV whose
-quotes open and close fields. The scan finds quotes and newlines with numpy, a block at a time, and
-checks on the way what that rule depends on. Whatever it cannot vouch for — bytes that are not UTF-8,
-a carriage return alone, a quote in the middle of a field, an unmatched quote, a whitespace-only line
-it cannot place, a one-column file — raises `Unsure`, and staging reads the file again the exact,
-slower way, which also words the error. Staging runs the scan on a thread beside the copy
-(ScanAlong), so the data is read once.
+quotes open and close fields. The scan finds the record ends a block at a time, in one compiled pass
+over its bytes (scankernel), and checks on the way what that rule depends on. Whatever it cannot
+vouch for — bytes that are not UTF-8, a carriage return alone, a quote in the middle of a field, an
+unmatched quote, a whitespace-only line it cannot place, a one-column file — raises `Unsure`, and
+staging reads the file again the exact, slower way, which also words the error. Staging runs the
+scan on a thread beside the copy (ScanAlong), so the data is read once.
 
 A scanner that may work from a sample (clean-table's type count) sees about TYPE_SAMPLE_BYTES of
 records from across the file, parsed by pyarrow; one that needs every record (column-stats' ranges)
@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from jobs.staging.formats import SAMPLE_BYTES, FormatError, detect, read_header
+from jobs.staging.scankernel import scan_block
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ PARSERS = 2  # pieces parsed at once
 SCAN_BLOCK = 1024 * 1024
 TYPE_SAMPLE_BYTES = 16 * 1024 * 1024  # what a sampling scanner sees, in SAMPLE_PIECES pieces across the file
 SAMPLE_PIECES = 32
-QUOTE, NEWLINE, RETURN = b'"'[0], b"\n"[0], b"\r"[0]
+RETURN = b"\r"[0]
 # Bytes a whitespace-only line may begin with: ASCII whitespace, and the first bytes of the UTF-8
 # forms of Unicode's other spaces (U+0085, U+00A0, U+1680, U+2000-U+205F, U+3000).
 SPACE_START = np.zeros(256, bool)
@@ -123,6 +124,7 @@ class _Scan:
         self.position, self.lines, self.records = data_offset, header_lines, 0
         self.grain, self.max_cuts = grain, max_cuts
         self.cuts: list[tuple[int, int, int]] = []
+        self.ends = self.ends_line = np.empty(0, np.int64)  # scan_block's output, kept from block to block
 
     def run(self, stream: BinaryIO, advance: Callable[[int], None]) -> tuple[int, list[tuple[int, int, int]]]:
         """Read into one buffer, the unfinished record after a block moved to its front (fresh
@@ -150,24 +152,24 @@ class _Scan:
     def _block(self, data: bytearray, filled: int, last: bool) -> int:
         """Count the records of `data[:filled]` up to its last record end (all of it when `last`);
         return the bytes taken. `data` starts where a record starts."""
+        if len(self.ends) < filled:
+            self.ends, self.ends_line = np.empty(len(data), np.int64), np.empty(len(data), np.int64)
         view = np.frombuffer(data, np.uint8, filled)
-        marks = np.flatnonzero((view == NEWLINE) | (view == QUOTE))
-        is_newline = view[marks] == NEWLINE
-        newlines, quotes = marks[is_newline], marks[~is_newline]
-        # A newline ends a record after an even number of quotes (a uint8 count wraps, keeping the parity).
-        ends = newlines[(np.cumsum(~is_newline, dtype=np.uint8)[is_newline] & 1) == 0] if len(quotes) else newlines
+        count, newlines, quotes, doubt = scan_block(
+            view, np.frombuffer(data, np.uint64, filled // 8), filled, self.beside_quote, self.ends, self.ends_line
+        )
+        ends, ends_line = self.ends[:count], self.ends_line[:count]
         if last:
-            if len(quotes) % 2:
+            if quotes % 2:
                 raise Unsure  # an unmatched quote: the exact read says on which line
             length = filled
-        elif not len(ends):
+        elif not count:
             return 0  # a record longer than what is read so far: read on to its end
         else:
-            length = int(ends[-1]) + 1
-            newlines = newlines[: np.searchsorted(newlines, length)]
-            quotes = quotes[: np.searchsorted(quotes, length)]
-        self._check(data, view, length, newlines, quotes, last)
-        starts = np.concatenate(([0], ends[:-1] + 1))[: len(ends)]
+            length, newlines = int(ends[-1]) + 1, int(ends_line[-1])
+        if doubt < length:
+            raise Unsure
+        starts = np.concatenate(([0], ends[:-1] + 1))[:count]
         lengths = ends - starts
         record = (lengths > 1) | ((lengths == 1) & (view[ends - 1] != RETURN))
         for index in np.flatnonzero(record & SPACE_START[view[np.minimum(starts, filled - 1)]]):
@@ -178,7 +180,7 @@ class _Scan:
             zip(
                 counted[at].tolist(),
                 (self.position + ends[at] + 1).tolist(),
-                (self.lines + np.searchsorted(newlines, ends[at]) + 1).tolist(),
+                (self.lines + ends_line[at]).tolist(),
                 strict=True,
             )
         )
@@ -186,37 +188,13 @@ class _Scan:
         tail = length - (int(ends[-1]) + 1 if len(ends) else 0)
         if tail and not self._blank(data[length - tail : length]):
             self.records += 1  # the last record, with no newline after it
-        self.lines += len(newlines) + (1 if tail else 0)
+        self.lines += newlines + (1 if tail else 0)
         self.position += length
         if not self.cuts or self.cuts[-1][1] != self.position:
             self.cuts.append((self.records, self.position, self.lines))
         while len(self.cuts) > self.max_cuts:
             self.cuts, self.grain = self.cuts[1::2], self.grain * 2
         return length
-
-    def _check(
-        self, data: bytearray, view: np.ndarray, length: int, newlines: np.ndarray, quotes: np.ndarray, last: bool
-    ) -> None:
-        """What the quote rule depends on: UTF-8 text, no carriage return alone, no quote mid-field."""
-        if length and not data.isascii():  # the buffer's bytes past `length` may only cause a needless check
-            offsets = pa.array([0, length], pa.int64()).buffers()[1]
-            text = pa.Array.from_buffers(pa.large_string(), 1, [None, offsets, pa.py_buffer(data)])
-            try:
-                text.validate(full=True)
-            except pa.ArrowInvalid:
-                raise Unsure from None
-        if data.find(b"\r", 0, length) != -1:  # every carriage return must stand before a newline
-            returns = np.count_nonzero(view[:length] == RETURN)
-            if returns != np.count_nonzero(view[newlines[newlines > 0] - 1] == RETURN):
-                raise Unsure
-        if len(quotes):
-            before = view[np.maximum(quotes - 1, 0)]
-            before[quotes == 0] = NEWLINE
-            after = view[np.minimum(quotes + 1, len(view) - 1)]
-            if last:
-                after[quotes + 1 >= len(view)] = NEWLINE
-            if (~self.beside_quote[before] & ~self.beside_quote[after]).any():
-                raise Unsure
 
     def _blank(self, line: bytearray) -> bool:
         """A blank or whitespace-only line, which is no record (as the exact read sees it)."""
@@ -244,7 +222,7 @@ class Scanned(NamedTuple):
 
 class ScanAlong:
     """The scan, run on a thread of its own while staging copies the data: the copy hands over each
-    chunk it reads, so the data is read once, and the scan runs beside the copy (numpy, the hashing
+    chunk it reads, so the data is read once, and the scan runs beside the copy (the scan, the hashing
     and the writes let go of the GIL). Anything that is not a CSV this scan can vouch for leaves no
     result, and staging reads the staged copy as before."""
 

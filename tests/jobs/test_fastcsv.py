@@ -3,8 +3,10 @@ reads back record for record, the same column types; and what it cannot vouch fo
 exact read, which names the line."""
 
 import io
+import random
 import re
 
+import numpy as np
 import pytest
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
@@ -15,6 +17,7 @@ from jobs.staging import fastcsv, stage
 from jobs.staging.fastcsv import ScanAlong
 from jobs.staging.formats import FormatError, iter_records
 from jobs.staging.progress import StagingProgress
+from jobs.staging.scankernel import scan_block
 from tests.conftest import EXAMPLE
 
 pytestmark = pytest.mark.django_db
@@ -208,3 +211,78 @@ def test_a_scan_beside_the_copy_of_what_is_no_csv_leaves_nothing_and_keeps_the_c
         along.feed(chunk)
     assert along.finish() is None
     assert along.chunks.empty()
+
+
+def scan(data: bytes) -> tuple[list[int], list[int], int, int, int]:
+    """scan_block over `data`: the record ends, the newlines up to each, the newlines, the quotes,
+    and where the first doubt lies."""
+    buffer = bytearray(data)
+    ends, lines = np.empty(len(data) + 1, np.int64), np.empty(len(data) + 1, np.int64)
+    beside = np.zeros(256, bool)
+    beside[list(b',\r\n"')] = True
+    count, newlines, quotes, doubt = scan_block(
+        np.frombuffer(buffer, np.uint8),
+        np.frombuffer(buffer, np.uint64, len(data) // 8),
+        len(data),
+        beside,
+        ends,
+        lines,
+    )
+    return ends[:count].tolist(), lines[:count].tolist(), newlines, quotes, doubt
+
+
+def scanned_by_hand(data: bytes) -> tuple[list[int], list[int], int, int]:
+    ends, lines, quotes = [], [], 0
+    for at, byte in enumerate(data):
+        quotes += byte == ord('"')
+        if byte == ord("\n") and quotes % 2 == 0:
+            ends.append(at)
+            lines.append(data.count(b"\n", 0, at + 1))
+    return ends, lines, data.count(b"\n"), quotes
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_scan_ends_records_where_a_byte_by_byte_reading_does(seed):
+    """At every place in the scan's eight-byte words: fields quoted or not, with commas, newlines,
+    doubled quotes and multi-byte characters inside, CRLF or LF."""
+    chosen = random.Random(seed)
+    fields = [b"", b"12", b"plain", b'"a,b"', b'"two\nlines"', b'"say ""hi"""', "Ünïcödé €".encode(), "😀".encode()]
+    newline = chosen.choice([b"\n", b"\r\n"])
+    data = b"".join(b",".join(chosen.choices(fields, k=chosen.randint(2, 5))) + newline for _ in range(200))
+    ends, lines, newlines, quotes, doubt = scan(data)
+    assert (ends, lines, newlines, quotes) == scanned_by_hand(data)
+    assert doubt == len(data), "nothing here to doubt"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        b"caf\xc3\xa9", b"\xe2\x82\xac", b"\xf0\x9f\x98\x80", b"\xf4\x8f\xbf\xbf", b"\xef\xbf\xbd",  # valid
+        b"\xc0\xaf", b"\xe0\x80\xaf", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xe2\x82", b"\x80", b"\xff", b"\xc3",
+    ],
+    ids=["2 bytes", "3 bytes", "4 bytes", "U+10FFFF", "U+FFFD", "overlong 2", "overlong 3", "surrogate",
+         "past U+10FFFF", "cut short", "stray continuation", "0xff", "cut short at the end"],
+)  # fmt: skip
+def test_the_scan_takes_as_utf8_what_python_does(text):
+    for padding in range(8):  # the character at each place in a word
+        data = b"x" * padding + b"1," + text + b",y\n2,z,w\n"
+        if text == b"\xc3":
+            data = data[: -len(b",y\n2,z,w\n")]
+        try:
+            data.decode("utf-8")
+            utf8 = True
+        except UnicodeDecodeError:
+            utf8 = False
+        doubt = scan(data)[-1]
+        assert (doubt == len(data)) is utf8, (padding, data)
+        if not utf8:
+            assert doubt == padding + 2, "the doubt is where the bad bytes begin"
+
+
+@pytest.mark.parametrize(
+    ("data", "doubt"),
+    [(b"1,5'11\"x,y\n", 6), (b'1,a "b" c\n', 4), (b"1,a\rb\n", 3), (b"1,a\r", 3), (b'1,"a"\n2,"b"\r\n', None)],
+    ids=["inch mark", "quote mid-field", "carriage return alone", "carriage return at the end", "none"],
+)
+def test_the_scan_doubts_what_the_quote_rule_cannot_vouch_for(data, doubt):
+    assert scan(data)[-1] == (len(data) if doubt is None else doubt)
