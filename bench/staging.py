@@ -121,13 +121,26 @@ def report(label: str, size: int, seconds: float, split: dict, baseline: str, ba
     return rate / base
 
 
-def side_by_side(label: str, baseline: str, command: list[str], repeat: int, organisation, phases, **source) -> None:
+def settle(cold: bool) -> None:
+    """Write what earlier runs left in memory to disk; with --cold, also drop the page cache, so the
+    data is read from disk, as a dataset on a shared filesystem is the first time."""
+    os.sync()
+    if cold:
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+
+
+def side_by_side(
+    label: str, baseline: str, command: list[str], repeat: int, cold: bool, organisation, phases, **source
+) -> None:
     """The plain tool, then staging, `repeat` times in turn (this machine is noisy): each pair's
-    figures, and the median ratio."""
+    figures, and the median ratio. Each starts settled (untimed): else the one that runs second
+    waits on the writeback of the first one's copy."""
     ratios = []
     for _ in range(repeat):
+        settle(cold)
         baseline_seconds = timed(command)
         (SCRATCH / "baseline-copy").unlink()
+        settle(cold)
         job, seconds, split = run_staging(organisation, phases, **source)
         default_storage.delete(job.staged_path)
         size = job.input_bytes
@@ -135,15 +148,15 @@ def side_by_side(label: str, baseline: str, command: list[str], repeat: int, org
     print(f"{label}: median ratio {statistics.median(ratios):.2f} over {repeat} runs")
 
 
-def bench_server_path(organisation, phases: Phases, data: Path, repeat: int) -> None:
+def bench_server_path(organisation, phases: Phases, data: Path, repeat: int, cold: bool) -> None:
     command = ["cp", str(data), str(SCRATCH / "baseline-copy")]
     side_by_side(
-        "server path", "cp", command, repeat, organisation, phases,
+        "server path", "cp", command, repeat, cold, organisation, phases,
         source_kind=Job.Source.PATH, source_uri=str(data), source_name=data.name,
     )  # fmt: skip
 
 
-def bench_http(organisation, phases: Phases, data: Path, repeat: int) -> None:
+def bench_http(organisation, phases: Phases, data: Path, repeat: int, cold: bool) -> None:
     """The file served by Python's http.server in a process of its own, as a remote server would be."""
     port = free_port()
     server = subprocess.Popen(
@@ -156,7 +169,7 @@ def bench_http(organisation, phases: Phases, data: Path, repeat: int) -> None:
         url = f"http://127.0.0.1:{port}/{data.name}"
         command = ["curl", "-sS", "-o", str(SCRATCH / "baseline-copy"), url]
         side_by_side(
-            "HTTP on loopback", "curl", command, repeat, organisation, phases,
+            "HTTP on loopback", "curl", command, repeat, cold, organisation, phases,
             source_kind=Job.Source.URL, source_uri=url, source_name=data.name,
         )  # fmt: skip
     finally:
@@ -279,6 +292,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000, help="rows of the CSV-to-shards dataset")
     parser.add_argument("--http-gb", type=float, default=2.0, help="size of the HTTP dataset")
     parser.add_argument("--repeat", type=int, default=3, help="runs of the server-path and HTTP comparisons")
+    parser.add_argument("--cold", action="store_true", help="read the data from disk each run (root only)")
     parser.add_argument("--only", choices=["csv", "path", "http", "upload"], help="run one part only")
     options = parser.parse_args()
     call_command("migrate", verbosity=0)
@@ -296,11 +310,11 @@ def main() -> None:
                 bench_csv(organisation, rows)
             if "path" in wanted:
                 big = grow(rows, int(options.gb * 1e9), SCRATCH / "roots" / organisation.slug / "server.csv")
-                bench_server_path(organisation, phases, big, options.repeat)
+                bench_server_path(organisation, phases, big, options.repeat, options.cold)
                 big.unlink()
             if "http" in wanted:
                 big = grow(rows, int(options.http_gb * 1e9), SCRATCH / "roots" / organisation.slug / "served.csv")
-                bench_http(organisation, phases, big, options.repeat)
+                bench_http(organisation, phases, big, options.repeat, options.cold)
             if "upload" in wanted:
                 for gigabytes in options.upload_gb.split(","):
                     bench_upload(user, float(gigabytes))
