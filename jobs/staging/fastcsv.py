@@ -2,13 +2,13 @@
 without parsing them, and let the processor's scanner see a sample of them (or every one, when it
 asks for that).
 
-A newline ends a record when an even number of quotes comes before it, which is right for CSV whose
-quotes open and close fields. The scan finds the record ends a block at a time, in one compiled pass
-over its bytes (scankernel), and checks on the way what that rule depends on. Whatever it cannot
-vouch for — bytes that are not UTF-8, a carriage return alone, a quote in the middle of a field, an
-unmatched quote, a whitespace-only line it cannot place, a one-column file — raises `Unsure`, and
-staging reads the file again the exact, slower way, which also words the error. Staging runs the
-scan on a thread beside the copy (ScanAlong), so the data is read once.
+A newline outside a quoted field ends a record. The scan finds the record ends a block at a time, in
+one compiled pass over its bytes (scankernel) that reads quotes as Python's csv module does, and
+checks on the way what it depends on. Whatever it cannot vouch for — bytes that are not UTF-8, a
+carriage return alone, a closing quote followed by more of the field, an unmatched quote, a
+whitespace-only line it cannot place, a one-column file — raises `Unsure`, and staging reads the
+file again the exact, slower way, which also words the error. Staging runs the scan on a thread
+beside the copy (ScanAlong), so the data is read once.
 
 A scanner that may work from a sample (clean-table's type count) sees about TYPE_SAMPLE_BYTES of
 records from across the file, parsed by pyarrow; one that needs every record (column-stats' ranges)
@@ -16,6 +16,7 @@ sees every record parsed, a piece at a time.
 """
 
 import bisect
+import csv
 import io
 import logging
 import queue
@@ -29,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from jobs.staging.formats import SAMPLE_BYTES, FormatError, detect, read_header
+from jobs.staging.formats import SAMPLE_BYTES, FormatError, detect, is_record, read_header
 from jobs.staging.scankernel import scan_block
 
 log = logging.getLogger(__name__)
@@ -42,10 +43,6 @@ SCAN_BLOCK = 1024 * 1024
 TYPE_SAMPLE_BYTES = 16 * 1024 * 1024  # what a sampling scanner sees, in SAMPLE_PIECES pieces across the file
 SAMPLE_PIECES = 32
 RETURN = b"\r"[0]
-# Bytes a whitespace-only line may begin with: ASCII whitespace, and the first bytes of the UTF-8
-# forms of Unicode's other spaces (U+0085, U+00A0, U+1680, U+2000-U+205F, U+3000).
-SPACE_START = np.zeros(256, bool)
-SPACE_START[[*range(9, 14), *range(28, 33), 0xC2, 0xE1, 0xE2, 0xE3]] = True
 TRUE_VALUES = ["true", "True", "TRUE", "yes", "Yes", "YES"]
 FALSE_VALUES = ["false", "False", "FALSE", "no", "No", "NO"]
 
@@ -118,13 +115,14 @@ class _Scan:
     reading the file block by block without parsing it."""
 
     def __init__(self, delimiter: str, data_offset: int, header_lines: int, grain: int, max_cuts: int):
-        self.beside_quote = np.zeros(256, bool)  # what may stand next to a quote that opens or closes a field
-        self.beside_quote[list(delimiter.encode() + b'\r\n"')] = True
+        if len(delimiter.encode()) != 1:
+            raise Unsure  # the scan reads one-byte delimiters
         self.delimiter = delimiter.encode()
         self.position, self.lines, self.records = data_offset, header_lines, 0
         self.grain, self.max_cuts = grain, max_cuts
         self.cuts: list[tuple[int, int, int]] = []
         self.ends = self.ends_line = np.empty(0, np.int64)  # scan_block's output, kept from block to block
+        self.split = np.empty(0, bool)
 
     def run(self, stream: BinaryIO, advance: Callable[[int], None]) -> tuple[int, list[tuple[int, int, int]]]:
         """Read into one buffer, the unfinished record after a block moved to its front (fresh
@@ -154,13 +152,14 @@ class _Scan:
         return the bytes taken. `data` starts where a record starts."""
         if len(self.ends) < filled:
             self.ends, self.ends_line = np.empty(len(data), np.int64), np.empty(len(data), np.int64)
-        view = np.frombuffer(data, np.uint8, filled)
-        count, newlines, quotes, doubt = scan_block(
-            view, np.frombuffer(data, np.uint64, filled // 8), filled, self.beside_quote, self.ends, self.ends_line
+            self.split = np.empty(len(data), bool)
+        view, words = np.frombuffer(data, np.uint8, filled), np.frombuffer(data, np.uint64, filled // 8)
+        count, newlines, quoted, doubt = scan_block(
+            view, words, filled, last, self.delimiter[0], self.ends, self.ends_line, self.split
         )
-        ends, ends_line = self.ends[:count], self.ends_line[:count]
+        ends, ends_line, record = self.ends[:count], self.ends_line[:count], self.split[:count].copy()
         if last:
-            if quotes % 2:
+            if quoted:
                 raise Unsure  # an unmatched quote: the exact read says on which line
             length = filled
         elif not count:
@@ -171,9 +170,9 @@ class _Scan:
             raise Unsure
         starts = np.concatenate(([0], ends[:-1] + 1))[:count]
         lengths = ends - starts
-        record = (lengths > 1) | ((lengths == 1) & (view[ends - 1] != RETURN))
-        for index in np.flatnonzero(record & SPACE_START[view[np.minimum(starts, filled - 1)]]):
-            record[index] = not self._blank(data[starts[index] : ends[index]])
+        empty = (lengths == 0) | ((lengths == 1) & (view[ends - 1] == RETURN))
+        for index in np.flatnonzero(~record & ~empty):  # one field: a record unless it is blank
+            record[index] = self._one_field_record(data[starts[index] : ends[index]])
         counted = self.records + np.cumsum(record)
         at = np.flatnonzero(record & (counted % self.grain == 0))
         self.cuts.extend(
@@ -186,7 +185,7 @@ class _Scan:
         )
         self.records = int(counted[-1]) if len(counted) else self.records
         tail = length - (int(ends[-1]) + 1 if len(ends) else 0)
-        if tail and not self._blank(data[length - tail : length]):
+        if tail and self._one_field_record(data[length - tail : length]):
             self.records += 1  # the last record, with no newline after it
         self.lines += newlines + (1 if tail else 0)
         self.position += length
@@ -196,9 +195,11 @@ class _Scan:
             self.cuts, self.grain = self.cuts[1::2], self.grain * 2
         return length
 
-    def _blank(self, line: bytearray) -> bool:
-        """A blank or whitespace-only line, which is no record (as the exact read sees it)."""
-        return self.delimiter not in line and not line.decode("utf-8").strip()
+    def _one_field_record(self, line: bytearray) -> bool:
+        """Whether the exact read takes this line, which no delimiter splits, for a record: a blank
+        field, quoted or not, is none."""
+        row = next(csv.reader(io.StringIO(line.decode(), newline=""), delimiter=self.delimiter.decode()), [])
+        return is_record(row)
 
 
 class Scanned(NamedTuple):

@@ -94,7 +94,7 @@ def _detect_csv(text: str, *, at_eof: bool, name: str) -> dict:
     best = None
     for delimiter in DELIMITERS:
         try:
-            rows = [row for row in csv.reader(lines, delimiter=delimiter) if _is_record(row)]
+            rows = [row for row in csv.reader(lines, delimiter=delimiter) if is_record(row)]
         except csv.Error:
             continue
         if not rows:
@@ -112,7 +112,7 @@ def _detect_csv(text: str, *, at_eof: bool, name: str) -> dict:
     return {"format": "csv", "delimiter": best[1], "quotechar": '"'}
 
 
-def _is_record(row: list[str]) -> bool:
+def is_record(row: list[str]) -> bool:
     """A blank or whitespace-only line is no record."""
     return len(row) > 1 or (len(row) == 1 and bool(row[0].strip()))
 
@@ -148,7 +148,7 @@ def read_header(stream: BinaryIO, layout: dict) -> tuple[list[str], int, int]:
     reader = csv.reader(iter(lines), delimiter=layout["delimiter"], quotechar=layout["quotechar"], strict=True)
     try:
         for row in reader:
-            if _is_record(row):
+            if is_record(row):
                 return column_names(row), lines.pos, lines.line
     except csv.Error as error:
         raise FormatError(f"Line {lines.line}: {error}.") from None
@@ -195,7 +195,7 @@ def _csv_records(stream, layout, start, end, position, first_line) -> Iterator[R
             raise FormatError(f"Line {record_line}: {error}.") from None
         if row is None:
             return
-        if _is_record(row):
+        if is_record(row):
             error = None if len(row) == width else f"expected {width} fields, found {len(row)}"
             yield Record(position, record_line, row, error, record_start, lines.pos, lines.line)
             position += 1

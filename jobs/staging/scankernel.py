@@ -1,7 +1,8 @@
 """The one pass over a block of CSV bytes that staging's scan makes, compiled by numba.
 
 numpy needed a dozen passes over each block (find the quotes and newlines, split them, count quote
-parity, gather the bytes beside each quote, validate UTF-8); this loop reads each byte once, skips
+parity, gather the bytes beside each quote, validate UTF-8), and could only tell record ends by
+quote parity, which a quote inside an unquoted field breaks; this loop reads each byte once, skips
 eight bytes at a time where none of them matters (no newline, quote, carriage return or non-ASCII
 byte), and lets go of the GIL, so it runs beside the copy's hashing and writes. The code is compiled
 the first time a process scans, and cached on disk (numba's cache) for the processes after it.
@@ -55,36 +56,56 @@ def _utf8_length(data, i, filled):
 
 
 @njit(nogil=True, cache=True)
-def scan_block(data, words, filled, beside_quote, ends, lines):
-    """Read data[:filled], which starts where a record starts. Each newline after an even number of
-    quotes ends a record: its offset goes into `ends`, and the newlines up to it (itself included)
-    into `lines`. Return the records ended, the newlines, the quotes, and the offset of the first
-    byte the quote rule cannot vouch for (`filled` when there is none): a byte that is not UTF-8, a
-    carriage return not before a newline, a quote with a byte on both sides that `beside_quote` does
-    not allow. `words` is data seen as uint64, for the skip over bytes that do not matter."""
-    quotes = newlines = count = 0
+def scan_block(data, words, filled, last, delimiter, ends, lines, split):
+    """Read data[:filled], which starts where a record starts, as Python's csv module in strict mode
+    reads it: a quote opens a quoted field only at the field's start (after a delimiter or a newline);
+    elsewhere in an unquoted field it is a plain character (an inch mark); in a quoted field two
+    quotes stand for one, and a quote before a delimiter or a line end closes it. Each newline
+    outside a quoted field ends a record: its offset goes into `ends`, the newlines up to it (itself
+    included) into `lines`, and into `split` whether a delimiter outside quotes split the record into
+    fields (else it is one field, which may be blank).
+
+    Return the records ended, the newlines, whether a quoted field is still open at the end, and the
+    offset of the first byte this reading cannot vouch for (`filled` when there is none): a byte that
+    is not UTF-8, a carriage return not before a newline, a closing quote followed by anything but a
+    delimiter or a line end (csv's error). `last`: nothing follows data[:filled]. `words` is data
+    seen as uint64, for the skip over bytes that do not matter."""
+    newlines = count = 0
+    quoted = fields = False
     doubt = filled
+    delimiters = ONES * np.uint64(delimiter)
     i = 0
     while i < filled:
         if (i & 7) == 0 and i + 8 <= filled:
             word = words[i >> 3]
-            if not (_holds(word, NEWLINES) | _holds(word, QUOTES) | _holds(word, RETURNS) | (word & HIGH_BITS)):
+            matters = _holds(word, NEWLINES) | _holds(word, QUOTES) | _holds(word, RETURNS) | (word & HIGH_BITS)
+            if not (matters or (not fields and _holds(word, delimiters))):
                 i += 8  # nothing here that matters
                 continue
         byte = data[i]
         step = 1
         if byte == QUOTE:
-            quotes += 1
-            before = data[i - 1] if i > 0 else NEWLINE
-            after = data[i + 1] if i + 1 < filled else NEWLINE
-            if not beside_quote[before] and not beside_quote[after]:
-                doubt = min(doubt, i)
+            if not quoted:
+                before = data[i - 1] if i > 0 else NEWLINE
+                quoted = before in (delimiter, NEWLINE)
+            elif i + 1 < filled:
+                after = data[i + 1]
+                if after == QUOTE:
+                    step = 2  # a quote in a quoted field
+                elif after in (delimiter, NEWLINE, RETURN):
+                    quoted = False
+                else:
+                    doubt = min(doubt, i)
+            elif last:
+                quoted = False  # closed by the end of the data
         elif byte == NEWLINE:
             newlines += 1
-            if quotes & 1 == 0:
+            if not quoted:
                 ends[count] = i
                 lines[count] = newlines
+                split[count] = fields
                 count += 1
+                fields = False
         elif byte == RETURN:
             if i + 1 >= filled or data[i + 1] != NEWLINE:
                 doubt = min(doubt, i)
@@ -93,5 +114,7 @@ def scan_block(data, words, filled, beside_quote, ends, lines):
             if step == 0:
                 doubt = min(doubt, i)
                 step = 1
+        elif byte == delimiter and not quoted:
+            fields = True
         i += step
-    return count, newlines, quotes, doubt
+    return count, newlines, quoted, doubt
