@@ -78,9 +78,10 @@ def scan_block(data, words, filled, last, delimiter, ends, lines, split):
     while i < filled:
         if (i & 7) == 0 and i + 8 <= filled:
             word = words[i >> 3]
-            matters = _holds(word, NEWLINES) | _holds(word, QUOTES) | _holds(word, RETURNS) | (word & HIGH_BITS)
-            if not (matters or (not fields and _holds(word, delimiters))):
-                i += 8  # nothing here that matters
+            if not (_holds(word, NEWLINES) | _holds(word, QUOTES) | _holds(word, RETURNS) | (word & HIGH_BITS)):
+                if not quoted and _holds(word, delimiters):
+                    fields = True
+                i += 8  # nothing else here that matters
                 continue
         byte = data[i]
         step = 1
@@ -114,7 +115,7 @@ def scan_block(data, words, filled, last, delimiter, ends, lines, split):
             if step == 0:
                 doubt = min(doubt, i)
                 step = 1
-        elif byte == delimiter and not quoted:
+        elif not fields and byte == delimiter and not quoted:
             fields = True
         i += step
     return count, newlines, quoted, doubt
