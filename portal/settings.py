@@ -12,6 +12,9 @@ from portal.env import env_bool, env_choice, env_int, env_list, env_str
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("E31_VAR_DIR", str(BASE_DIR / "var"))).resolve()
 VAR_DIR.mkdir(parents=True, exist_ok=True)
+# Where numba keeps staging's compiled scan between processes: writable wherever the portal runs,
+# unlike the code's own folder in a locked-down deployment (numba reads this when it is imported).
+os.environ.setdefault("NUMBA_CACHE_DIR", str(VAR_DIR / "numba"))
 
 
 def _secret_key() -> str:
