@@ -12,9 +12,12 @@ provider runs the model (onnxruntime-gpu, from requirements-gpu.txt); on a CPU s
 own, with no more threads than the slot's share of the cores.
 """
 
+import atexit
+import contextlib
 import math
 import os
 import tempfile
+from collections import OrderedDict
 from functools import lru_cache
 
 import pyarrow as pa
@@ -94,17 +97,54 @@ def describe(path: str) -> dict:
     return found
 
 
-@lru_cache(maxsize=8)
+class _ModelCopies:
+    """Local copies of models that storage keeps on S3, for onnxruntime to open: the last few a process
+    used, each deleted when it drops out and when the process exits (a slot runs job after job, each
+    with a model of its own, up to E31_MAX_MODEL_BYTES)."""
+
+    KEEP = 4
+
+    def __init__(self):
+        self.copies: OrderedDict[str, str] = OrderedDict()
+        atexit.register(self.clear)
+
+    def get(self, path: str) -> str:
+        if path in self.copies:
+            self.copies.move_to_end(path)
+            return self.copies[path]
+        handle, local = tempfile.mkstemp(prefix="e31-model-", suffix=".onnx")
+        try:
+            with os.fdopen(handle, "wb") as target, default_storage.open(path, "rb") as source:
+                while block := source.read(8 * 1024 * 1024):
+                    target.write(block)
+        except BaseException:
+            os.unlink(local)
+            raise
+        self.copies[path] = local
+        while len(self.copies) > self.KEEP:
+            _, dropped = self.copies.popitem(last=False)
+            _remove(dropped)
+        return local
+
+    def clear(self) -> None:
+        while self.copies:
+            _remove(self.copies.popitem()[1])
+
+
+def _remove(local: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(local)  # a session already made from it keeps the model it read
+
+
+_copies = _ModelCopies()
+
+
 def _local(path: str) -> str:
-    """The model as a file on this machine: where the storage keeps it, or a copy (S3), once per process."""
+    """The model as a file on this machine: where the storage keeps it, or a copy (S3)."""
     try:
         return default_storage.path(path)
     except NotImplementedError:
-        handle, local = tempfile.mkstemp(prefix="e31-model-", suffix=".onnx")
-        with os.fdopen(handle, "wb") as target, default_storage.open(path, "rb") as source:
-            while block := source.read(8 * 1024 * 1024):
-                target.write(block)
-        return local
+        return _copies.get(path)
 
 
 @lru_cache(maxsize=2)

@@ -8,6 +8,7 @@ import time
 import urllib.parse
 import urllib.request
 import zipfile
+from pathlib import Path
 
 import boto3
 import pyarrow as pa
@@ -20,6 +21,7 @@ from storages.backends.s3 import S3Storage
 
 from jobs import processors
 from jobs.models import Job, State
+from jobs.processors.onnx_infer import _ModelCopies
 from jobs.staging import fastcsv, ranged, stage
 from tests.conftest import EXAMPLE, Worker, job_form, s3_on_loopback, wait_for, wait_for_end, wait_for_slots
 
@@ -158,3 +160,25 @@ def test_staging_a_csv_on_s3_never_downloads_the_staged_copy_whole(s3_endpoint, 
         assert [column["type"] for column in job.plan["columns"]] == ["int", "string", "float"]
         assert job.staged_path not in opened, "the staged copy was read by range"
         default_storage.delete(job.staged_path)
+
+
+def test_local_copies_of_models_on_s3_are_few_and_deleted_when_dropped(s3_endpoint):
+    """A slot runs job after job, each with a model of its own: onnxruntime needs a file, so the
+    model is copied out of S3, and only the last few copies stay on the machine."""
+    copies = _ModelCopies()
+    with override_settings(STORAGES=_s3_storages(s3_endpoint)):
+        names = [default_storage.save(f"models/m{n}.onnx", ContentFile(b"model %d" % n)) for n in range(6)]
+        try:
+            locals_ = [copies.get(name) for name in names]
+            assert [Path(local).read_bytes() for local in locals_[2:]] == [b"model %d" % n for n in range(2, 6)]
+            assert not any(Path(local).exists() for local in locals_[:2]), "the two used longest ago are gone"
+            assert copies.get(names[2]) == locals_[2], "a kept copy is used again, not fetched again"
+            again = copies.get(names[0])
+            assert Path(again).read_bytes() == b"model 0"
+            assert not Path(locals_[3]).exists(), "model 3 was then the one used longest ago"
+            copies.clear()
+            assert not any(Path(local).exists() for local in [*locals_, again]), "and at exit, none is left"
+        finally:
+            for name in names:
+                default_storage.delete(name)
+            copies.clear()
