@@ -152,11 +152,19 @@ def _detail_context(job, pass_form: RequestForm | None = None) -> dict:
         "position": queue_position(job),
         "fleet": fleet(),
         "purge_due": purge_due_at(job),
+        "copy_taken_by": _copy_taken_by(job),
         "output_files": job.output_names,
         "staging_phase_mb_per_s": job.staging_rate / 1e6 if job.staging_rate else None,
         "sample_seconds": settings.E31_SAMPLE_SECONDS,
         "shard_seconds": settings.E31_SHARD_SECONDS,
     }
+
+
+def _copy_taken_by(job: Job) -> Job | None:
+    """The full pass that took a sample's staged copy over: its retention governs the copy now."""
+    if job.kind != Job.Kind.SAMPLE or job.staged_path or job.staged_purged_at or job.input_bytes is None:
+        return None
+    return job.passes.exclude(input_bytes=None).order_by("pk").first()
 
 
 @login_required

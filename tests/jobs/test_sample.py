@@ -119,6 +119,9 @@ def test_a_sample_measures_the_work_and_its_pass_reuses_the_staged_copy(fleet, p
     assert [row["_record"] for row in rows] == list(range(1, 4001))
     assert manifest["sized_by_sample"] == sample.pk
     assert not default_storage.exists(staged), "the pass's retention (delete when done) now governs the copy"
+    page = partner_client.get(f"/jobs/{sample.pk}/").content.decode()
+    assert f'the staged copy is now the data of the full pass, <a href="/jobs/{full.pk}/">job {full.pk}</a>' in page
+    assert "(due " not in page, "the sample's own retention no longer applies"
 
     response = partner_client.post(f"/jobs/{sample.pk}/pass/", {"gpus": "1", "hours": "1", "retention": "delete"})
     assert response.status_code == 400
