@@ -6,9 +6,10 @@ A newline outside a quoted field ends a record. The scan finds the record ends a
 one compiled pass over its bytes (scankernel) that reads quotes as Python's csv module does, and
 checks on the way what it depends on. Whatever it cannot vouch for — bytes that are not UTF-8, a
 carriage return alone, a closing quote followed by more of the field, an unmatched quote, a
-whitespace-only line it cannot place, a one-column file — raises `Unsure`, and staging reads the
-file again the exact, slower way, which also words the error. Staging runs the scan on a thread
-beside the copy (ScanAlong), so the data is read once.
+one-column file — raises `Unsure`, and staging reads the file again the exact, slower way, which
+also words the error. A line no delimiter splits is a record unless its one field is blank, which
+the csv module itself decides. Staging runs the scan on a thread beside the copy (ScanAlong), so the
+data is read once.
 
 A scanner that may work from a sample (clean-table's type count) sees about TYPE_SAMPLE_BYTES of
 records from across the file, parsed by pyarrow; one that needs every record (column-stats' ranges)
