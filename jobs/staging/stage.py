@@ -69,11 +69,6 @@ class _Hashing(io.RawIOBase):
             self.progress.advance(self.bytes)
         return data
 
-    def readinto(self, buffer) -> int:
-        data = self.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
-
     def hexdigest(self) -> str:
         """The checksum of every byte read, once the last chunk is hashed."""
         self.chunks.put(None)
