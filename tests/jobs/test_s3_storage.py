@@ -136,7 +136,8 @@ def _span(header: str) -> int:
 
 def test_staging_a_csv_on_s3_never_downloads_the_staged_copy_whole(s3_endpoint, organisation, monkeypatch):
     """The copy is scanned as it is stored; what staging reads back (the head, the type sample) is
-    fetched by range, not by django-storages' download of the whole object."""
+    fetched by range, not by django-storages' download of the whole object. The job asks for more
+    slots than the module's worker has, so it stays queued and no slot reads the copy meanwhile."""
     monkeypatch.setattr(fastcsv, "MIN_BLOCK", 1024)
     data = b"id,name,score\n" + b"".join(b'%d,"name %d",%d.5\n' % (n, n, n) for n in range(5000))
     opened = []
@@ -151,7 +152,7 @@ def test_staging_a_csv_on_s3_never_downloads_the_staged_copy_whole(s3_endpoint, 
         job = Job.objects.create(
             organisation=organisation, work="clean-table", params=processors.get("clean-table").validate_params({}),
             source_name="data.csv", source_path=default_storage.save("uploads/data.csv", ContentFile(data)),
-            gpus=1, hours=1,
+            gpus=3, hours=1,
         )  # fmt: skip
         stage.stage(job.pk)
         job.refresh_from_db()
