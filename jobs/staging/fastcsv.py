@@ -154,9 +154,9 @@ class _Scan:
         if len(self.ends) < filled:
             self.ends, self.ends_line = np.empty(len(data), np.int64), np.empty(len(data), np.int64)
             self.split = np.empty(len(data), bool)
-        view, words = np.frombuffer(data, np.uint8, filled), np.frombuffer(data, np.uint64, filled // 8)
+        view = np.frombuffer(data, np.uint8, filled)
         count, newlines, quoted, doubt = scan_block(
-            view, words, filled, last, self.delimiter[0], self.ends, self.ends_line, self.split
+            view, filled, last, self.delimiter[0], self.ends, self.ends_line, self.split
         )
         ends, ends_line, record = self.ends[:count], self.ends_line[:count], self.split[:count].copy()
         if last:

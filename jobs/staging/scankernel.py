@@ -1,29 +1,114 @@
 """The one pass over a block of CSV bytes that staging's scan makes, compiled by numba.
 
-numpy needed a dozen passes over each block (find the quotes and newlines, split them, count quote
-parity, gather the bytes beside each quote, validate UTF-8), and could only tell record ends by
-quote parity, which a quote inside an unquoted field breaks; this loop reads each byte once, skips
-eight bytes at a time where none of them matters (no newline, quote, carriage return or non-ASCII
-byte), and lets go of the GIL, so it runs beside the copy's hashing and writes. The code is compiled
-the first time a process scans, and cached on disk (numba's cache) for the processes after it.
+The pass takes 64 bytes at a time: one vector compare each gives a 64-bit mask of where the quotes,
+newlines, delimiters, carriage returns and non-ASCII bytes are; the running XOR of the quote mask
+tells which bytes lie inside quoted fields (the way simdjson and simdcsv find strings), and the
+newlines outside them end records. Where 64 bytes hold something the masks cannot read as Python's
+csv module would — a quote inside an unquoted field (an inch mark), a closing quote followed by more
+of the field, a carriage return alone, bytes that are not UTF-8 — the same 64 bytes are read a byte
+at a time instead, which also says where the doubt lies. The code is compiled the first time a
+process scans, and cached on disk (numba's cache) for the processes after it; it lets go of the GIL,
+so it runs beside the copy's hashing and writes.
 """
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types, uint64
+from numba.extending import intrinsic
 
-ONES = np.uint64(0x0101010101010101)
-HIGH_BITS = np.uint64(0x8080808080808080)
-NEWLINES = np.uint64(0x0A0A0A0A0A0A0A0A)
-QUOTES = np.uint64(0x2222222222222222)
-RETURNS = np.uint64(0x0D0D0D0D0D0D0D0D)
+LANES = 64  # bytes a mask covers
+LOOKAHEAD = 4  # bytes past a 64 that the masked read looks at: the next byte, a UTF-8 sequence's tail
+EVERY_BIT = np.uint64(0xFFFFFFFFFFFFFFFF)
 QUOTE, NEWLINE, RETURN = 0x22, 0x0A, 0x0D
 
 
+def _bytes_at(context, builder, array_type, array, start):
+    """The 64 bytes of a uint8 array from `start`, as one vector (no alignment asked)."""
+    vector = ir.VectorType(ir.IntType(8), LANES)
+    pointer = builder.gep(context.make_array(array_type)(context, builder, array).data, [start])
+    return builder.load(builder.bitcast(pointer, vector.as_pointer()), align=1), vector
+
+
+def _bytes_of(data) -> bool:
+    return isinstance(data, types.Array) and data.dtype == types.uint8 and data.ndim == 1 and data.layout == "C"
+
+
+@intrinsic
+def _equal_bits(typingctx, data, start, byte):
+    """Bit k set where data[start + k] == byte, for k < 64; the caller keeps start + 64 in bounds."""
+    if not _bytes_of(data):
+        return None
+
+    def codegen(context, builder, signature, args):
+        loaded, vector = _bytes_at(context, builder, signature.args[0], args[0], args[1])
+        lane = ir.Constant(ir.IntType(32), 0)
+        one = builder.insert_element(ir.Constant(vector, ir.Undefined), builder.trunc(args[2], ir.IntType(8)), lane)
+        spread = builder.shuffle_vector(
+            one, ir.Constant(vector, ir.Undefined), ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES)
+        )
+        return builder.bitcast(builder.icmp_unsigned("==", loaded, spread), ir.IntType(LANES))
+
+    return types.uint64(data, start, byte), codegen
+
+
+@intrinsic
+def _high_bits(typingctx, data, start):
+    """Bit k set where data[start + k] is not ASCII, for k < 64."""
+    if not _bytes_of(data):
+        return None
+
+    def codegen(context, builder, signature, args):
+        loaded, vector = _bytes_at(context, builder, signature.args[0], args[0], args[1])
+        negative = builder.icmp_signed("<", loaded, ir.Constant(vector, [0] * LANES))
+        return builder.bitcast(negative, ir.IntType(LANES))
+
+    return types.uint64(data, start), codegen
+
+
+@intrinsic
+def _between_bits(typingctx, data, start, low, high):
+    """Bit k set where low <= data[start + k] <= high, for k < 64."""
+    if not _bytes_of(data):
+        return None
+
+    def codegen(context, builder, signature, args):
+        loaded, vector = _bytes_at(context, builder, signature.args[0], args[0], args[1])
+        low, high = signature.args[2].literal_value, signature.args[3].literal_value
+        offset = builder.sub(loaded, ir.Constant(vector, [low] * LANES))
+        within = builder.icmp_unsigned("<=", offset, ir.Constant(vector, [high - low] * LANES))
+        return builder.bitcast(within, ir.IntType(LANES))
+
+    if not (isinstance(low, types.IntegerLiteral) and isinstance(high, types.IntegerLiteral)):
+        return None
+    return types.uint64(data, start, low, high), codegen
+
+
+@intrinsic
+def _ones(typingctx, word):
+    """The bits set in a uint64 (one popcnt)."""
+
+    def codegen(context, builder, signature, args):
+        return builder.ctpop(args[0])
+
+    return types.uint64(word), codegen
+
+
+@intrinsic
+def _lowest(typingctx, word):
+    """The place of a non-zero uint64's lowest set bit (one tzcnt)."""
+
+    def codegen(context, builder, signature, args):
+        return builder.cttz(args[0], ir.Constant(ir.IntType(1), 1))
+
+    return types.uint64(word), codegen
+
+
 @njit(nogil=True, cache=True, inline="always")
-def _holds(word, spread):
-    """Non-zero when one of the word's eight bytes is the byte spread over `spread`."""
-    x = word ^ spread
-    return (x - ONES) & ~x & HIGH_BITS
+def _running_xor(bits):
+    """Bit k set where bits 0..k hold an odd number of set bits: inside a quoted field, for quotes."""
+    for shift in (1, 2, 4, 8, 16, 32):
+        bits ^= bits << uint64(shift)
+    return bits
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -56,7 +141,7 @@ def _utf8_length(data, i, filled):
 
 
 @njit(nogil=True, cache=True)
-def scan_block(data, words, filled, last, delimiter, ends, lines, split):
+def scan_block(data, filled, last, delimiter, ends, lines, split):
     """Read data[:filled], which starts where a record starts, as Python's csv module in strict mode
     reads it: a quote opens a quoted field only at the field's start (after a delimiter or a newline);
     elsewhere in an unquoted field it is a plain character (an inch mark); in a quoted field two
@@ -68,54 +153,120 @@ def scan_block(data, words, filled, last, delimiter, ends, lines, split):
     Return the records ended, the newlines, whether a quoted field is still open at the end, and the
     offset of the first byte this reading cannot vouch for (`filled` when there is none): a byte that
     is not UTF-8, a carriage return not before a newline, a closing quote followed by anything but a
-    delimiter or a line end (csv's error). `last`: nothing follows data[:filled]. `words` is data
-    seen as uint64, for the skip over bytes that do not matter."""
+    delimiter or a line end (csv's error). `last`: nothing follows data[:filled]."""
     newlines = count = 0
     quoted = fields = False
+    closed = False  # the byte before i is a quote that closed a quoted field
+    checked = 0  # the UTF-8 before this offset is checked
     doubt = filled
-    delimiters = ONES * np.uint64(delimiter)
     i = 0
     while i < filled:
-        if (i & 7) == 0 and i + 8 <= filled:
-            word = words[i >> 3]
-            if not (_holds(word, NEWLINES) | _holds(word, QUOTES) | _holds(word, RETURNS) | (word & HIGH_BITS)):
-                if not quoted and _holds(word, delimiters):
-                    fields = True
-                i += 8  # nothing else here that matters
+        if i + LANES + LOOKAHEAD <= filled:
+            quotes = _equal_bits(data, i, QUOTE)
+            breaks = _equal_bits(data, i, NEWLINE)
+            commas = _equal_bits(data, i, delimiter)
+            returns = _equal_bits(data, i, RETURN)
+            next_byte = data[i + LANES]
+            plain = True
+            if returns:  # each carriage return comes before a newline
+                before_breaks = (breaks >> uint64(1)) | (uint64(next_byte == NEWLINE) << uint64(LANES - 1))
+                plain = (returns & ~before_breaks) == 0
+            through = checked
+            wide = _high_bits(data, i) if plain else uint64(0)
+            if wide:  # two-byte characters (most accented letters) checked by mask, the rest one by one
+                follows = _between_bits(data, i, 0x80, 0xBF)
+                leads = _between_bits(data, i, 0xC2, 0xDF)
+                carried = (uint64(1) << uint64(checked - i)) - uint64(1) if checked > i else uint64(0)
+                spills = (leads >> uint64(LANES - 1)) != 0  # its second byte is the next 64's first
+                if (
+                    wide == follows | leads
+                    and follows == (leads << uint64(1)) | carried
+                    and (not spills or 0x80 <= next_byte <= 0xBF)
+                ):
+                    wide = uint64(0)
+                    through = i + LANES + int(spills)
+            while wide:
+                at = i + int(_lowest(wide))
+                wide &= wide - uint64(1)
+                if at >= through:
+                    length = _utf8_length(data, at, filled)
+                    plain = length > 0
+                    if not plain:
+                        break
+                    through = at + length
+            inside = _running_xor(quotes)
+            if quoted:
+                inside = ~inside
+            if plain and quotes:
+                opening, closing = quotes & inside, quotes & ~inside
+                at_start = i == 0 or data[i - 1] == delimiter or data[i - 1] == NEWLINE
+                starts = ((commas | breaks) << uint64(1)) | uint64(at_start)
+                pairs = (closing << uint64(1)) | uint64(closed)  # a quote after a closing one: two stand for one
+                ends_field = (quotes | commas | breaks | returns) >> uint64(1)
+                if next_byte in (QUOTE, delimiter, NEWLINE, RETURN):
+                    ends_field |= uint64(1) << uint64(LANES - 1)
+                plain = (opening & ~(starts | pairs)) == 0 and (closing & ~ends_field) == 0
+            if plain:
+                record_ends, fielded = breaks & ~inside, commas & ~inside
+                done = uint64(0)  # the bits of the records ended so far
+                while record_ends:
+                    upto = EVERY_BIT >> (uint64(LANES - 1) - _lowest(record_ends))
+                    ends[count] = i + int(_lowest(record_ends))
+                    lines[count] = newlines + int(_ones(breaks & upto))
+                    split[count] = fields or (fielded & upto & ~done) != 0
+                    count += 1
+                    fields = False
+                    done = upto
+                    record_ends &= record_ends - uint64(1)
+                fields = fields or (fielded & ~done) != 0
+                newlines += int(_ones(breaks))
+                quoted = (inside >> uint64(LANES - 1)) != 0
+                closed = ((quotes & ~inside) >> uint64(LANES - 1)) != 0
+                checked = through
+                i += LANES
                 continue
-        byte = data[i]
-        step = 1
-        if byte == QUOTE:
-            if not quoted:
-                before = data[i - 1] if i > 0 else NEWLINE
-                quoted = before in (delimiter, NEWLINE)
-            elif i + 1 < filled:
-                after = data[i + 1]
-                if after == QUOTE:
-                    step = 2  # a quote in a quoted field
-                elif after in (delimiter, NEWLINE, RETURN):
-                    quoted = False
-                else:
+        # A byte at a time, up to the next 64.
+        end = min(i + LANES, filled)
+        if closed and data[i] == QUOTE:
+            quoted = True  # the second of two quotes in a quoted field: the field goes on
+            i += 1
+        closed = False
+        while i < end:
+            byte = data[i]
+            step = 1
+            if byte == QUOTE:
+                if not quoted:
+                    before = data[i - 1] if i > 0 else NEWLINE
+                    quoted = before in (delimiter, NEWLINE)
+                elif i + 1 < filled:
+                    after = data[i + 1]
+                    if after == QUOTE:
+                        step = 2  # a quote in a quoted field
+                    elif after in (delimiter, NEWLINE, RETURN):
+                        quoted = False
+                    else:
+                        doubt = min(doubt, i)
+                elif last:
+                    quoted = False  # closed by the end of the data
+            elif byte == NEWLINE:
+                newlines += 1
+                if not quoted:
+                    ends[count] = i
+                    lines[count] = newlines
+                    split[count] = fields
+                    count += 1
+                    fields = False
+            elif byte == RETURN:
+                if i + 1 >= filled or data[i + 1] != NEWLINE:
                     doubt = min(doubt, i)
-            elif last:
-                quoted = False  # closed by the end of the data
-        elif byte == NEWLINE:
-            newlines += 1
-            if not quoted:
-                ends[count] = i
-                lines[count] = newlines
-                split[count] = fields
-                count += 1
-                fields = False
-        elif byte == RETURN:
-            if i + 1 >= filled or data[i + 1] != NEWLINE:
-                doubt = min(doubt, i)
-        elif byte >= 0x80:
-            step = _utf8_length(data, i, filled)
-            if step == 0:
-                doubt = min(doubt, i)
-                step = 1
-        elif not fields and byte == delimiter and not quoted:
-            fields = True
-        i += step
+            elif byte >= 0x80:
+                if i >= checked:
+                    step = _utf8_length(data, i, filled)
+                    if step == 0:
+                        doubt = min(doubt, i)
+                        step = 1
+            elif not fields and byte == delimiter and not quoted:
+                fields = True
+            i += step
+        checked = max(checked, i)
     return count, newlines, quoted, doubt

@@ -219,9 +219,8 @@ def scan(data: bytes) -> tuple[list[tuple[int, int, bool]], int, bool, int]:
     more than one field; the newlines, whether a quoted field is left open, where the first doubt lies."""
     buffer = bytearray(data)
     ends, lines, split = np.empty(len(data) + 1, np.int64), np.empty(len(data) + 1, np.int64), np.empty(len(data), bool)
-    words = np.frombuffer(buffer, np.uint64, len(data) // 8)
     count, newlines, quoted, doubt = scan_block(
-        np.frombuffer(buffer, np.uint8), words, len(data), True, ord(","), ends, lines, split
+        np.frombuffer(buffer, np.uint8), len(data), True, ord(","), ends, lines, split
     )
     found = zip(ends[:count].tolist(), lines[:count].tolist(), split[:count].tolist(), strict=True)
     return list(found), newlines, quoted, doubt
@@ -237,13 +236,14 @@ def records_by_the_csv_module(data: bytes) -> list[tuple[int, int, bool]]:
 
 @pytest.mark.parametrize("seed", range(20))
 def test_the_scan_ends_records_where_the_csv_module_does(seed):
-    """At every place in the scan's eight-byte words: fields quoted or not, with commas, newlines,
+    """At every place in the scan's 64-byte masks: fields quoted or not, with commas, newlines,
     doubled quotes and multi-byte characters inside, quotes inside unquoted fields, blank lines,
     CRLF or LF."""
     chosen = random.Random(seed)
     fields = [
         b"", b"12", b"plain", b'"a,b"', b'"two\nlines"', b'"say ""hi"""', b'""', b'""""', b"5'11\"", b'a "b" c',
-        b' "x', "Ünïcödé €".encode(), "😀".encode(), b'"\xc3\xa9\n,"', b"  ",
+        b' "x', "Ünïcödé €".encode(), "😀".encode(), b'"\xc3\xa9\n,"', b"  ", b"x" * 70, "é".encode() * 40,
+        b'"' + b'long ""quoted"" text, ' * 4 + b'"', b'"' + b"y" * 61 + b'""\n"',
     ]  # fmt: skip
     newline = chosen.choice([b"\n", b"\r\n"])
     records = [b",".join(chosen.choices(fields, k=chosen.randint(0, 5))) for _ in range(200)]
@@ -257,16 +257,17 @@ def test_the_scan_ends_records_where_the_csv_module_does(seed):
     "text",
     [
         b"caf\xc3\xa9", b"\xe2\x82\xac", b"\xf0\x9f\x98\x80", b"\xf4\x8f\xbf\xbf", b"\xef\xbf\xbd",  # valid
-        b"\xc0\xaf", b"\xe0\x80\xaf", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xe2\x82", b"\x80", b"\xff", b"\xc3",
+        b"\xc0\xaf", b"\xe0\x80\xaf", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xe2\x82", b"\x80", b"\xff",
+        b"\xc3x", b"\xc3",
     ],
     ids=["2 bytes", "3 bytes", "4 bytes", "U+10FFFF", "U+FFFD", "overlong 2", "overlong 3", "surrogate",
-         "past U+10FFFF", "cut short", "stray continuation", "0xff", "cut short at the end"],
+         "past U+10FFFF", "cut short", "stray continuation", "0xff", "lead alone", "cut short at the end"],
 )  # fmt: skip
 def test_the_scan_takes_as_utf8_what_python_does(text):
-    for padding in range(8):  # the character at each place in a word
-        data = b"x" * padding + b"1," + text + b",y\n2,z,w\n"
+    for padding in [*range(8), *range(56, 72), *range(120, 136)]:  # on each side of a 64-byte mask's edge
+        data = b"x" * padding + b"1," + text + b",y\n2,z,w\n" + b"3,more,records\n" * 8
         if text == b"\xc3":
-            data = data[: -len(b",y\n2,z,w\n")]
+            data = data[: padding + 3]
         try:
             data.decode("utf-8")
             utf8 = True
@@ -288,7 +289,11 @@ def test_the_scan_takes_as_utf8_what_python_does(text):
          "quotes inside unquoted fields", "none"],
 )  # fmt: skip
 def test_the_scan_doubts_what_the_exact_read_would_refuse_or_read_otherwise(data, doubt):
-    assert scan(data)[-1] == (len(data) if doubt is None else doubt)
+    for length in range(0, 140, 3):  # the case on each side of a 64-byte mask's edge, more records after
+        before = b"0," + b"a" * length + b"\n"
+        after = b"" if data.endswith(b"\r") else b"9,z\n" * 20
+        found = scan(before + data + after)[-1]
+        assert found == (len(before + data + after) if doubt is None else len(before) + doubt), length
 
 
 def test_the_scan_says_when_a_quoted_field_is_left_open():
