@@ -3,8 +3,8 @@ filesystem in the organisation's folder under one of the operator's staging root
 when the job is submitted and opened, checked again, when it is staged."""
 
 import contextlib
-import fcntl
 import os
+import queue
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -18,8 +18,6 @@ from django.core.files.storage import default_storage
 from jobs.models import Job
 from jobs.staging import fetch, s3
 from jobs.staging.progress import StagingProgress
-
-PIPE_BYTES = 1024 * 1024
 
 
 class SourceError(ValueError):
@@ -84,31 +82,81 @@ def _open_server_path(raw: str, slug: str) -> Iterator[BinaryIO]:
         yield stream
 
 
+class _Body:
+    """A download's body handed from the download thread to staging a chunk at a time, as the socket
+    gave it: a bounded queue between the threads, where a pipe copied every byte in and out again
+    through 1 MiB of kernel buffer."""
+
+    QUEUED_CHUNKS = 16
+    WAIT = 0.5  # seconds between checks that the other side is still there
+
+    def __init__(self):
+        self.chunks: queue.Queue[bytes | None] = queue.Queue(maxsize=self.QUEUED_CHUNKS)
+        self.stopped = threading.Event()  # staging stopped reading (cancelled, or storage failed)
+        self.rest = memoryview(b"")  # what a short read left of the chunk it took
+        self.ended = False
+        self.size: int | None = None  # what copy_to_job_storage reports progress against
+        self.phase = "downloading"
+
+    def write(self, data: bytes) -> int:
+        """The download thread's side: OSError once staging has stopped reading."""
+        self._put(bytes(data))
+        return len(data)
+
+    def finish(self) -> None:
+        with contextlib.suppress(OSError):
+            self._put(None)
+
+    def _put(self, chunk: bytes | None) -> None:
+        while not self.stopped.is_set():
+            try:
+                self.chunks.put(chunk, timeout=self.WAIT)
+                return
+            except queue.Full:
+                continue
+        raise OSError("staging stopped reading the download")
+
+    def read(self, size: int = -1) -> bytes:
+        """Staging's side: the next chunk, or up to `size` bytes of it; b"" at the end."""
+        if size == 0:
+            return b""
+        if not self.rest:
+            chunk = None if self.ended else self.chunks.get()
+            if chunk is None:
+                self.ended = True
+                return b""
+            self.rest = memoryview(chunk)
+        taken = self.rest if size < 0 else self.rest[:size]
+        self.rest = self.rest[len(taken) :]
+        return bytes(taken) if len(taken) < len(taken.obj) else taken.obj
+
+    def close(self) -> None:
+        self.stopped.set()
+        with contextlib.suppress(queue.Empty):
+            while True:
+                self.chunks.get_nowait()
+
+
 class _Download(threading.Thread):
-    """A URL's body fetched in a thread of its own into a pipe, so that staging reads it as it
-    arrives and writes it straight into job storage: no temporary copy of the whole dataset."""
+    """A URL's body fetched in a thread of its own, so that staging reads it as it arrives and writes
+    it straight into job storage: no temporary copy of the whole dataset."""
 
     def __init__(self, url: str):
         super().__init__(name="e31-download", daemon=True)
         self.url = url
-        reader, writer = os.pipe()
-        with contextlib.suppress(AttributeError, OSError):  # Linux: 1 MiB between the threads, not 64 KiB
-            fcntl.fcntl(writer, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
-        self.reader = os.fdopen(reader, "rb")
-        self.writer = os.fdopen(writer, "wb")
+        self.body = _Body()
         self.headers_seen = threading.Event()
-        self.size: int | None = None
         self.error: fetch.FetchError | None = None
 
     def _heard(self, length: int | None) -> None:
-        self.size = length
+        self.body.size = length
         self.headers_seen.set()
 
     def run(self) -> None:
         try:
             fetch.fetch(
                 self.url,
-                self.writer,
+                self.body,
                 max_bytes=settings.E31_MAX_DATASET_BYTES,
                 allowed_hosts=settings.E31_STAGING_ALLOWED_HOSTS,
                 on_length=self._heard,
@@ -119,8 +167,7 @@ class _Download(threading.Thread):
             pass  # staging stopped reading (cancelled, or storage failed): it says why
         finally:
             self.headers_seen.set()
-            with contextlib.suppress(OSError):
-                self.writer.close()
+            self.body.finish()
 
 
 @contextlib.contextmanager
@@ -131,14 +178,12 @@ def _download(url: str, progress: StagingProgress) -> Iterator[BinaryIO]:
         download.headers_seen.wait()
         if download.error:
             raise SourceError(str(download.error))
-        download.reader.size = download.size  # what copy_to_job_storage reports progress against
-        download.reader.phase = "downloading"
-        yield download.reader
+        yield download.body
         download.join()
         if download.error:
             raise SourceError(str(download.error))  # after the first byte: the copy in storage is discarded
     finally:
-        download.reader.close()
+        download.body.close()
         download.join(timeout=60)
 
 

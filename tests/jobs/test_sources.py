@@ -226,3 +226,30 @@ def test_the_form_refuses_a_checksum_that_is_no_sha256(partner_client, online_sl
     assert response.status_code == 400
     assert f"A SHA-256 is 64 hexadecimal digits, not &#x27;{value}&#x27;." in response.content.decode()
     assert not Job.objects.exists()
+
+
+def test_a_download_hands_staging_its_chunks_whole_and_stops_when_staging_stops_reading():
+    body = sources._Body()
+    chunks = [b"a" * 10, b"b" * 5]
+    for chunk in chunks:
+        body.write(chunk)
+    body.finish()
+    assert body.read(1024) is chunks[0], "a whole chunk is handed over as it came, not copied"
+    assert (body.read(2), body.read(-1), body.read(1), body.read(1)) == (b"bb", b"bbb", b"", b"")
+
+    stopped = sources._Body()
+    failed = []
+
+    def download() -> None:
+        try:
+            while True:
+                stopped.write(b"x" * 100)
+        except OSError as error:
+            failed.append(error)
+
+    writer = threading.Thread(target=download)
+    writer.start()
+    assert stopped.read(10) == b"x" * 10
+    stopped.close()  # staging stopped (cancelled, or storage failed) with the queue full
+    writer.join(timeout=5)
+    assert not writer.is_alive() and failed, "the download thread was told, not left blocked"
