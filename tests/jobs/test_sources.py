@@ -1,9 +1,11 @@
 """Data from a server path under a staging root, or from an HTTP(S) URL: refused when outside what
 the operator allows, staged like an upload when inside, with the staging on the ledger."""
 
+import errno
 import hashlib
 import http.server
 import json
+import os
 import shutil
 import threading
 from pathlib import Path
@@ -16,7 +18,8 @@ from django.test import override_settings
 
 from billing.models import LedgerEntry
 from jobs.models import Job, State
-from jobs.staging import sources
+from jobs.staging import sources, stage
+from jobs.staging.progress import StagingProgress
 from tests.conftest import EXAMPLE, job_form, wait_for_end
 
 
@@ -253,3 +256,57 @@ def test_a_download_hands_staging_its_chunks_whole_and_stops_when_staging_stops_
     stopped.close()  # staging stopped (cancelled, or storage failed) with the queue full
     writer.join(timeout=5)
     assert not writer.is_alive() and failed, "the download thread was told, not left blocked"
+
+
+def staging_from(organisation, path: Path) -> tuple[Job, StagingProgress]:
+    job = Job.objects.create(
+        organisation=organisation, work="clean-table", source_kind=Job.Source.PATH, source_uri=str(path),
+        source_name=path.name, gpus=1, hours=1, state=State.STAGING, staging_claim="attempt",
+    )  # fmt: skip
+    return job, StagingProgress(job.pk, "attempt")
+
+
+def several_chunks(path: Path) -> bytes:
+    data = b"id,name\n" + b"".join(b"%d,name %d\n" % (n, n) for n in range(300_000))  # ~5 MB
+    path.write_bytes(data)
+    return data
+
+
+@pytest.mark.parametrize("kernel", ["copies", "cannot copy between these filesystems"])
+def test_a_server_file_is_staged_byte_for_byte_by_the_kernel_or_by_writes(organisation, root, monkeypatch, kernel):
+    data = several_chunks(root / "big.csv")
+    copied, copy_range = [], os.copy_file_range
+
+    def noted(source, out, count, offset, at):
+        if kernel != "copies":
+            raise OSError(errno.EXDEV, os.strerror(errno.EXDEV))
+        copied.append(count)
+        return copy_range(source, out, count, offset, at)
+
+    monkeypatch.setattr(os, "copy_file_range", noted)
+    job, progress = staging_from(organisation, root / "big.csv")
+    path, size, sha256, scanned = stage.copy_to_job_storage(job, f"{job.storage_prefix}/input/big.csv", progress)
+    try:
+        with default_storage.open(path) as staged:
+            assert staged.read() == data
+        assert (size, sha256, scanned.records) == (len(data), hashlib.sha256(data).hexdigest(), 300_000)
+        assert sum(copied) == (len(data) if kernel == "copies" else 0)
+    finally:
+        default_storage.delete(path)
+
+
+def test_a_server_file_that_changes_while_it_is_staged_fails_its_staging(organisation, root, monkeypatch):
+    several_chunks(root / "big.csv")
+    copy_range, appended = os.copy_file_range, []
+
+    def and_append(source, out, count, offset, at):
+        if not appended:  # a record added by someone still writing the file
+            with (root / "big.csv").open("ab") as more:
+                appended.append(more.write(b"1,late\n"))
+        return copy_range(source, out, count, offset, at)
+
+    monkeypatch.setattr(os, "copy_file_range", and_append)
+    job, progress = staging_from(organisation, root / "big.csv")
+    with pytest.raises(sources.SourceError, match="The file changed while it was staged"):
+        stage.copy_to_job_storage(job, f"{job.storage_prefix}/input/big.csv", progress)
+    default_storage.delete(f"{job.storage_prefix}/input/big.csv")
