@@ -45,7 +45,7 @@ from django.test import Client  # noqa: E402
 
 from jobs import processors  # noqa: E402
 from jobs.models import Job, State  # noqa: E402
-from jobs.staging import stage  # noqa: E402
+from jobs.staging import scankernel, stage  # noqa: E402
 from jobs.staging.progress import StagingProgress  # noqa: E402
 from portal.models import Membership, Organisation  # noqa: E402
 
@@ -326,6 +326,7 @@ def main() -> None:
     user = get_user_model().objects.create_user("bench")
     Membership.objects.create(user=user, organisation=organisation)
     phases = Phases()
+    scankernel.warm()  # as the control worker does when it starts
     try:
         with scratch.embedded_broker():  # staging tells the scheduler when it is done
             print(f"{os.cpu_count()} cores; scratch {SCRATCH}")

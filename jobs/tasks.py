@@ -5,12 +5,13 @@ All go to the control queue but run_slot, which is sent to the queue of the slot
 import logging
 
 from celery import shared_task
+from celery.signals import worker_init
 
 from jobs import lifecycle, retention, scheduling
 from jobs.models import Job, State
 from jobs.outputs.assemble import assemble as assemble_output
 from jobs.reconcile import reconcile as reconcile_jobs
-from jobs.staging import resumable
+from jobs.staging import resumable, scankernel
 from jobs.staging.stage import stage as stage_job
 from jobs.workers.runner import run_slot as run_slot_loop
 
@@ -20,6 +21,13 @@ log = logging.getLogger(__name__)
 @shared_task
 def stage(job_id: int) -> None:
     stage_job(job_id)
+
+
+@worker_init.connect
+def warm_the_staging_scan(sender, **kwargs) -> None:
+    """The control worker stages: it readies the scan before it forks its pool, which inherits it."""
+    if sender.hostname.startswith("control@"):
+        scankernel.warm()
 
 
 @shared_task

@@ -14,7 +14,7 @@ from django.core.files.storage import default_storage
 
 from jobs import processors
 from jobs.models import Job, State
-from jobs.staging import fastcsv, stage
+from jobs.staging import fastcsv, scankernel, stage
 from jobs.staging.fastcsv import ScanAlong
 from jobs.staging.formats import FormatError, iter_records
 from jobs.staging.progress import StagingProgress
@@ -299,3 +299,10 @@ def test_the_scan_doubts_what_the_exact_read_would_refuse_or_read_otherwise(data
 def test_the_scan_says_when_a_quoted_field_is_left_open():
     assert scan(b'1,"open\n2,x\n')[2] is True
     assert scan(b'1,"closed at the end"')[2] is False
+
+
+def test_warming_the_scan_compiles_the_code_staging_runs():
+    scankernel.warm()
+    compiled = len(scan_block.signatures)
+    fastcsv._Scan(",", len(HEADER), 1, 250, 10_000).run(io.BytesIO(HEADER + rows(3000)), lambda done: None)
+    assert len(scan_block.signatures) == compiled, "staging's call needed no code of its own"
