@@ -158,7 +158,7 @@ class _Scan:
         count, newlines, quoted, doubt = scan_block(
             view, filled, last, self.delimiter[0], self.ends, self.ends_line, self.split
         )
-        ends, ends_line, record = self.ends[:count], self.ends_line[:count], self.split[:count].copy()
+        ends, ends_line, record = self.ends[:count], self.ends_line[:count], self.split[:count]
         if last:
             if quoted:
                 raise Unsure  # an unmatched quote: the exact read says on which line
@@ -169,22 +169,23 @@ class _Scan:
             length, newlines = int(ends[-1]) + 1, int(ends_line[-1])
         if doubt < length:
             raise Unsure
-        starts = np.concatenate(([0], ends[:-1] + 1))[:count]
-        lengths = ends - starts
-        empty = (lengths == 0) | ((lengths == 1) & (view[ends - 1] == RETURN))
-        for index in np.flatnonzero(~record & ~empty):  # one field: a record unless it is blank
-            record[index] = self._one_field_record(data[starts[index] : ends[index]])
-        counted = self.records + np.cumsum(record)
-        at = np.flatnonzero(record & (counted % self.grain == 0))
+        if record.all():  # every line split into fields, as in nearly every block: each is a record
+            at = np.arange((-self.records - 1) % self.grain, count, self.grain)
+            numbers, found = self.records + at + 1, count
+        else:
+            record = self._one_field_lines_decided(view, data, ends, record.copy())
+            counted = self.records + np.cumsum(record)
+            at = np.flatnonzero(record & (counted % self.grain == 0))
+            numbers, found = counted[at], int(np.count_nonzero(record))
         self.cuts.extend(
             zip(
-                counted[at].tolist(),
+                numbers.tolist(),
                 (self.position + ends[at] + 1).tolist(),
                 (self.lines + ends_line[at]).tolist(),
                 strict=True,
             )
         )
-        self.records = int(counted[-1]) if len(counted) else self.records
+        self.records += found
         tail = length - (int(ends[-1]) + 1 if len(ends) else 0)
         if tail and self._one_field_record(data[length - tail : length]):
             self.records += 1  # the last record, with no newline after it
@@ -195,6 +196,16 @@ class _Scan:
         while len(self.cuts) > self.max_cuts:
             self.cuts, self.grain = self.cuts[1::2], self.grain * 2
         return length
+
+    def _one_field_lines_decided(self, view: np.ndarray, data: bytearray, ends: np.ndarray, record: np.ndarray):
+        """`record` with each line that no delimiter split marked a record or not, as the exact read
+        would: an empty line is none, and the csv module says whether a lone field is blank."""
+        starts = np.concatenate(([0], ends[:-1] + 1))
+        lengths = ends - starts
+        empty = (lengths == 0) | ((lengths == 1) & (view[ends - 1] == RETURN))
+        for index in np.flatnonzero(~record & ~empty):
+            record[index] = self._one_field_record(data[starts[index] : ends[index]])
+        return record
 
     def _one_field_record(self, line: bytearray) -> bool:
         """Whether the exact read takes this line, which no delimiter splits, for a record: a blank
