@@ -3,6 +3,7 @@ filesystem in the organisation's folder under one of the operator's staging root
 when the job is submitted and opened, checked again, when it is staged."""
 
 import contextlib
+import logging
 import os
 import queue
 import tempfile
@@ -18,6 +19,8 @@ from django.core.files.storage import default_storage
 from jobs.models import Job
 from jobs.staging import fetch, s3
 from jobs.staging.progress import StagingProgress
+
+log = logging.getLogger(__name__)
 
 
 class SourceError(ValueError):
@@ -100,7 +103,8 @@ class _Body:
 
     def write(self, data: bytes) -> int:
         """The download thread's side: OSError once staging has stopped reading."""
-        self._put(bytes(data))
+        if data:  # an empty chunk would read as the end
+            self._put(bytes(data))
         return len(data)
 
     def finish(self) -> None:
@@ -117,18 +121,25 @@ class _Body:
         raise OSError("staging stopped reading the download")
 
     def read(self, size: int = -1) -> bytes:
-        """Staging's side: the next chunk, or up to `size` bytes of it; b"" at the end."""
-        if size == 0:
-            return b""
-        if not self.rest:
-            chunk = None if self.ended else self.chunks.get()
-            if chunk is None:
-                self.ended = True
-                return b""
-            self.rest = memoryview(chunk)
-        taken = self.rest if size < 0 else self.rest[:size]
-        self.rest = self.rest[len(taken) :]
-        return bytes(taken) if len(taken) < len(taken.obj) else taken.obj
+        """Staging's side: `size` bytes (all that is left for -1), fewer only at the end, as a file
+        reads (storage on S3 takes a short read for the end, and would upload all in one request).
+        A chunk that is all that was asked for is handed over as it came, not copied."""
+        parts: list[memoryview] = []
+        wanted = 0
+        while size < 0 or wanted < size:
+            if not self.rest:
+                chunk = None if self.ended else self.chunks.get()
+                if chunk is None:
+                    self.ended = True
+                    break
+                self.rest = memoryview(chunk)
+            taken = self.rest if size < 0 or size - wanted >= len(self.rest) else self.rest[: size - wanted]
+            self.rest = self.rest[len(taken) :]
+            parts.append(taken)
+            wanted += len(taken)
+        if len(parts) == 1 and len(parts[0]) == len(parts[0].obj):
+            return parts[0].obj
+        return b"".join(parts)
 
     def close(self) -> None:
         self.stopped.set()
@@ -165,6 +176,9 @@ class _Download(threading.Thread):
             self.error = error
         except OSError:
             pass  # staging stopped reading (cancelled, or storage failed): it says why
+        except Exception:
+            log.exception("the download of %s failed", self.url)
+            self.error = fetch.FetchError("The download failed on our side; the operators can see why.")
         finally:
             self.headers_seen.set()
             self.body.finish()

@@ -2,8 +2,13 @@
 loopback (moto's server mode) that the web side and the worker processes both talk to."""
 
 import csv
+import functools
+import hashlib
+import http.server
 import io
 import os
+import re
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -23,6 +28,7 @@ from jobs import processors
 from jobs.models import Job, State
 from jobs.processors.onnx_infer import _ModelCopies
 from jobs.staging import fastcsv, ranged, stage
+from jobs.staging.progress import StagingProgress
 from tests.conftest import EXAMPLE, Worker, job_form, s3_on_loopback, wait_for, wait_for_end, wait_for_slots
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -183,3 +189,31 @@ def test_local_copies_of_models_on_s3_are_few_and_deleted_when_dropped(s3_endpoi
             for name in names:
                 default_storage.delete(name)
             copies.clear()
+
+
+def test_a_download_staged_into_s3_goes_up_in_parts(s3_endpoint, organisation, tmp_path):
+    """A download arrives in the socket's chunks; storage still gets whole reads, or django-storages
+    would take the first short one for the end and send the dataset in one request, held in memory."""
+    data = b"id,name\n" + b"".join(b"%d,name %d\n" % (n, n) for n in range(1_000_000))  # 17 MB: parts of 8 MiB
+    (tmp_path / "big.csv").write_bytes(data)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    job = Job.objects.create(
+        organisation=organisation, work="clean-table", source_kind=Job.Source.URL, source_name="big.csv",
+        source_uri=f"http://localhost:{server.server_address[1]}/big.csv", gpus=1, hours=1,
+        state=State.STAGING, staging_claim="attempt",
+    )  # fmt: skip
+    try:
+        with override_settings(STORAGES=_s3_storages(s3_endpoint)):
+            path, size, sha256, _ = stage.copy_to_job_storage(
+                job, f"{job.storage_prefix}/input/big.csv", StagingProgress(job.pk, "attempt")
+            )
+            client = boto3.client("s3", endpoint_url=s3_endpoint, **_client_credentials())
+            staged = client.get_object(Bucket=BUCKET, Key=path)
+            assert staged["Body"].read() == data
+            assert (size, sha256) == (len(data), hashlib.sha256(data).hexdigest())
+            assert re.fullmatch(r'"[0-9a-f]+-[2-9]"', staged["ETag"]), "uploaded in parts (its ETag counts them)"
+            default_storage.delete(path)
+    finally:
+        server.shutdown()
