@@ -141,34 +141,42 @@ def _save_by_kernel(hashing: _Hashing, source, target: str) -> str:
     and a filesystem that can reflinks or copies server-side) right after the piece is read for the
     checksum and the scan. Writing the bytes from here cost more than reading and hashing them."""
     path = default_storage.save(target, ContentFile(b""))  # the name, folders and permissions, as storage sets them
-    before = os.fstat(source.fileno())
+    before = _identity(source)
     start = offset = source.tell()
-    by_kernel = True
-    with open(default_storage.path(path), "r+b", buffering=0) as out:
+    by_kernel = hasattr(os, "copy_file_range")  # Linux
+    with open(default_storage.path(path), "r+b") as out:
         while data := hashing.read(_Hashing.CHUNK):
             if by_kernel:
-                try:
-                    _copy_range(source.fileno(), out.fileno(), offset, offset - start, len(data))
-                except OSError as error:
-                    if error.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
-                        raise
-                    by_kernel = False  # not between these two filesystems: write what was read
+                by_kernel = _copy_range(source.fileno(), out.fileno(), offset, offset - start, len(data))
+                if not by_kernel:  # not between these two filesystems: write what was read
                     out.seek(offset - start)
             if not by_kernel:
                 out.write(data)
             offset += len(data)
-    after = os.fstat(source.fileno())
-    if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
+    if _identity(source) != before:
         raise sources.SourceError(CHANGED)
     return path
 
 
-def _copy_range(source: int, out: int, offset: int, at: int, count: int) -> None:
+def _identity(source) -> tuple:
+    """What changes when a file is written to: a copy made while it changed is no copy of what was hashed."""
+    found = os.fstat(source.fileno())
+    return found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns
+
+
+def _copy_range(source: int, out: int, offset: int, at: int, count: int) -> bool:
+    """Copy by the kernel; False when it cannot between these files (then nothing it did counts)."""
     while count:
-        copied = os.copy_file_range(source, out, count, offset, at)
+        try:
+            copied = os.copy_file_range(source, out, count, offset, at)
+        except OSError as error:
+            if error.errno in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EPERM):
+                return False
+            raise
         if not copied:
-            raise sources.SourceError(CHANGED)  # it ended before the bytes read from it
+            return False  # some filesystems (FUSE, /proc) copy nothing; a file cut short fails the check after
         offset, at, count = offset + copied, at + copied, count - copied
+    return True
 
 
 def _size(stream) -> int | None:
