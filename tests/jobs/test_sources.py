@@ -313,3 +313,18 @@ def test_a_server_file_that_changes_while_it_is_staged_fails_its_staging(organis
     with pytest.raises(sources.SourceError, match="The file changed while it was staged"):
         stage.copy_to_job_storage(job, f"{job.storage_prefix}/input/big.csv", progress)
     default_storage.delete(f"{job.storage_prefix}/input/big.csv")
+
+
+def test_a_download_that_fails_on_our_side_fails_its_staging_rather_than_keep_a_part(organisation, monkeypatch):
+    def cut_short(url, dest, *, on_length, **options):
+        on_length(None)
+        dest.write(b"id,name\n1,a\n")
+        raise RuntimeError("a bug of ours, halfway")
+
+    monkeypatch.setattr(sources.fetch, "fetch", cut_short)
+    job, progress = staging_from(organisation, Path("unused"))
+    Job.objects.filter(pk=job.pk).update(source_kind=Job.Source.URL, source_uri="http://localhost/data.csv")
+    job.refresh_from_db()
+    with pytest.raises(sources.SourceError, match="The download failed on our side"):
+        stage.copy_to_job_storage(job, f"{job.storage_prefix}/input/data.csv", progress)
+    default_storage.delete(f"{job.storage_prefix}/input/data.csv")
