@@ -141,6 +141,18 @@ class _Body:
             return parts[0].obj
         return b"".join(parts)
 
+    def read1(self, size: int) -> bytes:
+        """Up to `size` bytes of one chunk, as it came when it is no larger: for a writer that takes
+        any size (job storage on the filesystem), no bytes copied to join chunks."""
+        if not self.rest:
+            chunk = None if self.ended else self.chunks.get()
+            if chunk is None:
+                self.ended = True
+                return b""
+            self.rest = memoryview(chunk)
+        taken, self.rest = self.rest[:size], self.rest[size:]
+        return taken.obj if len(taken) == len(taken.obj) else bytes(taken)
+
     def close(self) -> None:
         self.stopped.set()
         with contextlib.suppress(queue.Empty):

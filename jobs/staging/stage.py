@@ -65,7 +65,14 @@ class _Hashing(io.RawIOBase):
     def read(self, size: int = -1) -> bytes:
         if size is None or size < 0:
             return b"".join(iter(lambda: self.read(self.CHUNK), b""))
-        data = self.source.read(size)
+        return self._passed_on(self.source.read(size))
+
+    def read1(self, size: int) -> bytes:
+        """At most `size` bytes, as the source has them (a download: the chunk the socket gave), for
+        a writer that takes any size; read() fills `size` from chunks joined."""
+        return self._passed_on(getattr(self.source, "read1", self.source.read)(size))
+
+    def _passed_on(self, data: bytes) -> bytes:
         if data:
             self.chunks.put(data)
             self.along.feed(data)
@@ -118,8 +125,8 @@ def copy_to_job_storage(
             progress.phase(getattr(source, "phase", "copying"), _size(source))
             hashing = _Hashing(source, progress, along)
             default_storage.delete(target)  # what an interrupted attempt left
-            if _local_file(source) and isinstance(default_storage, FileSystemStorage):
-                path = _save_by_kernel(hashing, source, target)
+            if isinstance(default_storage, FileSystemStorage):
+                path = _save_to_filesystem(hashing, source, target)
             else:
                 path = default_storage.save(target, _Staged(hashing, name="data"))
     finally:
@@ -135,17 +142,19 @@ def _local_file(source) -> bool:
         return False
 
 
-def _save_by_kernel(hashing: _Hashing, source, target: str) -> str:
-    """A file on this machine into job storage on this machine: storage names and creates the file,
-    and the kernel copies each piece into it (copy_file_range: no byte passes through this process,
-    and a filesystem that can reflinks or copies server-side) right after the piece is read for the
-    checksum and the scan. Writing the bytes from here cost more than reading and hashing them."""
+def _save_to_filesystem(hashing: _Hashing, source, target: str) -> str:
+    """Into job storage on this machine's filesystem: storage names and creates the file, and each
+    piece goes into it right after it is read for the checksum and the scan. From a file on this
+    machine the kernel copies the piece (copy_file_range: no byte passes through this process, and a
+    filesystem that can reflinks or copies server-side); writing it from here cost more than reading
+    and hashing it. A download's pieces are written as they came, whatever their size."""
     path = default_storage.save(target, ContentFile(b""))  # the name, folders and permissions, as storage sets them
-    before = _identity(source)
-    start = offset = source.tell()
-    by_kernel = hasattr(os, "copy_file_range")  # Linux
+    local = _local_file(source)
+    before = local and _identity(source)
+    start = offset = source.tell() if local else 0
+    by_kernel = local and hasattr(os, "copy_file_range")  # Linux
     with open(default_storage.path(path), "r+b") as out:
-        while data := hashing.read(_Hashing.CHUNK):
+        while data := hashing.read1(_Hashing.CHUNK):
             if by_kernel:
                 by_kernel = _copy_range(source.fileno(), out.fileno(), offset, offset - start, len(data))
                 if not by_kernel:  # not between these two filesystems: write what was read
@@ -153,7 +162,7 @@ def _save_by_kernel(hashing: _Hashing, source, target: str) -> str:
             if not by_kernel:
                 out.write(data)
             offset += len(data)
-    if _identity(source) != before:
+    if local and _identity(source) != before:
         raise sources.SourceError(CHANGED)
     return path
 

@@ -241,6 +241,19 @@ def test_a_download_reads_as_a_file_does_and_stops_when_staging_stops_reading():
     assert body.read(6) == b"bbbbbc", "a read is filled from the chunks after (S3 storage needs whole parts)"
     assert (body.read(-1), body.read(1), body.read(1)) == (b"ccdddd", b"", b"")
 
+    body = sources._Body()
+    for chunk in chunks:
+        body.write(chunk)
+    body.finish()
+    assert body.read1(1024) is chunks[0], "for filesystem storage, each chunk as it came: no bytes joined"
+    assert [body.read1(4), body.read1(4), body.read1(4), body.read1(4), body.read1(4)] == [
+        b"bbbb",
+        b"b",
+        b"ccc",
+        b"dddd",
+        b"",
+    ]
+
     stopped = sources._Body()
     failed = []
 
