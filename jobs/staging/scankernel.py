@@ -52,20 +52,6 @@ def _equal_bits(typingctx, data, start, byte):
 
 
 @intrinsic
-def _high_bits(typingctx, data, start):
-    """Bit k set where data[start + k] is not ASCII, for k < 64."""
-    if not _bytes_of(data):
-        return None
-
-    def codegen(context, builder, signature, args):
-        loaded, vector = _bytes_at(context, builder, signature.args[0], args[0], args[1])
-        negative = builder.icmp_signed("<", loaded, ir.Constant(vector, [0] * LANES))
-        return builder.bitcast(negative, ir.IntType(LANES))
-
-    return types.uint64(data, start), codegen
-
-
-@intrinsic
 def _between_bits(typingctx, data, start, low, high):
     """Bit k set where low <= data[start + k] <= high, for k < 64."""
     if not _bytes_of(data):
@@ -172,7 +158,7 @@ def scan_block(data, filled, last, delimiter, ends, lines, split):
                 before_breaks = (breaks >> uint64(1)) | (uint64(next_byte == NEWLINE) << uint64(LANES - 1))
                 plain = (returns & ~before_breaks) == 0
             through = checked
-            wide = _high_bits(data, i) if plain else uint64(0)
+            wide = _between_bits(data, i, 0x80, 0xFF) if plain else uint64(0)  # not ASCII
             if wide:  # two-byte characters (most accented letters) checked by mask, the rest one by one
                 follows = _between_bits(data, i, 0x80, 0xBF)
                 leads = _between_bits(data, i, 0xC2, 0xDF)

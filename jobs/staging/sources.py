@@ -126,38 +126,37 @@ class _Body:
         A chunk that is all that was asked for is handed over as it came, not copied."""
         parts: list[memoryview] = []
         wanted = 0
-        while size < 0 or wanted < size:
-            if not self.rest:
-                chunk = None if self.ended else self.chunks.get()
-                if chunk is None:
-                    self.ended = True
-                    break
-                self.rest = memoryview(chunk)
-            taken = self.rest if size < 0 or size - wanted >= len(self.rest) else self.rest[: size - wanted]
-            self.rest = self.rest[len(taken) :]
-            parts.append(taken)
-            wanted += len(taken)
-        if len(parts) == 1 and len(parts[0]) == len(parts[0].obj):
-            return parts[0].obj
-        return b"".join(parts)
+        while (size < 0 or wanted < size) and (part := self._take(size - wanted if size >= 0 else -1)):
+            parts.append(part)
+            wanted += len(part)
+        return _as_bytes(parts[0]) if len(parts) == 1 else b"".join(parts)
 
-    def read1(self, size: int) -> bytes:
+    def read1(self, size: int = -1) -> bytes:
         """Up to `size` bytes of one chunk, as it came when it is no larger: for a writer that takes
         any size (job storage on the filesystem), no bytes copied to join chunks."""
+        return _as_bytes(self._take(size))
+
+    def _take(self, size: int) -> memoryview:
+        """Up to `size` bytes (-1: any number) of the chunk under way, or of the next; empty at the end."""
         if not self.rest:
             chunk = None if self.ended else self.chunks.get()
             if chunk is None:
                 self.ended = True
-                return b""
+                return memoryview(b"")
             self.rest = memoryview(chunk)
-        taken, self.rest = self.rest[:size], self.rest[size:]
-        return taken.obj if len(taken) == len(taken.obj) else bytes(taken)
+        taken = self.rest if size < 0 else self.rest[:size]
+        self.rest = self.rest[len(taken) :]
+        return taken
 
     def close(self) -> None:
         self.stopped.set()
         with contextlib.suppress(queue.Empty):
             while True:
                 self.chunks.get_nowait()
+
+
+def _as_bytes(part: memoryview) -> bytes:
+    return part.obj if len(part) == len(part.obj) else bytes(part)
 
 
 class _Download(threading.Thread):
