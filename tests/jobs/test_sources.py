@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import threading
+from functools import partial
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -326,6 +327,27 @@ def test_a_server_file_that_changes_while_it_is_staged_fails_its_staging(organis
     with pytest.raises(sources.SourceError, match="The file changed while it was staged"):
         stage.copy_to_job_storage(job, f"{job.storage_prefix}/input/big.csv", progress)
     default_storage.delete(f"{job.storage_prefix}/input/big.csv")
+
+
+@pytest.mark.parametrize("kernel", [True, False], ids=["copying by the kernel", "writing"])
+def test_a_copy_that_cannot_be_written_fails_its_staging_and_leaves_nothing(organisation, root, monkeypatch, kernel):
+    """The copy is written on a thread beside the reading one: a full disk there fails the staging
+    with the reason, and the reading thread is not left waiting on it."""
+    several_chunks(root / "big.csv")
+
+    def refused(*args, error=errno.ENOSPC):
+        raise OSError(error, os.strerror(error))
+
+    monkeypatch.setattr(os, "copy_file_range", refused if kernel else partial(refused, error=errno.EXDEV))
+    monkeypatch.setattr(os, "pwrite", refused)
+    job, _ = staging_from(organisation, root / "big.csv")
+    Job.objects.filter(pk=job.pk).update(state=State.SUBMITTED, staging_claim="")
+    stage.stage(job.pk)
+    job.refresh_from_db()
+    assert job.state == State.FAILED
+    assert job.error == "Staging failed: could not read or store the data (No space left on device)."
+    assert default_storage.listdir(f"{job.storage_prefix}/input") == ([], [])
+    assert not [thread for thread in threading.enumerate() if thread.name == "e31-write-along"]
 
 
 def test_a_download_that_fails_on_our_side_fails_its_staging_rather_than_keep_a_part(organisation, monkeypatch):
