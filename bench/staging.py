@@ -138,10 +138,18 @@ def report(
     return rate / base, rate / ceiling
 
 
-def settle(cold: bool) -> None:
-    """Write what earlier runs left in memory to disk; with --cold, also drop the page cache, so the
-    data is read from disk, as a dataset on a shared filesystem is the first time."""
+def settle(cold: bool, left: Path | None = None) -> None:
+    """Write what earlier runs left in memory to disk, then delete the copy `left` by the run before;
+    with --cold, also drop the page cache, so the data is read from disk, as a dataset on a shared
+    filesystem is the first time.
+
+    The copy is deleted here, just before the next run, so that every run fills memory freed a moment
+    ago: on this VM memory freed a few seconds earlier has gone back to the host, and filling it again
+    costs about four times as much (cp of 3 GB: 2.5-3.2 GB/s right after a delete, 0.65-0.7 GB/s five
+    seconds after), which favoured whichever of the two ran first after a delete."""
     os.sync()
+    if left:
+        left.unlink()
     if cold:
         Path("/proc/sys/vm/drop_caches").write_text("3\n")
 
@@ -149,25 +157,32 @@ def settle(cold: bool) -> None:
 def side_by_side(
     label: str, baseline: str, command: list[str], data: Path, repeat: int, cold: bool, organisation, phases, **source
 ) -> None:
-    """The plain tool, sha256 alone, then staging, `repeat` times in turn (this machine is noisy):
+    """sha256 alone, the plain tool, then staging, `repeat` times in turn (this machine is noisy):
     each run's figures, and the median ratios. Each starts settled (untimed): else the one that runs
     second waits on the writeback of the first one's copy."""
     ratios, of_hash = [], []
+    baseline_copy = SCRATCH / "baseline-copy"
+    # Untimed, each once: memory for the first run to fill, and staging's own (its chunks' heap) grown
+    # as in a control worker that has staged before.
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    settle(cold, baseline_copy)
+    job, _, _ = run_staging(organisation, phases, **source)
+    left = Path(default_storage.path(job.staged_path))
     for _ in range(repeat):
         settle(cold)
-        baseline_seconds = timed(command)
-        (SCRATCH / "baseline-copy").unlink()
-        settle(cold)
         hash_seconds = hash_alone(data)
-        settle(cold)
+        settle(cold, left)
+        baseline_seconds = timed(command)
+        settle(cold, baseline_copy)
         job, seconds, split = run_staging(organisation, phases, **source)
-        default_storage.delete(job.staged_path)
+        left = Path(default_storage.path(job.staged_path))
         size = job.input_bytes
         ratio, of = report(
             f"{label}, {size / MB:,.0f} MB", size, seconds, split, baseline, baseline_seconds, hash_seconds
         )
         ratios.append(ratio)
         of_hash.append(of)
+    left.unlink()
     print(
         f"{label}: median ratio {statistics.median(ratios):.2f} over {repeat} runs; "
         f"median {statistics.median(of_hash):.2f} of sha256 alone"
