@@ -169,7 +169,7 @@ class _Writer:
         self.out, self.source = out, source
         self.by_kernel = source is not None and hasattr(os, "copy_file_range")  # Linux
         self.pieces: queue.Queue[tuple[int, int, bytes] | None] = queue.Queue(maxsize=self.QUEUED_PIECES)
-        self.error: OSError | None = None
+        self.error: Exception | None = None
         self.thread = threading.Thread(target=self._run, name="e31-write-along", daemon=True)
         self.thread.start()
 
@@ -179,7 +179,7 @@ class _Writer:
             raise self.error  # stop reading: the copy cannot be made
         self.pieces.put((offset, at, data))
 
-    def close(self) -> OSError | None:
+    def close(self) -> Exception | None:
         """Once every piece is written: what failed, if anything did."""
         self.pieces.put(None)
         self.thread.join()
@@ -195,7 +195,7 @@ class _Writer:
                     self.by_kernel = _copy_range(self.source, self.out, offset, at, len(data))
                 if not self.by_kernel:  # not between these two filesystems: write what was read
                     _write_at(self.out, data, at)
-            except OSError as error:
+            except Exception as error:  # a full disk (OSError), or a bug: either way the reading thread hears it
                 self.error = error
 
 

@@ -329,23 +329,41 @@ def test_a_server_file_that_changes_while_it_is_staged_fails_its_staging(organis
     default_storage.delete(f"{job.storage_prefix}/input/big.csv")
 
 
-@pytest.mark.parametrize("kernel", [True, False], ids=["copying by the kernel", "writing"])
-def test_a_copy_that_cannot_be_written_fails_its_staging_and_leaves_nothing(organisation, root, monkeypatch, kernel):
-    """The copy is written on a thread beside the reading one: a full disk there fails the staging
-    with the reason, and the reading thread is not left waiting on it."""
-    several_chunks(root / "big.csv")
+def refused(*args, error=errno.ENOSPC):
+    raise OSError(error, os.strerror(error))
 
-    def refused(*args, error=errno.ENOSPC):
-        raise OSError(error, os.strerror(error))
 
-    monkeypatch.setattr(os, "copy_file_range", refused if kernel else partial(refused, error=errno.EXDEV))
-    monkeypatch.setattr(os, "pwrite", refused)
+def broken(*args):
+    raise RuntimeError("a bug of ours")
+
+
+FULL = "Staging failed: could not read or store the data (No space left on device)."
+BUG = "Staging failed: an internal error (RuntimeError); the operators can see it."
+
+
+@pytest.mark.parametrize(
+    "copy_range, write, message",
+    [
+        (refused, refused, FULL),
+        (partial(refused, error=errno.EXDEV), refused, FULL),
+        (partial(refused, error=errno.EXDEV), broken, BUG),
+    ],
+    ids=["the kernel's copy", "writes", "a bug in the writes"],
+)
+def test_a_copy_that_cannot_be_written_fails_its_staging_and_leaves_nothing(
+    organisation, root, monkeypatch, copy_range, write, message
+):
+    """The copy is written on a thread beside the reading one: a full disk there, or a bug, fails the
+    staging with the reason, and the reading thread is not left waiting on it (24 MB: more pieces
+    than the writer's queue holds)."""
+    (root / "big.csv").write_bytes(b"id,name\n" + b"1,a\n" * 6_000_000)
+    monkeypatch.setattr(os, "copy_file_range", copy_range)
+    monkeypatch.setattr(os, "pwrite", write)
     job, _ = staging_from(organisation, root / "big.csv")
     Job.objects.filter(pk=job.pk).update(state=State.SUBMITTED, staging_claim="")
     stage.stage(job.pk)
     job.refresh_from_db()
-    assert job.state == State.FAILED
-    assert job.error == "Staging failed: could not read or store the data (No space left on device)."
+    assert (job.state, job.error) == (State.FAILED, message)
     assert default_storage.listdir(f"{job.storage_prefix}/input") == ([], [])
     assert not [thread for thread in threading.enumerate() if thread.name == "e31-write-along"]
 
