@@ -147,9 +147,10 @@ def _save_to_filesystem(hashing: _Hashing, source, target: str) -> str:
             while data := hashing.read1(_Hashing.CHUNK):
                 writer.put(offset, offset - start, data)
                 offset += len(data)
-        finally:
-            failed = writer.close()
-        if failed:
+        except BaseException:
+            writer.close(abandon=True)  # stopped or failed: the pieces still queued are not written
+            raise
+        if failed := writer.close():
             raise failed
     if local and _identity(source) != before:
         raise sources.SourceError(CHANGED)
@@ -170,6 +171,7 @@ class _Writer:
         self.by_kernel = source is not None and hasattr(os, "copy_file_range")  # Linux
         self.pieces: queue.Queue[tuple[int, int, bytes] | None] = queue.Queue(maxsize=self.QUEUED_PIECES)
         self.error: Exception | None = None
+        self.abandoned = False
         self.thread = threading.Thread(target=self._run, name="e31-write-along", daemon=True)
         self.thread.start()
 
@@ -179,15 +181,16 @@ class _Writer:
             raise self.error  # stop reading: the copy cannot be made
         self.pieces.put((offset, at, data))
 
-    def close(self) -> Exception | None:
-        """Once every piece is written: what failed, if anything did."""
+    def close(self, abandon: bool = False) -> Exception | None:
+        """Once every piece is written (none more, with `abandon`): what failed, if anything did."""
+        self.abandoned = abandon
         self.pieces.put(None)
         self.thread.join()
         return self.error
 
     def _run(self) -> None:
         while (piece := self.pieces.get()) is not None:
-            if self.error:
+            if self.error or self.abandoned:
                 continue  # drained, so the reading thread is never left waiting on a full queue
             offset, at, data = piece
             try:

@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from django.conf import settings
 from django.core.files.storage import default_storage
+from django.db import connection
 from django.test import override_settings
 
 from billing.models import LedgerEntry
@@ -287,13 +288,16 @@ def several_chunks(path: Path) -> bytes:
     return data
 
 
-@pytest.mark.parametrize("kernel", ["copies", "cannot copy between these filesystems", "copies nothing (FUSE)"])
+@pytest.mark.parametrize(
+    "kernel",
+    ["copies", "cannot copy between these filesystems", "copies nothing (FUSE)", "stops copying halfway"],
+)
 def test_a_server_file_is_staged_byte_for_byte_by_the_kernel_or_by_writes(organisation, root, monkeypatch, kernel):
     data = several_chunks(root / "big.csv")
     copied, copy_range = [], os.copy_file_range
 
     def noted(source, out, count, offset, at):
-        if kernel.startswith("cannot"):
+        if kernel.startswith("cannot") or (kernel.startswith("stops") and len(copied) == 2):
             raise OSError(errno.EXDEV, os.strerror(errno.EXDEV))
         if kernel.startswith("copies nothing"):
             return 0
@@ -307,7 +311,7 @@ def test_a_server_file_is_staged_byte_for_byte_by_the_kernel_or_by_writes(organi
         with default_storage.open(path) as staged:
             assert staged.read() == data
         assert (size, sha256, scanned.records) == (len(data), hashlib.sha256(data).hexdigest(), 300_000)
-        assert sum(copied) == (len(data) if kernel == "copies" else 0)
+        assert sum(copied) == {"copies": len(data), "stops copying halfway": 2 * 1024 * 1024}.get(kernel, 0)
     finally:
         default_storage.delete(path)
 
@@ -342,6 +346,13 @@ def staged_files(job: Job) -> set[str]:
     return set(default_storage.listdir(folder)[1]) if default_storage.exists(folder) else set()
 
 
+def stage_and_close(job_id: int) -> None:
+    try:
+        stage.stage(job_id)
+    finally:
+        connection.close()
+
+
 FULL = "Staging failed: could not read or store the data (No space left on device)."
 BUG = "Staging failed: an internal error (RuntimeError); the operators can see it."
 
@@ -355,6 +366,7 @@ BUG = "Staging failed: an internal error (RuntimeError); the operators can see i
     ],
     ids=["the kernel's copy", "writes", "a bug in the writes"],
 )
+@pytest.mark.django_db(transaction=True)  # staged from a thread of its own, on its own connection
 def test_a_copy_that_cannot_be_written_fails_its_staging_and_leaves_nothing(
     organisation, root, monkeypatch, copy_range, write, message
 ):
@@ -367,7 +379,10 @@ def test_a_copy_that_cannot_be_written_fails_its_staging_and_leaves_nothing(
     job, _ = staging_from(organisation, root / "big.csv")
     Job.objects.filter(pk=job.pk).update(state=State.SUBMITTED, staging_claim="")
     stored = staged_files(job)
-    stage.stage(job.pk)
+    staging = threading.Thread(target=stage_and_close, args=(job.pk,), daemon=True)
+    staging.start()
+    staging.join(timeout=60)
+    assert not staging.is_alive(), "the reading thread waits on a writer that has stopped"
     job.refresh_from_db()
     assert (job.state, job.error) == (State.FAILED, message)
     assert staged_files(job) == stored, "no part of the copy is kept"
