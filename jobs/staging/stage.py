@@ -140,13 +140,11 @@ def _save_to_filesystem(hashing: _Hashing, source, target: str) -> str:
     path = default_storage.save(target, ContentFile(b""))  # the name, folders and permissions, as storage sets them
     local = _local_file(source)
     before = local and _identity(source)
-    start = offset = source.tell() if local else 0
     with open(default_storage.path(path), "r+b") as out:
-        writer = _Writer(out.fileno(), source.fileno() if local else None)
+        writer = _Writer(out.fileno(), source.fileno() if local else None, source.tell() if local else 0)
         try:
             while data := hashing.read1(_Hashing.CHUNK):
-                writer.put(offset, offset - start, data)
-                offset += len(data)
+                writer.put(data)
         except BaseException:
             writer.close(abandon=True)  # stopped or failed: the pieces still queued are not written
             raise
@@ -166,20 +164,23 @@ class _Writer:
 
     QUEUED_PIECES = 16
 
-    def __init__(self, out: int, source: int | None):
+    def __init__(self, out: int, source: int | None, start: int):
         self.out, self.source = out, source
+        self.start = start  # where in the source the copy begins
+        self.queued = 0  # bytes handed over so far: where the next piece goes in the copy
         self.by_kernel = source is not None and hasattr(os, "copy_file_range")  # Linux
-        self.pieces: queue.Queue[tuple[int, int, bytes] | None] = queue.Queue(maxsize=self.QUEUED_PIECES)
+        self.pieces: queue.Queue[tuple[int, bytes] | None] = queue.Queue(maxsize=self.QUEUED_PIECES)
         self.error: Exception | None = None
         self.abandoned = False
         self.thread = threading.Thread(target=self._run, name="e31-write-along", daemon=True)
         self.thread.start()
 
-    def put(self, offset: int, at: int, data: bytes) -> None:
-        """Write `data`, read from the source at `offset`, into the copy at `at`."""
+    def put(self, data: bytes) -> None:
+        """Write `data`, the next bytes read from the source, after those before it."""
         if self.error:
             raise self.error  # stop reading: the copy cannot be made
-        self.pieces.put((offset, at, data))
+        self.pieces.put((self.queued, data))
+        self.queued += len(data)
 
     def close(self, abandon: bool = False) -> Exception | None:
         """Once every piece is written (none more, with `abandon`): what failed, if anything did."""
@@ -192,10 +193,10 @@ class _Writer:
         while (piece := self.pieces.get()) is not None:
             if self.error or self.abandoned:
                 continue  # drained, so the reading thread is never left waiting on a full queue
-            offset, at, data = piece
+            at, data = piece
             try:
                 if self.by_kernel:
-                    self.by_kernel = _copy_range(self.source, self.out, offset, at, len(data))
+                    self.by_kernel = _copy_range(self.source, self.out, self.start + at, at, len(data))
                 if not self.by_kernel:  # not between these two filesystems: write what was read
                     _write_at(self.out, data, at)
             except Exception as error:  # a full disk (OSError), or a bug: either way the reading thread hears it
