@@ -11,7 +11,6 @@ from django.db import transaction
 from django.db.models import Count, Max, Q, Sum
 from django.http import Http404
 from django.shortcuts import get_object_or_404
-from django.template.defaultfilters import filesizeformat
 from django.utils import timezone
 from kombu.exceptions import OperationalError
 
@@ -19,6 +18,7 @@ from jobs import lifecycle, processors
 from jobs.models import Job, Shard, State, Upload
 from jobs.scheduling import parse_request, sizing
 from jobs.staging import s3, sources, uploads
+from portal import units
 from portal.models import Organisation
 
 SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -136,8 +136,8 @@ def _check_model(processor, model: BinaryIO | None, name: str) -> bool:
     size = model.seek(0, io.SEEK_END)
     model.seek(0)
     if size > settings.E31_MAX_MODEL_BYTES:
-        limit = filesizeformat(settings.E31_MAX_MODEL_BYTES)
-        raise SubmitError("model", f"The model file {name} is {filesizeformat(size)}; the limit is {limit}.")
+        limit = units.size(settings.E31_MAX_MODEL_BYTES)
+        raise SubmitError("model", f"The model file {name} is {units.size(size)}; the limit is {limit}.")
     try:
         with uploads.local_copy(model) as path:
             processor.check_model(path)

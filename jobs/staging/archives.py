@@ -14,9 +14,9 @@ from pathlib import PurePosixPath
 from typing import BinaryIO, NamedTuple
 
 from django.conf import settings
-from django.template.defaultfilters import filesizeformat
 
 from jobs.staging.formats import FormatError, Record
+from portal import units
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".gif", ".webp", ".bmp", ".tif", ".tiff"})
 ZIP_MAGIC = b"PK\x03\x04"
@@ -58,7 +58,7 @@ class _Limits:
         if self.members > settings.E31_ARCHIVE_MAX_MEMBERS:
             raise FormatError(f"The archive holds more than {settings.E31_ARCHIVE_MAX_MEMBERS:,} members.")
         if self.bytes > settings.E31_ARCHIVE_MAX_BYTES:
-            limit = filesizeformat(settings.E31_ARCHIVE_MAX_BYTES)
+            limit = units.size(settings.E31_ARCHIVE_MAX_BYTES)
             raise FormatError(f"The archive expands to more than {limit} (at {name!r}); it is refused.")
 
 

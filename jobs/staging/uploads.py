@@ -14,20 +14,20 @@ from django.core.exceptions import SuspiciousFileOperation
 from django.core.files import File
 from django.core.files.storage import default_storage
 from django.core.files.uploadhandler import FileUploadHandler, StopUpload
-from django.template.defaultfilters import filesizeformat
 from django.utils.text import get_valid_filename
 
 from jobs.staging.formats import SAMPLE_BYTES, FormatError, detect
+from portal import units
 
 
 def over_dataset_limit(what: str, size: int) -> str:
     """Why a dataset of `size` bytes is refused: exact bytes, since rounded sizes can look equal."""
     limit = settings.E31_MAX_DATASET_BYTES
-    return f"{what} is {size:,} bytes, more than the {limit:,}-byte ({filesizeformat(limit)}) limit for a dataset."
+    return f"{what} is {size:,} bytes, more than the {limit:,}-byte ({units.size(limit)}) limit for a dataset."
 
 
 def too_large_message() -> str:
-    return f"The file is larger than the {filesizeformat(settings.E31_MAX_UPLOAD_BYTES)} upload limit."
+    return f"The file is larger than the {units.size(settings.E31_MAX_UPLOAD_BYTES)} upload limit."
 
 
 class SizeLimitUploadHandler(FileUploadHandler):

@@ -5,10 +5,16 @@ register = template.Library()
 
 @register.filter
 def duration(seconds) -> str:
-    """Seconds as a short human duration: 45 s, 3 min 20 s, 2 h 5 min."""
+    """Seconds as a short human duration: 0.4 s, 45 s, 3 min 20 s, 2 h 5 min (tenths below ten seconds,
+    so that a quick step does not read as taking no time)."""
     if seconds is None:
         return "–"
-    seconds = round(float(seconds))
+    seconds = float(seconds)
+    if 0 < seconds < 0.05:
+        return "under 0.1 s"
+    if seconds < 9.95:
+        return f"{seconds:.1f} s" if seconds else "0 s"
+    seconds = round(seconds)
     if seconds < 60:
         return f"{seconds} s"
     minutes, seconds = divmod(seconds, 60)

@@ -8,6 +8,7 @@ from django.utils import timezone
 
 from jobs import lifecycle
 from jobs.models import Job, Shard, State
+from jobs.templatetags.jobs_extras import duration
 from tests.conftest import client_for
 
 pytestmark = pytest.mark.django_db
@@ -95,6 +96,40 @@ def test_it_shows_how_far_staging_has_got(organisation, partner_client, online_s
         staging_phase_started=timezone.now() - timedelta(seconds=10),
     )
     html = partner_client.get(f"/jobs/{job.pk}/progress/").content.decode()
-    assert re.search(r"Copying the data: 476.8\xa0MB of 1.9\xa0GB at (49|50)\.\d MB/s, 3\d s left\.", html)
+    assert re.search(r"Copying the data: 500.0\xa0MB of 2.0\xa0GB at (49|50)\.\d MB/s, 3\d s left\.", html)
     assert 'aria-valuenow="25"' in html
     assert "No CPU slot is held yet." in html
+
+
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [
+        (None, "–"),
+        (0, "0 s"),
+        (0.004, "under 0.1 s"),
+        (0.31, "0.3 s"),
+        (9.94, "9.9 s"),
+        (9.96, "10 s"),
+        (45.4, "45 s"),
+        (200, "3 min 20 s"),
+        (7500, "2 h 5 min"),
+    ],
+)
+def test_durations_read_as_people_write_them_with_tenths_below_ten_seconds(seconds, shown):
+    assert duration(seconds) == shown
+
+
+def test_a_quick_staging_shows_how_long_it_took_not_zero_seconds(organisation, partner_client):
+    job = Job.objects.create(
+        organisation=organisation,
+        work="clean-table",
+        source_name="small.csv",
+        gpus=1,
+        hours=1,
+        state=State.QUEUED,
+        queued_at=timezone.now(),
+        input_bytes=31_600_000,
+        staging_seconds=0.309,
+    )
+    html = partner_client.get(f"/jobs/{job.pk}/").content.decode()
+    assert re.search(r"<dt>Staged</dt><dd>31.6\xa0MB in 0.3 s \(102.3 MB/s\)</dd>", html), html

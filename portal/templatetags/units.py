@@ -1,0 +1,6 @@
+from django import template
+
+from portal import units
+
+register = template.Library()
+register.filter("size", units.size)

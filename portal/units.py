@@ -1,0 +1,19 @@
+"""Sizes as the product shows them: decimal units everywhere (MB/s, the per-GB staging rate, the
+upload page's figures), so one file reads the same on every page and a ledger's bytes times its rate
+is its amount. Django's filesizeformat counts in 1024s under the same names."""
+
+UNITS = ("kB", "MB", "GB", "TB", "PB")
+
+
+def size(count: int | float | None) -> str:
+    """999 bytes, 31.6 MB, 2.0 GB; a non-breaking space keeps the figure and its unit together."""
+    if count is None:
+        return "–"
+    if abs(count) < 1000:
+        return f"{int(count)}\xa0byte" + ("" if count == 1 else "s")
+    scaled = float(count)
+    for unit in UNITS[:-1]:
+        scaled /= 1000
+        if abs(scaled) < 999.95:
+            return f"{scaled:.1f}\xa0{unit}"
+    return f"{scaled / 1000:.1f}\xa0{UNITS[-1]}"
