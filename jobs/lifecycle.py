@@ -131,17 +131,20 @@ def cancel(job: Job, by=None) -> bool:
 
 
 def time_out(job: Job) -> bool:
+    """The hours asked for are up: the job ends, and its hold ends at the limit, however late the
+    worker or beat noticed (a long batch, beat down): the partner never pays past the hours asked."""
     with transaction.atomic():
         reason = f"ran past its {job.hours} h limit"
         if not move(job.pk, State.RUNNING, State.TIMED_OUT, message=reason, error=f"The job {reason}."):
             return False
-        _stop(job)
+        job = Job.objects.get(pk=job.pk)  # the start of this hold, as the move found it
+        _stop(job, held_to=min(timezone.now(), job.time_limit_at()))
     return True
 
 
-def _stop(job: Job) -> None:
+def _stop(job: Job, held_to=None) -> None:
     """After a job ends early: release its GPUs, return running shards, keep what finished."""
-    release(job)
+    release(job, at=held_to)
     Shard.objects.filter(job=job, status=Shard.Status.RUNNING).update(status=Shard.Status.PENDING, claim="")
     if Shard.objects.filter(job=job, status=Shard.Status.DONE).exists():
         _assemble_on_commit(job.pk)

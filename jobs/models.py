@@ -234,10 +234,14 @@ class Job(TimeStamped):
         """How fast the whole staging went, once it is done."""
         return self.input_bytes / 1e6 / self.staging_seconds if self.staging_seconds else None
 
+    def time_limit_at(self):
+        """When the hours asked for are up, counted from the start of the hold."""
+        return self.started_at and self.started_at + timedelta(hours=float(self.hours))
+
     def time_limit_passed(self, now=None) -> bool:
         if self.state != State.RUNNING or self.started_at is None:
             return False
-        return (now or timezone.now()) >= self.started_at + timedelta(hours=float(self.hours))
+        return (now or timezone.now()) >= self.time_limit_at()
 
 
 class JobEvent(models.Model):

@@ -55,6 +55,29 @@ def test_it_writes_one_entry_when_the_hold_is_released(running_job):
     assert meter_for(running_job).gpu_hours == entry.gpu_hours
 
 
+def test_a_job_noticed_late_past_its_time_limit_is_billed_up_to_the_limit_only(running_job):
+    """Beat down for two hours, or one long batch: the hold still ends at the hours asked for."""
+    three_hours_ago = timezone.now() - timedelta(hours=3)
+    Job.objects.filter(pk=running_job.pk).update(started_at=three_hours_ago)
+    running_job.allocations.update(held_from=three_hours_ago)
+    running_job.refresh_from_db()
+    assert running_job.time_limit_passed()
+
+    assert lifecycle.time_out(running_job)
+    assert {a.held_to for a in running_job.allocations.all()} == {three_hours_ago + timedelta(hours=1)}
+    entry = LedgerEntry.objects.get(job=running_job)
+    assert (entry.gpus, entry.seconds, entry.gpu_hours, entry.amount) == (2, 3600, Decimal(2), Decimal("7.2000"))
+    running_job.refresh_from_db()
+    assert running_job.state == State.TIMED_OUT and running_job.ended_at > entry.held_to
+
+
+def test_a_job_timed_out_before_its_limit_is_up_is_billed_until_it_ended(running_job):
+    """An operator's early time-out (or a clock that disagrees) never bills past now."""
+    assert lifecycle.time_out(running_job)
+    entry = LedgerEntry.objects.get(job=running_job)
+    assert entry.held_to <= timezone.now() and entry.seconds <= 1
+
+
 def test_it_never_updates_or_deletes_an_entry(running_job):
     lifecycle.release(running_job)
     entry = LedgerEntry.objects.get()
