@@ -28,7 +28,9 @@ def purge_staged_copy_if_due(job_id: int) -> bool:
     if not job.staged_path:  # staging failed, or a pass took the sample's copy over
         _purge_model(job)
         return False
-    if not Job.objects.filter(pk=job.pk, staged_purged_at__isnull=True).update(staged_purged_at=timezone.now()):
+    # Still this job's copy: a pass may have taken its sample's copy over since the job was read.
+    still_its_own = Job.objects.filter(pk=job.pk, staged_path=job.staged_path, staged_purged_at__isnull=True)
+    if not still_its_own.update(staged_purged_at=timezone.now()):
         return False
     default_storage.delete(job.staged_path)
     log.info("purged the staged copy of job %s (%s)", job.pk, job.staged_path)

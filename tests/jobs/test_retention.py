@@ -1,0 +1,74 @@
+"""Retention of the staged copy: kept the days the partner chose when submitting, then purged and the
+purge recorded; never purged while the job is active, nor once a pass has taken a sample's copy over."""
+
+from datetime import timedelta
+
+import pytest
+from django.core.files.base import ContentFile
+from django.core.files.storage import default_storage
+from django.utils import timezone
+
+from jobs import retention
+from jobs.models import Job, State
+from jobs.staging import stage
+
+pytestmark = pytest.mark.django_db
+
+
+def staged_job(organisation, state=State.SUCCEEDED, ended_days_ago=None, keep_days=3, **fields) -> Job:
+    job = Job.objects.create(
+        organisation=organisation,
+        work="clean-table",
+        source_name="a.csv",
+        gpus=1,
+        hours=1,
+        state=state,
+        retention_days=keep_days,
+        ended_at=timezone.now() - timedelta(days=ended_days_ago) if ended_days_ago is not None else None,
+        **fields,
+    )
+    path = default_storage.save(f"{job.storage_prefix}/input/data.csv", ContentFile(b"id,text\n1,a\n"))
+    Job.objects.filter(pk=job.pk).update(staged_path=path)
+    job.refresh_from_db()
+    return job
+
+
+def test_a_staged_copy_is_kept_the_days_chosen_then_purged_and_the_purge_recorded(organisation):
+    due = staged_job(organisation, ended_days_ago=3.01)
+    kept = staged_job(organisation, ended_days_ago=2.99)
+    failed_due = staged_job(organisation, state=State.FAILED, ended_days_ago=4)
+    running = staged_job(organisation, state=State.RUNNING, keep_days=0)
+
+    assert sorted(retention.purge_expired()) == sorted([due.pk, failed_due.pk])
+    for job in (due, failed_due):
+        job.refresh_from_db()
+        assert job.staged_purged_at is not None and not default_storage.exists(job.staged_path)
+    for job in (kept, running):
+        job.refresh_from_db()
+        assert job.staged_purged_at is None and default_storage.exists(job.staged_path)
+    assert retention.purge_expired() == [], "a purge happens once"
+
+
+def test_a_sample_copy_taken_over_by_its_pass_while_the_purge_looked_is_not_purged(organisation, monkeypatch):
+    sample = staged_job(organisation, kind=Job.Kind.SAMPLE, ended_days_ago=8, keep_days=7)
+    passed = Job.objects.create(
+        organisation=organisation,
+        work="clean-table",
+        source_name="a.csv",
+        gpus=1,
+        hours=1,
+        sample=sample,
+        state=State.STAGING,
+    )
+    due_at = retention.purge_due_at
+
+    def pass_takes_the_copy_meanwhile(job):
+        stage.take_sample_copy(passed)
+        return due_at(job)
+
+    monkeypatch.setattr(retention, "purge_due_at", pass_takes_the_copy_meanwhile)
+    assert not retention.purge_staged_copy_if_due(sample.pk)
+    passed.refresh_from_db()
+    assert passed.staged_path == sample.staged_path and default_storage.exists(passed.staged_path)
+    sample.refresh_from_db()
+    assert sample.staged_path == "" and sample.staged_purged_at is None
