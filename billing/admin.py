@@ -1,11 +1,52 @@
+from datetime import timedelta
+
+from django import forms
 from django.contrib import admin
+from django.utils import timezone
 
 from billing.models import LedgerEntry, RateCard
+
+# A card whose start the operator left at the form's "now" may be saved a little later; it starts then.
+FORM_OPEN = timedelta(minutes=30)
+
+
+class RateCardForm(forms.ModelForm):
+    class Meta:
+        model = RateCard
+        fields = ["rate_per_gpu_hour", "rate_per_staged_gb", "currency", "effective_from", "note"]
+
+    def clean_effective_from(self):
+        starts, now = self.cleaned_data["effective_from"], timezone.now()
+        if starts < now - FORM_OPEN:
+            raise forms.ValidationError(
+                "A rate card cannot start in the past: holds that have started are priced by the card in force "
+                "when they started. Start it now or later."
+            )
+        return max(starts, now)
 
 
 @admin.register(RateCard)
 class RateCardAdmin(admin.ModelAdmin):
-    list_display = ["rate_per_gpu_hour", "currency", "effective_from", "note"]
+    """Append-only once in force: a new price is a new card from now or later, so no hold already
+    started, nor any ledger entry, changes price. A card not yet in force can still be corrected or
+    withdrawn."""
+
+    form = RateCardForm
+    list_display = ["rate_per_gpu_hour", "rate_per_staged_gb", "currency", "effective_from", "note"]
+
+    def has_change_permission(self, request, obj=None):
+        return super().has_change_permission(request, obj) and (obj is None or not _in_force(obj))
+
+    def has_delete_permission(self, request, obj=None):
+        return super().has_delete_permission(request, obj) and (obj is None or not _in_force(obj))
+
+    def get_actions(self, request):
+        # The bulk delete asks no card whether it is in force.
+        return {name: action for name, action in super().get_actions(request).items() if name != "delete_selected"}
+
+
+def _in_force(card: RateCard) -> bool:
+    return card.effective_from <= timezone.now()
 
 
 @admin.register(LedgerEntry)

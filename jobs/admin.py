@@ -47,7 +47,7 @@ class JobAdmin(admin.ModelAdmin):
         # A job carries its holds and ledger entries; operators cancel it instead.
         return False
 
-    @admin.action(description="Cancel the selected jobs (releases their GPUs)")
+    @admin.action(description="Cancel the selected jobs (releases their GPUs)", permissions=["change"])
     def cancel(self, request, queryset):
         cancelled = [job.pk for job in queryset if lifecycle.cancel(job, by=request.user)]
         messages.success(request, f"Cancelled {len(cancelled)} job(s).")

@@ -25,13 +25,13 @@ class ApplicationAdmin(admin.ModelAdmin):
     readonly_fields = ["reviewed_by", "reviewed_at", "created"]
     actions = ["accept", "decline"]
 
-    @admin.action(description="Accept the selected applications")
+    @admin.action(description="Accept the selected applications", permissions=["change"])
     def accept(self, request, queryset):
         for application in queryset:
             application.review(Application.Status.ACCEPTED, request.user)
         messages.success(request, f"Accepted {queryset.count()} application(s).")
 
-    @admin.action(description="Decline the selected applications")
+    @admin.action(description="Decline the selected applications", permissions=["change"])
     def decline(self, request, queryset):
         for application in queryset:
             application.review(Application.Status.DECLINED, request.user)

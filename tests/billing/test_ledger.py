@@ -152,3 +152,46 @@ def test_it_records_staging_free_unless_the_rate_card_prices_it(organisation, ra
     other = Job.objects.create(organisation=organisation, work="clean-table", source_name="b.csv", gpus=1, hours=1)
     staging_finished.send(sender=Job, job=other, size=3 * 10**9, started=start, finished=start)
     assert LedgerEntry.objects.get(job=other).amount == Decimal("0.0600")
+
+
+def card_form(starts, rate="9.00") -> dict:
+    return {
+        "rate_per_gpu_hour": rate,
+        "rate_per_staged_gb": "0",
+        "currency": "USD",
+        "effective_from_0": f"{starts:%Y-%m-%d}",
+        "effective_from_1": f"{starts:%H:%M:%S}",
+        "note": "",
+    }
+
+
+def test_a_rate_card_in_force_cannot_be_changed_or_deleted_nor_a_new_one_back_dated(running_job, operator):
+    """A hold that has started keeps the price it started at, whatever the operator does meanwhile."""
+    client = client_for(operator)
+    card = RateCard.objects.get()
+    assert client.post(f"/admin/billing/ratecard/{card.pk}/change/", card_form(card.effective_from)).status_code == 403
+    assert client.post(f"/admin/billing/ratecard/{card.pk}/delete/", {"post": "yes"}).status_code == 403
+    bulk = {"action": "delete_selected", "_selected_action": [card.pk], "post": "yes"}
+    client.post("/admin/billing/ratecard/", bulk)
+    assert RateCard.objects.filter(pk=card.pk, rate_per_gpu_hour=Decimal("3.60")).exists()
+
+    for back_dated in (timezone.now() - timedelta(hours=2), running_job.started_at - timedelta(days=3)):
+        response = client.post("/admin/billing/ratecard/add/", card_form(back_dated, rate="50"))
+        assert "A rate card cannot start in the past" in response.content.decode()
+    assert RateCard.objects.count() == 1
+
+    assert client.post("/admin/billing/ratecard/add/", card_form(timezone.now(), rate="99")).status_code == 302
+    assert RateCard.objects.get(rate_per_gpu_hour=99).effective_from > running_job.started_at
+    lifecycle.release(running_job)
+    assert LedgerEntry.objects.get(job=running_job).rate == Decimal("3.60")
+
+
+def test_a_rate_card_not_yet_in_force_can_be_corrected_or_withdrawn(operator, rate_card):
+    client = client_for(operator)
+    tomorrow = timezone.now() + timedelta(days=1)
+    future = RateCard.objects.create(rate_per_gpu_hour=Decimal("4.00"), effective_from=tomorrow)
+    assert client.post(f"/admin/billing/ratecard/{future.pk}/change/", card_form(tomorrow, "4.20")).status_code == 302
+    future.refresh_from_db()
+    assert future.rate_per_gpu_hour == Decimal("4.20")
+    assert client.post(f"/admin/billing/ratecard/{future.pk}/delete/", {"post": "yes"}).status_code == 302
+    assert list(RateCard.objects.all()) == [rate_card]

@@ -55,6 +55,30 @@ def test_it_lets_an_operator_accept_an_application(operator):
     assert (application.status, application.reviewed_by) == ("accepted", operator)
 
 
+def test_staff_who_may_only_view_cannot_review_applications_nor_cancel_jobs(django_user_model, organisation):
+    from django.contrib.auth.models import Permission
+    from django.utils import timezone
+
+    from jobs.models import Job
+    from tests.conftest import client_for
+
+    viewer = django_user_model.objects.create_user("viewer", is_staff=True)
+    viewer.user_permissions.set(Permission.objects.filter(codename__in=["view_job", "view_application"]))
+    client = client_for(viewer)
+    application = Application.objects.create(name="Ada", email="a@b.c", organisation="Lab", dataset="x", work="y")
+    job = Job.objects.create(
+        organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1,
+        state="queued", queued_at=timezone.now(),
+    )  # fmt: skip
+
+    assert client.get("/admin/jobs/job/").status_code == 200, "the operator's view stays open to them"
+    client.post("/admin/portal/application/", {"action": "accept", "_selected_action": [application.pk]})
+    client.post("/admin/jobs/job/", {"action": "cancel", "_selected_action": [job.pk]})
+    application.refresh_from_db()
+    job.refresh_from_db()
+    assert (application.status, application.reviewed_by, job.state) == ("new", None, "queued")
+
+
 def test_it_logs_a_partner_in_to_the_jobs_page(client, partner):
     response = client.post("/accounts/login/", {"username": "partner", "password": "pw-partner"})
     assert response.status_code == 302 and response["Location"] == "/jobs/"
