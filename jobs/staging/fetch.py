@@ -23,6 +23,10 @@ from urllib.parse import quote, urljoin, urlsplit
 REDIRECTS = {301, 302, 303, 307, 308}
 # NAT64 (RFC 6052) and 6to4 addresses carry an IPv4 address; they are judged by that address.
 NAT64 = ipaddress.ip_network("64:ff9b::/96")
+# IPv6 forms that Python's is_global passes and that never lead to a public host: IPv4-compatible
+# (::a.b.c.d, deprecated, ::127.0.0.1 among them), SIIT-translated (::ffff:0:a.b.c.d), local-use NAT64
+# (RFC 8215: it leads into the operator's own networks) and site-local (fec0::/10, deprecated).
+NEVER_PUBLIC = tuple(ipaddress.ip_network(net) for net in ("::/96", "::ffff:0:0:0/96", "64:ff9b:1::/48", "fec0::/10"))
 END_GRACE = 1.0  # seconds to wait for the close we asked for once Content-Length bytes are in
 CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 URL_SAFE = "/%:@!$&'()*+,;=-._~?"  # what a URL may already hold as is: only the rest is percent-encoded
@@ -53,6 +57,8 @@ class _Target:
 def is_public(address: str) -> bool:
     """Whether an IP address is globally routable unicast, looking inside IPv6 forms that wrap IPv4."""
     ip = ipaddress.ip_address(address)
+    if isinstance(ip, ipaddress.IPv6Address) and any(ip in network for network in NEVER_PUBLIC):
+        return False
     if isinstance(ip, ipaddress.IPv6Address):
         embedded = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF) if ip in NAT64 else ip.ipv4_mapped or ip.sixtofour
         ip = embedded or ip

@@ -202,7 +202,8 @@ def test_it_refuses_loopback_in_every_spelling(server, host):
     ["10.0.0.1", "172.16.0.1", "192.168.1.1", "169.254.169.254", "2852039166", "0xa9fea9fe", "0251.0376.0251.0376",
      "100.64.0.1", "0.1.2.3", "224.0.0.1", "255.255.255.255", "[::1]", "[::]", "[fc00::1]", "[fd12:3456::1]",
      "[fe80::1]", "[ff02::1]", "[::ffff:169.254.169.254]", "[::ffff:a9fe:a9fe]", "[64:ff9b::a9fe:a9fe]",
-     "[2002:a9fe:a9fe::]", "[2002:7f00:1::]"],
+     "[2002:a9fe:a9fe::]", "[2002:7f00:1::]", "[::127.0.0.1]", "[::a9fe:a9fe]", "[::ffff:0:7f00:1]",
+     "[64:ff9b:1::7f00:1]", "[64:ff9b:1::808:808]", "[fec0::1]"],
 )  # fmt: skip
 def test_it_refuses_private_and_reserved_addresses(host):
     with pytest.raises(FetchError, match="not a public address"):
