@@ -33,6 +33,7 @@ from jobs.staging.ranged import RangedS3File
 from jobs.staging.uploads import over_dataset_limit
 
 BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z")
+REGION = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")  # as botocore checks it, before it would fail at staging
 DENIED = {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken", "403"}
 MISSING = {"NoSuchKey", "NoSuchBucket", "404", "NotFound"}
 TRANSFER = TransferConfig(multipart_threshold=8 * 1024**2, multipart_chunksize=16 * 1024**2, max_concurrency=8)
@@ -71,10 +72,13 @@ def check(uri: str, slug: str, credentials: dict | None) -> Location:
         missing = [name for name in ("access_key_id", "secret_access_key") if not credentials.get(name)]
         if missing:
             raise S3Error(f"Give the S3 {missing[0].replace('_', ' ')} along with the rest of the credentials.")
+        if credentials.get("region") and not REGION.fullmatch(credentials["region"]):
+            raise S3Error(f"{credentials['region']} is not the name of an S3 region (such as eu-west-1).")
         return location
     if location.bucket not in settings.E31_STAGING_S3_BUCKETS:
         raise S3Error(f"Give credentials that can read s3://{location.bucket}/: it is not one of the portal's buckets.")
-    if not location.key.startswith(f"{slug}/"):
+    if not location.key.startswith(f"{slug}/") or {".", ".."} & set(location.key.split("/")):
+        # S3 reads a key as written, but a proxy or S3-compatible server before it may resolve "..".
         raise S3Error(f"In s3://{location.bucket}/ your organisation reads only under s3://{location.bucket}/{slug}/.")
     return location
 

@@ -185,9 +185,20 @@ def test_access_denied_by_s3_fails_the_job_with_the_reason(s3_fleet, partner_cli
             None,
             "your organisation reads only under s3://portal-lake/partner-lab/",
         ),
+        *(
+            (location, None, "your organisation reads only under s3://portal-lake/partner-lab/")
+            for location in (
+                "s3://portal-lake/partner-lab/../other-lab/customers.csv",
+                "s3://portal-lake/partner-lab/./",
+            )
+        ),
         ("s3://partner-data/exports/customers.csv", None, "Give credentials that can read s3://partner-data/"),
         ("s3://partner-data/x.csv", {"access_key_id": "only-the-id"}, "Give the S3 secret access key"),
         ("https://example.com/data.csv", CREDENTIALS, "S3 credentials go with an s3:// location only."),
+        *(
+            ("s3://partner-data/x.csv", {**CREDENTIALS, "region": region}, f"{region} is not the name of an S3 region")
+            for region in ("eu west/1", "-eu-west-1")
+        ),
     ],
 )
 def test_the_form_refuses_an_s3_location_it_may_not_read(partner_client, online_slots, location, credentials, message):
