@@ -178,10 +178,12 @@ E31_MAX_UPLOAD_BYTES = env_int("E31_MAX_UPLOAD_BYTES", 2 * 1024**3, minimum=1)
 E31_OUTPUT_URL_SECONDS = env_int("E31_OUTPUT_URL_SECONDS", 900, minimum=1)
 E31_MAX_MODEL_BYTES = env_int("E31_MAX_MODEL_BYTES", 2 * 1024**3, minimum=1)
 E31_MAX_DATASET_BYTES = env_int("E31_MAX_DATASET_BYTES", 50 * 1024**3, minimum=1)
-# Resumable uploads in progress; with several web servers, a folder they share.
-# Image collections (.zip, .tar): the most members, and bytes once expanded, an archive may hold.
+# Image collections (.zip, .tar): the most members, and bytes once expanded, an archive may hold;
+# the largest one image may be (a slot reads each image whole before Pillow checks its pixels).
 E31_ARCHIVE_MAX_MEMBERS = env_int("E31_ARCHIVE_MAX_MEMBERS", 1_000_000, minimum=1)
 E31_ARCHIVE_MAX_BYTES = env_int("E31_ARCHIVE_MAX_BYTES", 4 * E31_MAX_DATASET_BYTES, minimum=1)
+E31_IMAGE_MAX_BYTES = env_int("E31_IMAGE_MAX_BYTES", 512 * 10**6, minimum=1)
+# Resumable uploads in progress; with several web servers, a folder they share.
 E31_UPLOAD_DIR = Path(env_str("E31_UPLOAD_DIR", str(VAR_DIR / "uploads"))).resolve()
 E31_UPLOAD_DIR.mkdir(parents=True, exist_ok=True)
 E31_UPLOAD_EXPIRY_HOURS = env_int("E31_UPLOAD_EXPIRY_HOURS", 24, minimum=1)

@@ -67,6 +67,11 @@ def members(stream: BinaryIO, kind: str) -> list[Member]:
     found = _zip_members(stream) if kind == "zip" else _tar_members(stream)
     if not found:
         raise FormatError(f"The archive holds no images ({', '.join(sorted(IMAGE_SUFFIXES))}).")
+    if too_big := next((member for member in found if member.size > settings.E31_IMAGE_MAX_BYTES), None):
+        raise FormatError(
+            f"The archive's image {too_big.name!r} is {units.size(too_big.size)}; "
+            f"one image may be up to {units.size(settings.E31_IMAGE_MAX_BYTES)}."
+        )
     return found
 
 

@@ -147,6 +147,17 @@ def test_it_refuses_an_archive_over_the_limits(settings):
         archives.members(io.BytesIO(data), "zip")
 
 
+@pytest.mark.parametrize("kind", ["zip", "tar"])
+def test_it_refuses_an_archive_with_an_image_too_large_to_read_whole(settings, kind):
+    pictures = {"small.png": picture((8, 8)), "large.png": picture((64, 64))}
+    data = zipped(pictures) if kind == "zip" else tarred(pictures)
+    settings.E31_IMAGE_MAX_BYTES = len(pictures["large.png"]) - 1
+    with pytest.raises(FormatError, match=r"The archive's image 'large.png' is \d+\xa0bytes; one image may be up to"):
+        archives.members(io.BytesIO(data), kind)
+    settings.E31_IMAGE_MAX_BYTES = len(pictures["large.png"])
+    assert [member.name for member in archives.members(io.BytesIO(data), kind)] == ["small.png", "large.png"]
+
+
 def test_a_thumbnail_is_resized_converted_and_stripped_of_its_metadata():
     original = picture((1600, 900), "JPEG", exif=True)
     assert b"Secret Camera Maker" in original
