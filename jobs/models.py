@@ -230,6 +230,13 @@ class Job(TimeStamped):
         return max(0.0, (self.staging_total - self.staging_done) / rate)
 
     @property
+    def source_location(self) -> str:
+        """The URL, S3 URI or server path as pages and manifests show it: never a URL's query."""
+        from jobs.staging.fetch import redacted
+
+        return redacted(self.source_uri) if self.source_kind == self.Source.URL else self.source_uri
+
+    @property
     def staging_mb_per_s(self) -> float | None:
         """How fast the whole staging went, once it is done."""
         return self.input_bytes / 1e6 / self.staging_seconds if self.staging_seconds else None

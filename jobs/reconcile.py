@@ -2,17 +2,19 @@
 they held (jobs.workers.node; live nodes' heartbeats do it sooner), a running job whose slots have
 all stopped working on it gets its slot tasks sent again, a running job with every shard done is
 finished, a staging job whose attempt stopped renewing its lease is staged again, and a finishing
-job with no output gets its assembly sent again. Every step is idempotent, so sending twice is safe."""
+job with no output gets its assembly sent again, and an ended job's S3 credentials and URL query
+(a signature) are wiped if staging did not. Every step is idempotent, so sending twice is safe."""
 
 import logging
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import Max
+from django.db.models import Max, Q
 from django.utils import timezone
 
 from jobs import lifecycle
-from jobs.models import Job, Shard, State
+from jobs.models import ENDED, Job, Shard, State
+from jobs.staging import sources
 from jobs.workers.node import take_silent_nodes_offline
 
 log = logging.getLogger(__name__)
@@ -46,4 +48,9 @@ def reconcile() -> list[int]:
     for job in Job.objects.filter(state=State.FINISHING, output_path="", modified__lt=quiet):
         tasks.assemble.delay(job.pk)
         touched.append(job.pk)
+    # Staging wipes a partner's secrets when it ends; a job that ended before staging ever ran (its
+    # message lost with Redis) is wiped here.
+    signed = Q(source_kind=Job.Source.URL, source_uri__contains="?")
+    for job in Job.objects.filter(Q(state__in=ENDED) & (~Q(source_secret="") | signed)):
+        sources.forget(job)
     return touched

@@ -106,7 +106,7 @@ def manifest(
         "work": {"kind": job.work, "version": processor.version, "params": job.params, "plan": job.plan},
         "input": {
             "source": job.source_kind,
-            "location": job.source_uri or None,
+            "location": job.source_location or None,
             "name": job.source_name,
             "bytes": job.input_bytes,
             "sha256": job.input_sha256,

@@ -18,7 +18,7 @@ import ssl
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO
-from urllib.parse import quote, urljoin, urlsplit
+from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 
 REDIRECTS = {301, 302, 303, 307, 308}
 # NAT64 (RFC 6052) and 6to4 addresses carry an IPv4 address; they are judged by that address.
@@ -52,6 +52,13 @@ class _Target:
     port: int
     path: str
     addresses: tuple[str, ...]
+
+
+def redacted(url: str) -> str:
+    """The URL as shown, recorded and logged: its query, where a pre-signed URL carries its signature,
+    left out (a credential in all but name)."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(query="…" if parts.query else "", fragment=""))
 
 
 def is_public(address: str) -> bool:

@@ -188,7 +188,7 @@ class _Download(threading.Thread):
         except OSError:
             pass  # staging stopped reading (cancelled, or storage failed): it says why
         except Exception:
-            log.exception("the download of %s failed", self.url)
+            log.exception("the download of %s failed", fetch.redacted(self.url))
             self.error = fetch.FetchError("The download failed on our side; the operators can see why.")
         finally:
             self.headers_seen.set()
@@ -255,8 +255,11 @@ def open_source(job: Job, progress: StagingProgress) -> contextlib.AbstractConte
 
 
 def forget(job: Job) -> None:
-    """Once staging no longer needs them: delete the job's upload and wipe its S3 credentials."""
+    """Once staging no longer needs them: delete the job's upload, wipe its S3 credentials and a URL's
+    query (a pre-signed URL's signature)."""
     if job.source_path:
         default_storage.delete(job.source_path)
     if job.source_secret:
         Job.objects.filter(pk=job.pk).update(source_secret="")
+    if job.source_location != job.source_uri:
+        Job.objects.filter(pk=job.pk).update(source_uri=job.source_location)

@@ -140,13 +140,41 @@ def assert_staged_like_the_example(job: Job, kind: str):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_it_stages_and_runs_a_job_from_a_url(fleet, partner_client, http_server):
-    form = job_form(location=f"{http_server}/customers.csv")
+def test_it_stages_and_runs_a_job_from_a_url_and_keeps_no_signature_of_it(fleet, partner_client, http_server):
+    """A pre-signed URL's query is a credential: used to download, then never shown, recorded or kept."""
+    form = job_form(location=f"{http_server}/customers.csv?X-Amz-Signature=s3cr3t&X-Amz-Expires=600#top")
     del form["data"]
     assert partner_client.post("/jobs/new/", form).status_code == 302
     job = wait_for_end(Job.objects.get())
     assert_staged_like_the_example(job, "url")
     assert job.source_name == "customers.csv"
+    assert job.source_uri == f"{http_server}/customers.csv?…"
+    assert "s3cr3t" not in partner_client.get(f"/jobs/{job.pk}/").content.decode()
+    with default_storage.open(f"{job.output_path}/manifest.json", "rb") as handle:
+        assert json.load(handle)["input"]["location"] == f"{http_server}/customers.csv?…"
+
+
+@pytest.mark.django_db
+def test_a_job_that_ended_before_it_staged_has_its_secrets_wiped_by_the_safety_net(organisation):
+    """Cancelled while its staging message was lost with Redis: no staging attempt ever wipes them."""
+    from jobs.reconcile import reconcile
+    from jobs.staging import s3
+
+    common = {"organisation": organisation, "work": "clean-table", "gpus": 1, "hours": 1, "source_name": "c.csv"}
+    signed = Job.objects.create(
+        **common, state=State.CANCELLED, source_kind=Job.Source.URL, source_uri="https://example.com/c.csv?sig=s3cr3t"
+    )
+    sealed = Job.objects.create(
+        **common, state=State.CANCELLED, source_kind=Job.Source.S3, source_uri="s3://partner-data/c.csv",
+        source_secret=s3.seal({"access_key_id": "k", "secret_access_key": "s3cr3t"}),
+    )  # fmt: skip
+    waiting = Job.objects.create(
+        **common, state=State.SUBMITTED, source_kind=Job.Source.URL, source_uri="https://example.com/c.csv?sig=s3cr3t"
+    )
+    reconcile()
+    assert Job.objects.get(pk=signed.pk).source_uri == "https://example.com/c.csv?…"
+    assert Job.objects.get(pk=sealed.pk).source_secret == ""
+    assert Job.objects.get(pk=waiting.pk).source_uri.endswith("?sig=s3cr3t"), "its staging still needs it"
 
 
 @pytest.mark.django_db(transaction=True)
