@@ -30,7 +30,9 @@ def ledger(request):
     entries = _entries(request)
     if entries is None:
         return render(request, "jobs/no_organisation.html", status=403)
-    totals = entries.aggregate(gpu_hours=Sum("gpu_hours"), amount=Sum("amount"))
+    totals = entries.aggregate(gpu_hours=Sum("gpu_hours"))
+    # Amounts add up within a currency only (a rate card may change it).
+    totals["amounts"] = entries.order_by("currency").values("currency").annotate(amount=Sum("amount"))
     context = {"entries": entries, "totals": totals, "fleet": fleet()}
     return render(request, "billing/ledger.html", context)
 

@@ -1,6 +1,8 @@
-"""Sizes as the product shows them: decimal units everywhere (MB/s, the per-GB staging rate, the
-upload page's figures), so one file reads the same on every page and a ledger's bytes times its rate
-is its amount. Django's filesizeformat counts in 1024s under the same names."""
+"""Sizes and prices as the product shows them. Sizes in decimal units everywhere (MB/s, the per-GB
+staging rate, the upload page's figures), so one file reads the same on every page and a ledger's
+bytes times its rate is its amount: Django's filesizeformat counts in 1024s under the same names."""
+
+from decimal import Decimal
 
 UNITS = ("kB", "MB", "GB", "TB", "PB")
 
@@ -17,3 +19,9 @@ def size(count: int | float | None) -> str:
         if abs(scaled) < 999.95:
             return f"{scaled:.1f}\xa0{unit}"
     return f"{scaled / 1000:.1f}\xa0{UNITS[-1]}"
+
+
+def rate(price: Decimal) -> str:
+    """A price per unit to its last significant decimal, at least cents: 3.60, 0.005, 12.125."""
+    cents = Decimal("0.01")
+    return str(price.quantize(cents) if price == price.quantize(cents) else price.normalize())

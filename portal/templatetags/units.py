@@ -4,3 +4,4 @@ from portal import units
 
 register = template.Library()
 register.filter("size", units.size)
+register.filter("rate", units.rate)

@@ -3,6 +3,7 @@
 import csv
 import io
 import json
+import re
 from datetime import timedelta
 from decimal import Decimal
 
@@ -195,3 +196,25 @@ def test_a_rate_card_not_yet_in_force_can_be_corrected_or_withdrawn(operator, ra
     assert future.rate_per_gpu_hour == Decimal("4.20")
     assert client.post(f"/admin/billing/ratecard/{future.pk}/delete/", {"post": "yes"}).status_code == 302
     assert list(RateCard.objects.all()) == [rate_card]
+
+
+def test_the_ledger_page_adds_amounts_up_per_currency_and_shows_rates_to_their_last_decimal(
+    organisation, partner_client
+):
+    from jobs.signals import staging_finished
+
+    start = timezone.now() - timedelta(days=2)
+    RateCard.objects.create(
+        rate_per_gpu_hour=Decimal("3.60"), rate_per_staged_gb=Decimal("0.0050"), effective_from=start
+    )
+    RateCard.objects.create(
+        rate_per_gpu_hour=Decimal("3.30"), rate_per_staged_gb=Decimal("0.0125"), currency="EUR",
+        effective_from=start + timedelta(days=1),
+    )  # fmt: skip
+    for day, size in ((0, 2 * 10**9), (1, 4 * 10**9)):
+        job = Job.objects.create(organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1)
+        began = start + timedelta(days=day, hours=1)
+        staging_finished.send(sender=Job, job=job, size=size, started=began, finished=began + timedelta(seconds=5))
+    page = partner_client.get("/billing/ledger/").content.decode()
+    assert "0.005 USD/GB" in page and "0.0125 EUR/GB" in page
+    assert re.search(r"<tfoot>.*0\.0500 EUR<br>0\.0100 USD</th>", page, re.S), page
