@@ -1,6 +1,7 @@
 """The job lifecycle: one small function per transition, each a conditional UPDATE that wins once."""
 
 import logging
+from datetime import timedelta
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -37,17 +38,26 @@ def move(job_id: int, frm: str | tuple[str, ...], to: str, message: str = "", at
 
 
 def hold(job: Job, gpus: list[Gpu]) -> list[Allocation]:
-    """Start the job's hold on these GPUs: queued → running, one Allocation per GPU, all or none."""
+    """Start the job's hold on these GPUs: queued → running, one Allocation per GPU, all or none.
+    A job held before (it lost every GPU with their nodes) has that much less of its hours left."""
     now = timezone.now()
     try:
         with transaction.atomic():
-            if not move(job.pk, State.QUEUED, State.RUNNING, at=now, started_at=now):
+            if not move(job.pk, State.QUEUED, State.RUNNING, at=now, started_at=now, held_before=_held_so_far(job)):
                 return []
             allocations = [Allocation.objects.create(job=job, gpu=gpu, held_from=now) for gpu in gpus]
     except IntegrityError:
         # Another scheduler took one of these GPUs first; the job stays queued.
         return []
     return allocations
+
+
+def _held_so_far(job: Job) -> timedelta:
+    """The earlier holds' time: each from its start (shared by its GPUs) to the last of them released."""
+    ends: dict = {}
+    for start, end in Allocation.objects.filter(job=job, held_to__isnull=False).values_list("held_from", "held_to"):
+        ends[start] = max(ends.get(start, end), end)
+    return sum((end - start for start, end in ends.items()), timedelta())
 
 
 def release(job: Job, at=None) -> bool:

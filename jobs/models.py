@@ -173,7 +173,10 @@ class Job(TimeStamped):
 
     # timing
     queued_at = models.DateTimeField(null=True, blank=True)
-    started_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True, help_text="When the current hold started.")
+    held_before = models.DurationField(
+        default=timedelta, help_text="How long earlier holds lasted (all their GPUs lost, the job queued again)."
+    )
     ended_at = models.DateTimeField(null=True, blank=True)
 
     # output
@@ -242,8 +245,8 @@ class Job(TimeStamped):
         return self.input_bytes / 1e6 / self.staging_seconds if self.staging_seconds else None
 
     def time_limit_at(self):
-        """When the hours asked for are up, counted from the start of the hold."""
-        return self.started_at and self.started_at + timedelta(hours=float(self.hours))
+        """When the hours asked for are up: the hours held in all, earlier holds included."""
+        return self.started_at and self.started_at + timedelta(hours=float(self.hours)) - self.held_before
 
     def time_limit_passed(self, now=None) -> bool:
         if self.state != State.RUNNING or self.started_at is None:

@@ -149,6 +149,9 @@ def test_a_job_left_without_a_slot_waits_in_the_queue_unmetered_and_is_held_agai
     held_job.refresh_from_db()
     assert held_job.state == State.RUNNING
     assert Allocation.objects.filter(job=held_job, held_to__isnull=True).count() == 2
+    first_hold = max(node.last_seen for node in nodes) - first_holds[0].held_from
+    assert held_job.held_before == first_hold, "held until its last node went silent"
+    assert held_job.time_limit_at() == held_job.started_at + timedelta(hours=1) - first_hold, "the hours held in all"
 
     assert lifecycle.cancel(held_job)
     entry = LedgerEntry.objects.get(job=held_job, kind=LedgerEntry.Kind.HOLD)
