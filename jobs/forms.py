@@ -35,11 +35,15 @@ class RequestForm(forms.Form):
         ),
     )
     keep_days = forms.IntegerField(label="days", min_value=1, initial=7, required=False)
+    output_days = forms.IntegerField(label="The output is kept for", min_value=1, required=False)  # blank: the default
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["keep_days"].validators.append(MaxValueValidator(settings.E31_MAX_RETENTION_DAYS))
         self.fields["keep_days"].widget.attrs["max"] = settings.E31_MAX_RETENTION_DAYS
+        self.fields["output_days"].initial = settings.E31_OUTPUT_KEEP_DAYS
+        self.fields["output_days"].validators.append(MaxValueValidator(settings.E31_MAX_OUTPUT_KEEP_DAYS))
+        self.fields["output_days"].widget.attrs["max"] = settings.E31_MAX_OUTPUT_KEEP_DAYS
 
     def clean(self):
         cleaned = super().clean()

@@ -181,6 +181,10 @@ class Job(TimeStamped):
 
     # output
     output_path = models.CharField(max_length=500, blank=True)
+    output_keep_days = models.PositiveIntegerField(
+        default=30, help_text="Days the output is kept after the job ends, as the partner chose at submit."
+    )
+    output_purged_at = models.DateTimeField(null=True, blank=True)
     output_files = models.JSONField(default=list, blank=True, help_text="The names of the files in the output folder.")
     records_out = models.BigIntegerField(null=True, blank=True)
     records_rejected = models.BigIntegerField(null=True, blank=True)
@@ -206,8 +210,8 @@ class Job(TimeStamped):
 
     @property
     def output_names(self) -> list[str]:
-        """The files of the job's output, once there is one."""
-        if not self.output_path:
+        """The files of the job's output, once there is one and until its retention is up."""
+        if not self.output_path or self.output_purged_at:
             return []
         return list(self.output_files) or list(OUTPUT_FILES)
 

@@ -1,5 +1,6 @@
-"""Retention of the staged copy (and the model file the job brought): purged when the job ends, or
-the days the partner chose later."""
+"""Retention, as the partner chose it when submitting: the staged copy (and the model file the job
+brought) purged when the job ends or the days chosen later; the output kept the days chosen, then
+purged. Each purge is recorded on the job."""
 
 import logging
 from datetime import timedelta
@@ -49,6 +50,38 @@ def _purge_model(job: Job) -> None:
         default_storage.delete(job.model_path)
 
 
+def output_due_at(job: Job):
+    if job.ended_at is None or not job.output_path:
+        return None
+    return job.ended_at + timedelta(days=job.output_keep_days)
+
+
+def purge_output_if_due(job_id: int) -> bool:
+    """Delete the output once its days are up; record when, on the job and its timeline."""
+    job = Job.objects.get(pk=job_id)
+    due = output_due_at(job)
+    if job.state not in ENDED or job.output_purged_at or due is None or due > timezone.now():
+        return False
+    now = timezone.now()
+    if not Job.objects.filter(pk=job.pk, output_purged_at__isnull=True).update(output_purged_at=now):
+        return False
+    for name in job.output_names:
+        default_storage.delete(f"{job.output_path}/{name}")
+    days = f"{job.output_keep_days} day{'s' if job.output_keep_days != 1 else ''}"
+    job.events.create(state=job.state, at=now, message=f"output deleted: kept {days} after the job ended, as chosen")
+    log.info("purged the output of job %s (%s)", job.pk, job.output_path)
+    return True
+
+
 def purge_expired() -> list[int]:
+    """Every staged copy and output whose days are up: the ids of the jobs purged."""
     candidates = Job.objects.filter(state__in=ENDED, staged_purged_at__isnull=True).exclude(staged_path="")
-    return [job.pk for job in candidates.only("pk") if purge_staged_copy_if_due(job.pk)]
+    purged = [job.pk for job in candidates.only("pk") if purge_staged_copy_if_due(job.pk)]
+    now = timezone.now()
+    outputs = Job.objects.filter(state__in=ENDED, output_purged_at__isnull=True).exclude(output_path="")
+    due = [
+        pk
+        for pk, ended, days in outputs.values_list("pk", "ended_at", "output_keep_days")
+        if ended + timedelta(days=days) <= now
+    ]
+    return purged + [pk for pk in due if purge_output_if_due(pk)]

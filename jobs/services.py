@@ -64,6 +64,7 @@ def submit_job(
     s3_credentials: dict | None = None,
     shape: str = Job.Shape.SHORT_WIDE,
     retention_days: int = 0,
+    output_keep_days: int | None = None,
     expected_sha256: str = "",
     allow_partial: bool = False,
     sample: bool = False,
@@ -88,7 +89,7 @@ def submit_job(
     expected_sha256 = expected_sha256.strip().lower()
     if expected_sha256 and not SHA256.fullmatch(expected_sha256):
         raise SubmitError("sha256", f"A SHA-256 is 64 hexadecimal digits, not {expected_sha256!r}.")
-    _check_retention(retention_days)
+    output_keep_days = _check_retention(retention_days, output_keep_days)
     if upload is not None:
         source = _describe_upload(processor, organisation, upload, data, location)
     else:
@@ -100,11 +101,10 @@ def submit_job(
     checked_model = _check_model(processor, model, model_name)
     request = {"gpus": gpus, "hours": hours, "shape": shape, "retention_days": retention_days}
     if sample:
+        asked = {**request, "hours": str(hours), "output_keep_days": output_keep_days}
         request.update(gpus=1, hours=sizing.sample_hours(), shape=Job.Shape.SHORT_WIDE)
         request["retention_days"] = max(retention_days, settings.E31_SAMPLE_KEEP_DAYS)
-        source["sample_result"] = {
-            "request": {"gpus": gpus, "hours": str(hours), "shape": shape, "retention_days": retention_days}
-        }
+        source["sample_result"] = {"request": asked}
     if data is not None:
         source["source_path"] = uploads.store_upload(data, data_name)
     if upload is not None:
@@ -119,6 +119,7 @@ def submit_job(
         params=checked_params,
         expected_sha256=expected_sha256,
         allow_partial=allow_partial,
+        output_keep_days=output_keep_days,
         **request,
         **source,
     )
@@ -146,9 +147,17 @@ def _check_model(processor, model: BinaryIO | None, name: str) -> bool:
     return True
 
 
-def _check_retention(days: int) -> None:
+def _check_retention(days: int, output_days: int | None) -> int:
+    """The days the staged copy and the output are kept, as asked; the output's (its default when
+    not asked) returned."""
     if not 0 <= days <= settings.E31_MAX_RETENTION_DAYS:
         raise SubmitError("keep_days", f"Keep the staged copy 0 to {settings.E31_MAX_RETENTION_DAYS} days, not {days}.")
+    output_days = settings.E31_OUTPUT_KEEP_DAYS if output_days is None else output_days
+    if not 1 <= output_days <= settings.E31_MAX_OUTPUT_KEEP_DAYS:
+        raise SubmitError(
+            "output_days", f"Keep the output 1 to {settings.E31_MAX_OUTPUT_KEEP_DAYS} days, not {output_days}."
+        )
+    return output_days
 
 
 def _create(**fields) -> Job:
@@ -162,7 +171,7 @@ def _create(**fields) -> Job:
 
 def submit_pass(
     sample: Job, *, user, gpus, hours, shape: str = Job.Shape.SHORT_WIDE, retention_days: int = 0,
-    allow_partial: bool = False,
+    output_keep_days: int | None = None, allow_partial: bool = False,
 ) -> Job:  # fmt: skip
     """The full pass a sample was run for: the same work on all of the data, whose staged copy it
     takes over from the sample (the data is not staged again), cut into shards sized by the sample."""
@@ -171,7 +180,7 @@ def submit_pass(
     if not sample.staged_path or sample.staged_purged_at:
         gone = f"The staged copy of sample {sample.pk} is gone (purged, or used by a pass); submit the data again."
         raise SubmitError("sample", gone)
-    _check_retention(retention_days)
+    output_keep_days = _check_retention(retention_days, output_keep_days)
     try:
         gpus, hours = parse_request(gpus, hours, shape, work=sample.work)
     except ValueError as error:
@@ -192,6 +201,7 @@ def submit_pass(
         hours=hours,
         shape=shape,
         retention_days=retention_days,
+        output_keep_days=output_keep_days,
         allow_partial=allow_partial,
     )
 

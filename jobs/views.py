@@ -20,7 +20,7 @@ from jobs.forms import JobForm, RequestForm
 from jobs.models import ACTIVE, Job, Upload
 from jobs.outputs.assemble import open_output_file, signed_output_url
 from jobs.outputs.zipstream import stream_zip
-from jobs.retention import purge_due_at
+from jobs.retention import output_due_at, purge_due_at
 from jobs.scheduling import fleet, queue_position, sizing
 from jobs.staging import resumable
 from jobs.staging.uploads import too_large_message
@@ -68,6 +68,7 @@ def job_new(request):
                     hours=form.cleaned_data["hours"],
                     shape=form.cleaned_data["shape"],
                     retention_days=form.retention_days(),
+                    output_keep_days=form.cleaned_data["output_days"],
                     expected_sha256=form.cleaned_data["sha256"],
                     allow_partial=form.cleaned_data["allow_partial"],
                     sample=form.cleaned_data["sample"],
@@ -126,6 +127,7 @@ def _sizing_context(job, pass_form: RequestForm | None = None) -> dict:
                 "hours": found.hours,
                 "retention": "keep" if retention else "delete",
                 "keep_days": retention or 7,
+                "output_days": request.get("output_keep_days", settings.E31_OUTPUT_KEEP_DAYS),
             }
         )
     else:
@@ -152,6 +154,7 @@ def _detail_context(job, pass_form: RequestForm | None = None) -> dict:
         "position": queue_position(job),
         "fleet": fleet(),
         "purge_due": purge_due_at(job),
+        "output_due": output_due_at(job),
         "copy_taken_by": _copy_taken_by(job),
         "output_files": job.output_names,
         "staging_phase_mb_per_s": job.staging_rate / 1e6 if job.staging_rate else None,
@@ -201,6 +204,7 @@ def job_pass(request, pk: int):
                 gpus=form.cleaned_data["gpus"],
                 hours=form.cleaned_data["hours"],
                 retention_days=form.retention_days(),
+                output_keep_days=form.cleaned_data["output_days"],
                 allow_partial=form.cleaned_data["allow_partial"],
             )
         except services.SubmitError as error:
@@ -234,6 +238,8 @@ def job_cancel(request, pk: int):
 def job_output(request, pk: int):
     """All of the output as one zip, written while it downloads."""
     job = services.get_job_for_user(request, pk)
+    if job.output_purged_at:
+        return _output_gone(request, job)
     if not job.output_path:
         raise Http404("This job has no output.")
     files = [(name, partial(open_output_file, job, name)) for name in job.output_names]
@@ -247,6 +253,8 @@ def job_output_file(request, pk: int, name: str):
     """One output file: from S3, a redirect to a signed URL that expires (the bytes do not pass through
     the portal); from the filesystem, streamed."""
     job = services.get_job_for_user(request, pk)
+    if job.output_purged_at:
+        return _output_gone(request, job)
     if name not in job.output_names:
         raise Http404("This job has no such output file.")
     filename = f"job-{job.pk}-{name}"
@@ -254,6 +262,11 @@ def job_output_file(request, pk: int, name: str):
     if signed:
         return redirect(signed)
     return FileResponse(open_output_file(job, name), as_attachment=True, filename=filename)
+
+
+def _output_gone(request, job: Job) -> HttpResponse:
+    """410: the output was there, and its retention is up."""
+    return render(request, "jobs/output_gone.html", {"job": job}, status=410)
 
 
 def _tus(response: HttpResponse) -> HttpResponse:

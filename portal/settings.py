@@ -199,6 +199,14 @@ E31_STAGING_S3_REGION = env_str("E31_STAGING_S3_REGION", "us-east-1")
 E31_CPU_SLOTS = env_int("E31_CPU_SLOTS", 4, minimum=1)
 E31_MAX_HOURS = env_int("E31_MAX_HOURS", 72, minimum=1)
 E31_MAX_RETENTION_DAYS = env_int("E31_MAX_RETENTION_DAYS", 90, minimum=0)
+# A job's output: kept this many days after the job ends unless the partner chooses otherwise, at most the max.
+E31_OUTPUT_KEEP_DAYS = env_int("E31_OUTPUT_KEEP_DAYS", 30, minimum=1)
+E31_MAX_OUTPUT_KEEP_DAYS = env_int("E31_MAX_OUTPUT_KEEP_DAYS", 365, minimum=1)
+if E31_OUTPUT_KEEP_DAYS > E31_MAX_OUTPUT_KEEP_DAYS:
+    raise ImproperlyConfigured(
+        f"E31_OUTPUT_KEEP_DAYS ({E31_OUTPUT_KEEP_DAYS}) is more than "
+        f"E31_MAX_OUTPUT_KEEP_DAYS ({E31_MAX_OUTPUT_KEEP_DAYS})."
+    )
 E31_SHARD_RECORDS = env_int("E31_SHARD_RECORDS", 50_000, minimum=1)
 E31_SHARD_BYTES = env_int("E31_SHARD_BYTES", 64 * 1024**2, minimum=1024)
 E31_SHARD_MAX_ATTEMPTS = env_int("E31_SHARD_MAX_ATTEMPTS", 3, minimum=1)
@@ -225,7 +233,7 @@ CELERY_BEAT_SCHEDULE = {
     "schedule-queued-jobs": {"task": "jobs.tasks.schedule", "schedule": 5.0},
     "enforce-time-limits": {"task": "jobs.tasks.enforce_time_limits", "schedule": 30.0},
     "reconcile-jobs": {"task": "jobs.tasks.reconcile", "schedule": 30.0},
-    "purge-expired-staged-copies": {"task": "jobs.tasks.purge_expired", "schedule": 600.0},
+    "purge-expired-copies-and-outputs": {"task": "jobs.tasks.purge_expired", "schedule": 600.0},
     "purge-abandoned-uploads": {"task": "jobs.tasks.purge_abandoned_uploads", "schedule": 600.0},
 }
 

@@ -110,6 +110,15 @@ def test_it_refuses_bad_work_parameters(partner_client, online_slots, field, val
 def test_it_asks_how_many_days_to_keep(partner_client, online_slots):
     assert_refused(post(partner_client, retention="keep", keep_days=""), "Say how many days to keep the staged copy.")
     assert_refused(post(partner_client, retention="keep", keep_days="400"), "less than or equal to 90")
+    assert_refused(post(partner_client, output_days="0"), "greater than or equal to 1")
+    assert_refused(post(partner_client, output_days="366"), "less than or equal to 365")
+    assert_refused(post(partner_client, output_days="a month"), "Enter a whole number.")
+
+
+@pytest.mark.parametrize(("given", "kept"), [("", 30), ("7", 7), ("365", 365)])
+def test_it_keeps_the_output_the_days_asked_or_thirty(partner_client, online_slots, given, kept):
+    assert post(partner_client, output_days=given).status_code == 302
+    assert Job.objects.get().output_keep_days == kept
 
 
 def test_it_stores_the_upload_for_staging(partner_client, online_slots):

@@ -1,5 +1,6 @@
-"""Retention of the staged copy: kept the days the partner chose when submitting, then purged and the
-purge recorded; never purged while the job is active, nor once a pass has taken a sample's copy over."""
+"""Retention of the staged copy and the output: each kept the days the partner chose when submitting,
+then purged and the purge recorded; never purged while the job is active, nor (the staged copy) once a
+pass has taken a sample's copy over."""
 
 from datetime import timedelta
 
@@ -11,6 +12,7 @@ from django.utils import timezone
 from jobs import retention
 from jobs.models import Job, State
 from jobs.staging import stage
+from tests.conftest import client_for
 
 pytestmark = pytest.mark.django_db
 
@@ -72,3 +74,45 @@ def test_a_sample_copy_taken_over_by_its_pass_while_the_purge_looked_is_not_purg
     assert passed.staged_path == sample.staged_path and default_storage.exists(passed.staged_path)
     sample.refresh_from_db()
     assert sample.staged_path == "" and sample.staged_purged_at is None
+
+
+def finished_job(organisation, ended_days_ago: float, keep_days: int = 30) -> Job:
+    job = Job.objects.create(
+        organisation=organisation,
+        work="clean-table",
+        source_name="a.csv",
+        gpus=1,
+        hours=1,
+        state=State.SUCCEEDED,
+        ended_at=timezone.now() - timedelta(days=ended_days_ago),
+        output_keep_days=keep_days,
+        output_path=f"jobs/{organisation.slug}/output-{ended_days_ago}",
+        output_files=["output.parquet", "manifest.json"],
+        records_out=10,
+        records_rejected=0,
+    )
+    for name in job.output_files:
+        default_storage.save(f"{job.output_path}/{name}", ContentFile(b"PAR1"))
+    return job
+
+
+def test_an_output_is_kept_the_days_chosen_then_purged_and_its_downloads_say_so(organisation, partner):
+    client = client_for(partner)
+    due, kept = finished_job(organisation, ended_days_ago=30.01), finished_job(organisation, ended_days_ago=29.99)
+    assert "Kept until" in client.get(f"/jobs/{due.pk}/").content.decode()
+    assert client.get(f"/jobs/{due.pk}/output/output.parquet").status_code == 200
+
+    assert retention.purge_expired() == [due.pk]
+    due.refresh_from_db()
+    assert due.output_purged_at is not None and due.output_names == []
+    assert not any(default_storage.exists(f"{due.output_path}/{name}") for name in due.output_files)
+    assert due.events.last().message == "output deleted: kept 30 days after the job ended, as chosen"
+    for url in (f"/jobs/{due.pk}/output/", f"/jobs/{due.pk}/output/output.parquet"):
+        response = client.get(url)
+        assert response.status_code == 410
+        assert "It was kept 30 days after the job ended, as chosen" in response.content.decode()
+    page = client.get(f"/jobs/{due.pk}/").content.decode()
+    assert "Deleted on" in page and "Download all" not in page
+
+    assert all(default_storage.exists(f"{kept.output_path}/{name}") for name in kept.output_files)
+    assert retention.purge_expired() == [], "a purge happens once, and not before the day"

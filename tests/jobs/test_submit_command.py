@@ -50,6 +50,7 @@ def test_it_runs_a_job_and_writes_the_output_and_the_ledger_line(fleet, organisa
         (["--data", "/no/such/file.csv"], "There is no file /no/such/file.csv."),
         (["--data", "s3://bucket/data.csv"], "Refused: Give credentials that can read s3://bucket/"),
         (["--data", "http://127.0.0.1/data.csv"], "Refused: "),
+        (["--keep-output-days", "0"], "Refused: Keep the output 1 to 365 days, not 0."),
     ],
 )
 def test_it_refuses_with_a_one_line_reason(fleet, organisation, args, reason):

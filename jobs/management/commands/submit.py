@@ -69,6 +69,11 @@ class Command(BaseCommand):
         parser.add_argument("--shape", default=Job.Shape.SHORT_WIDE, choices=Job.Shape.values)
         parser.add_argument("--keep-days", type=int, default=0, help="Keep the staged copy this many days.")
         parser.add_argument(
+            "--keep-output-days",
+            type=int,
+            help="Keep the output this many days after the job ends (default E31_OUTPUT_KEEP_DAYS, 30).",
+        )
+        parser.add_argument(
             "--allow-partial",
             action="store_true",
             help="Finish without a shard that keeps failing (its records rejected).",
@@ -143,6 +148,7 @@ class Command(BaseCommand):
             hours=hours,
             shape=opts["shape"],
             retention_days=opts["keep_days"],
+            output_keep_days=opts["keep_output_days"],
             allow_partial=opts["allow_partial"],
         )
 
@@ -196,6 +202,7 @@ class Command(BaseCommand):
             "hours": opts["hours"],
             "shape": opts["shape"],
             "retention_days": opts["keep_days"],
+            "output_keep_days": opts["keep_output_days"],
             "expected_sha256": opts["sha256"],
             "allow_partial": opts["allow_partial"],
             "sample": opts["sample"],
