@@ -11,6 +11,7 @@ from django.dispatch import receiver
 from django.utils import timezone
 
 from billing.models import LedgerEntry, RateCard
+from jobs.lifecycle import hold_periods
 from jobs.signals import hold_released, staging_finished
 
 GPU_HOURS = Decimal("0.000001")
@@ -35,18 +36,19 @@ def price(gpus: int, held_from: datetime, held_to: datetime) -> Meter:
 def price_holds(gpus: int, holds: Sequence[tuple[datetime, datetime]]) -> Meter:
     """The seconds of each GPU's hold (held_from to held_to, per started second) added up, at the rate
     in force when the first hold started: a GPU released early (its node went offline) counts only
-    until then. `seconds` is the span from the first hold's start to the last one's end."""
+    until then. `seconds` is how long the job held any GPU: from each hold's start (its GPUs share it)
+    to the last of them released, added up, so a job queued again between two holds does not count
+    the queue."""
     if not holds:
         raise ValueError("a meter needs at least one hold")
     held_from = min(start for start, _ in holds)
-    held_to = max(end for _, end in holds)
     gpu_seconds = sum(_started_seconds(start, end) for start, end in holds)
     card = RateCard.in_force(held_from)
     rate = card.rate_per_gpu_hour if card else Decimal(0)
     gpu_hours = (Decimal(gpu_seconds) / 3600).quantize(GPU_HOURS)
     return Meter(
         gpus=gpus,
-        seconds=_started_seconds(held_from, held_to),
+        seconds=sum(_started_seconds(start, end) for start, end in hold_periods(holds)),
         gpu_hours=gpu_hours,
         rate=rate,
         currency=card.currency if card else "USD",

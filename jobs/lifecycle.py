@@ -1,7 +1,8 @@
 """The job lifecycle: one small function per transition, each a conditional UPDATE that wins once."""
 
 import logging
-from datetime import timedelta
+from collections.abc import Iterable
+from datetime import datetime, timedelta
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -52,12 +53,19 @@ def hold(job: Job, gpus: list[Gpu]) -> list[Allocation]:
     return allocations
 
 
-def _held_so_far(job: Job) -> timedelta:
-    """The earlier holds' time: each from its start (shared by its GPUs) to the last of them released."""
-    ends: dict = {}
-    for start, end in Allocation.objects.filter(job=job, held_to__isnull=False).values_list("held_from", "held_to"):
+def hold_periods(holds: Iterable[tuple[datetime, datetime]]) -> list[tuple[datetime, datetime]]:
+    """When the job held any GPU, from its GPUs' holds: each hold() from its start (its GPUs share it)
+    to the last of them released. More than one when the job lost every GPU and was held again."""
+    ends: dict[datetime, datetime] = {}
+    for start, end in holds:
         ends[start] = max(ends.get(start, end), end)
-    return sum((end - start for start, end in ends.items()), timedelta())
+    return list(ends.items())
+
+
+def _held_so_far(job: Job) -> timedelta:
+    """How long the job's earlier holds lasted."""
+    ended = Allocation.objects.filter(job=job, held_to__isnull=False).values_list("held_from", "held_to")
+    return sum((end - start for start, end in hold_periods(ended)), timedelta())
 
 
 def release(job: Job, at=None) -> bool:

@@ -304,7 +304,8 @@ def progress(job: Job) -> Progress:
     rate = eta = None
     if job.started_at and records_done:
         released = job.allocations.aggregate(Max("held_to"))["held_to__max"] if job.state != State.RUNNING else None
-        elapsed = ((released or timezone.now()) - job.started_at).total_seconds()
+        # Held time only: a job held again after losing its nodes counts its earlier hold, not the queue between.
+        elapsed = ((released or timezone.now()) - job.started_at + job.held_before).total_seconds()
         if elapsed > 0:
             rate = records_done / elapsed
             if job.state == State.RUNNING:

@@ -160,6 +160,10 @@ def test_a_job_left_without_a_slot_waits_in_the_queue_unmetered_and_is_held_agai
     assert entry.gpu_hours == as_gpu_hours(gpu_seconds(allocations)), "both holds, not the time in the queue"
     assert entry.held_from == first_holds[0].held_from
     assert entry.held_to == max(a.held_to for a in allocations)
+    second = [a for a in allocations if a.held_from > first_holds[0].held_from]
+    held = [first_hold, max(a.held_to for a in second) - second[0].held_from]
+    assert entry.seconds == sum(math.ceil(span.total_seconds()) for span in held), "the time held, not the queue"
+    assert entry.seconds < (entry.held_to - entry.held_from).total_seconds() - 15
 
 
 @pytest.mark.django_db
