@@ -227,7 +227,9 @@ def job_progress(request, pk: int):
 def job_cancel(request, pk: int):
     job = services.get_job_for_user(request, pk)
     if lifecycle.cancel(job, by=request.user):
-        messages.success(request, f"Job {job.pk} is cancelled; its GPUs are released.")
+        noun = fleet().noun
+        held = f"its {noun}s are released" if job.allocations.exists() else f"it held no {noun}s"
+        messages.success(request, f"Job {job.pk} is cancelled; {held}.")
     else:
         job.refresh_from_db()
         messages.info(request, f"Job {job.pk} is {job.get_state_display().lower()} and can no longer be cancelled.")

@@ -27,8 +27,8 @@ def test_it_releases_the_gpus_within_seconds_and_keeps_finished_shards(fleet, pa
     job = Job.objects.get()
     wait_for(lambda: Shard.objects.filter(job=job, status=Shard.Status.DONE).count() >= 2, timeout=60)
 
-    response = partner_client.post(f"/jobs/{job.pk}/cancel/")
-    assert response.status_code == 302
+    response = partner_client.post(f"/jobs/{job.pk}/cancel/", follow=True)
+    assert f"Job {job.pk} is cancelled; its CPU slots are released." in response.content.decode()
     job.refresh_from_db()
     assert job.state == State.CANCELLED
     assert not job.allocations.filter(held_to__isnull=True).exists(), "released at once"
@@ -54,7 +54,8 @@ def test_it_cancels_a_queued_job_without_ever_holding(fleet, partner_client):
     second = Job.objects.exclude(pk=first.pk).get()
     wait_for(lambda: Job.objects.get(pk=second.pk).state == State.QUEUED, timeout=60)
 
-    partner_client.post(f"/jobs/{second.pk}/cancel/")
+    response = partner_client.post(f"/jobs/{second.pk}/cancel/", follow=True)
+    assert f"Job {second.pk} is cancelled; it held no CPU slots." in response.content.decode()
     second.refresh_from_db()
     assert second.state == State.CANCELLED
     assert not second.allocations.exists()
