@@ -105,6 +105,9 @@ class JobForm(RequestForm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        if not settings.E31_STAGING_ROOTS:  # no server paths here: not offered
+            self.fields["location"].label = "or a URL or s3:// URI"
+            self.fields["location"].help_text = "An http(s) URL the portal downloads, or an s3://bucket/key."
         kinds = processors.available()
         self.fields["work"].choices = [(p.name, f"{p.name}: {p.description}") for p in kinds]
         self.fields["work"].initial = "clean-table" if any(p.name == "clean-table" for p in kinds) else None
@@ -113,6 +116,18 @@ class JobForm(RequestForm):
                 self.fields[param_field_name(processor, param)] = forms.CharField(
                     label=param.name, required=False, initial=param.default, help_text=param.help
                 )
+
+    def field_for(self, error_field: str, message: str) -> str | None:
+        """The form field an error of submit belongs to: a work parameter's own field when the message
+        names it first (as ParamError messages do), else the part of the form it names."""
+        if error_field == "work" and self.cleaned_data.get("work"):
+            processor = processors.get(self.cleaned_data["work"])
+            for param in processor.params:
+                if message.startswith(f"{param.name} "):
+                    return param_field_name(processor, param)
+        if error_field == "data" and self.cleaned_data.get("location"):
+            return "location"
+        return error_field if error_field in self.fields else None
 
     def param_groups(self):
         """(processor, bound fields) for each work kind, so the template can show its parameters."""

@@ -76,8 +76,7 @@ def job_new(request):
                     model_name=model.name if model else "",
                 )
             except services.SubmitError as error:
-                field = "location" if error.field == "data" and form.cleaned_data["location"] else error.field
-                form.add_error(field if field in form.fields else None, str(error))
+                form.add_error(form.field_for(error.field, str(error)), str(error))
             else:
                 return redirect("jobs:detail", pk=job.pk)
     status = 400 if form.errors else 200

@@ -26,6 +26,13 @@ def test_it_shows_the_form_with_the_fleet(partner_client, online_slots):
     assert "clean-table" in page and "Short-wide" in page and "Long-narrow" in page
 
 
+def test_it_offers_server_paths_only_where_the_operator_set_staging_roots(partner_client, online_slots, settings):
+    assert "staging folder on the server" in partner_client.get("/jobs/new/").content.decode()
+    settings.E31_STAGING_ROOTS = []
+    page = partner_client.get("/jobs/new/").content.decode()
+    assert "Or a URL or s3:// URI" in page and "server" not in page.split("An http(s) URL")[1].split("</small>")[0]
+
+
 def test_it_accepts_a_valid_job(partner_client, online_slots):
     response = post(partner_client)
     job = Job.objects.get()
@@ -104,7 +111,9 @@ def test_it_refuses_when_no_gpu_is_online(partner_client):
     ],
 )
 def test_it_refuses_bad_work_parameters(partner_client, online_slots, field, value, message):
-    assert_refused(post(partner_client, **{field: value}), message)
+    response = post(partner_client, **{field: value})
+    assert_refused(response, message)
+    assert message.replace("&#x27;", "'") in " ".join(response.context["form"].errors[field]), "shown by its field"
 
 
 def test_it_asks_how_many_days_to_keep(partner_client, online_slots):
