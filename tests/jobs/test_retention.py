@@ -2,6 +2,7 @@
 then purged and the purge recorded; never purged while the job is active, nor (the staged copy) once a
 pass has taken a sample's copy over."""
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -35,7 +36,7 @@ def staged_job(organisation, state=State.SUCCEEDED, ended_days_ago=None, keep_da
     return job
 
 
-def test_a_staged_copy_is_kept_the_days_chosen_then_purged_and_the_purge_recorded(organisation):
+def test_a_staged_copy_is_kept_the_days_chosen_then_purged_and_the_purge_recorded(organisation, partner):
     due = staged_job(organisation, ended_days_ago=3.01)
     kept = staged_job(organisation, ended_days_ago=2.99)
     failed_due = staged_job(organisation, state=State.FAILED, ended_days_ago=4)
@@ -45,10 +46,21 @@ def test_a_staged_copy_is_kept_the_days_chosen_then_purged_and_the_purge_recorde
     for job in (due, failed_due):
         job.refresh_from_db()
         assert job.staged_purged_at is not None and not default_storage.exists(job.staged_path)
+    page = client_for(partner).get(f"/jobs/{due.pk}/").content.decode()
+    assert re.search(r"the staged copy kept 3 days after the job: deleted <span class=\"when\">\d{4}-", page)
     for job in (kept, running):
         job.refresh_from_db()
         assert job.staged_purged_at is None and default_storage.exists(job.staged_path)
     assert retention.purge_expired() == [], "a purge happens once"
+
+
+def test_a_job_whose_staging_failed_says_no_copy_was_kept(organisation, partner):
+    job = Job.objects.create(
+        organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1, state=State.FAILED,
+        ended_at=timezone.now(), error="Staging failed: line 3 has an unmatched quote.",
+    )  # fmt: skip
+    page = client_for(partner).get(f"/jobs/{job.pk}/").content.decode()
+    assert "the staged copy deleted when the job ends: none was kept" in page and "(due" not in page
 
 
 def test_a_sample_copy_taken_over_by_its_pass_while_the_purge_looked_is_not_purged(organisation, monkeypatch):
