@@ -19,7 +19,7 @@ class RequestForm(forms.Form):
     of the job form that the full pass of a sample asks again (pre-filled from the sample's estimate)."""
 
     gpus = forms.IntegerField(label="GPUs", min_value=1, initial=2)
-    hours = forms.DecimalField(label="Hours", min_value=Decimal("0.01"), decimal_places=2, max_digits=7, initial=1)
+    hours = forms.DecimalField(label="Hours", min_value=Decimal("0.01"), decimal_places=2, initial=1)
     retention = forms.ChoiceField(
         label="After the job, the staged copy of the data is",
         choices=[("delete", "deleted when the job ends"), ("keep", "kept for")],
@@ -41,6 +41,9 @@ class RequestForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.fields["keep_days"].validators.append(MaxValueValidator(settings.E31_MAX_RETENTION_DAYS))
         self.fields["keep_days"].widget.attrs["max"] = settings.E31_MAX_RETENTION_DAYS
+        too_long = "A job can run at most %(limit_value)s hours; this asks for %(show_value)s."
+        self.fields["hours"].validators.append(MaxValueValidator(settings.E31_MAX_HOURS, too_long))
+        self.fields["hours"].widget.attrs["max"] = settings.E31_MAX_HOURS
         self.fields["output_days"].initial = settings.E31_OUTPUT_KEEP_DAYS
         self.fields["output_days"].validators.append(MaxValueValidator(settings.E31_MAX_OUTPUT_KEEP_DAYS))
         self.fields["output_days"].widget.attrs["max"] = settings.E31_MAX_OUTPUT_KEEP_DAYS

@@ -82,6 +82,8 @@ def test_it_refuses_an_upload_over_the_limit(partner_client, online_slots):
         ("1", "NaN", "Enter a number."),
         ("1", "1.005", "Ensure that there are no more than 2 decimal places."),
         ("1", "73", "A job can run at most 72 hours; this asks for 73."),
+        ("1", "100000", "A job can run at most 72 hours; this asks for 100000."),
+        ("1", "1e9", "A job can run at most 72 hours; this asks for 1E+9."),
     ],
 )
 def test_it_refuses_a_request_the_fleet_cannot_meet(partner_client, online_slots, gpus, hours, message):

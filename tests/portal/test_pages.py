@@ -33,7 +33,11 @@ def test_it_takes_an_application(client):
 
 @pytest.mark.parametrize(
     ("field", "value", "message"),
-    [("email", "not-an-email", "Enter a valid email address."), ("gpu_hours", "-4", "greater than or equal to 0")],
+    [
+        ("email", "not-an-email", "Enter a valid email address."),
+        ("gpu_hours", "-4", "greater than or equal to 1"),
+        ("gpu_hours", "99999999999999999999", "We plan passes of up to 1,000,000 GPU-hours"),
+    ],
 )
 def test_it_refuses_an_incomplete_application(client, field, value, message):
     data = {"name": "Ada", "email": "ada@lab.example", "organisation": "Lab", "dataset": "x", "work": "y"}
