@@ -53,8 +53,18 @@ def _in_force(card: RateCard) -> bool:
 class LedgerEntryAdmin(admin.ModelAdmin):
     """Read-only: ledger rows are never changed or deleted, not even by operators."""
 
-    list_display = ["job", "organisation", "kind", "gpus", "held_from", "held_to", "seconds", "gpu_hours", "amount"]
+    list_display = ["job", "organisation", "kind", "gpus", "held", "seconds", "gpu_hours", "charged"]
     list_filter = ["organisation", "kind"]
+
+    @admin.display(description="Held (UTC)", ordering="held_from")
+    def held(self, entry: LedgerEntry) -> str:
+        """To the second, as it is billed (the end's date only when it differs)."""
+        end = "%H:%M:%S" if entry.held_to.date() == entry.held_from.date() else "%Y-%m-%d %H:%M:%S"
+        return f"{entry.held_from:%Y-%m-%d %H:%M:%S} → {entry.held_to.strftime(end)}"
+
+    @admin.display(description="Amount", ordering="amount")
+    def charged(self, entry: LedgerEntry) -> str:
+        return f"{entry.amount} {entry.currency}"
 
     def has_add_permission(self, request):
         return False

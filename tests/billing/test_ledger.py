@@ -131,7 +131,8 @@ def test_it_shows_the_ledger_read_only_to_operators(running_job, operator):
     lifecycle.release(running_job)
     client = client_for(operator)
     entry = LedgerEntry.objects.get()
-    assert client.get("/admin/billing/ledgerentry/").status_code == 200
+    listed = client.get("/admin/billing/ledgerentry/").content.decode()
+    assert f"{entry.held_from:%Y-%m-%d %H:%M:%S} → " in listed and f"{entry.amount} USD" in listed
     assert client.get(f"/admin/billing/ledgerentry/{entry.pk}/delete/").status_code == 403
     assert client.get("/admin/billing/ledgerentry/add/").status_code == 403
     assert client.get("/admin/billing/ratecard/add/").status_code == 200
