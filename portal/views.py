@@ -3,6 +3,7 @@
 from django.shortcuts import redirect, render
 
 from portal.forms import ApplicationForm
+from portal.models import Application
 
 
 def landing(request):
@@ -19,5 +20,14 @@ def apply(request):
     form = ApplicationForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         form.save()
-        return render(request, "portal/applied.html", {"application": form.instance})
+        request.session["application"] = form.instance.pk
+        return redirect("applied")  # so that a reload does not send the application again
     return render(request, "portal/apply.html", {"form": form}, status=400 if form.errors else 200)
+
+
+def applied(request):
+    """The thanks, to the browser that sent the application (its session remembers which)."""
+    application = Application.objects.filter(pk=request.session.get("application")).first()
+    if application is None:
+        return redirect("apply")
+    return render(request, "portal/applied.html", {"application": application})

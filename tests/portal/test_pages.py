@@ -2,6 +2,7 @@
 
 import pytest
 from django.core.management import call_command
+from django.test import Client
 
 from portal.models import Application, Membership
 
@@ -25,10 +26,11 @@ def test_it_takes_an_application(client):
             "gpu_hours": "64",
         },
     )
-    assert response.status_code == 200
-    assert "Thank you, Ada" in response.content.decode()
+    assert response.status_code == 302, "a reload of the thanks cannot send it again"
+    assert "Thank you, Ada" in client.get(response["Location"]).content.decode()
     application = Application.objects.get()
     assert (application.status, application.gpu_hours) == ("new", 64)
+    assert Client().get(response["Location"])["Location"] == "/design-partners/apply/", "the thanks are the sender's"
 
 
 @pytest.mark.parametrize(
