@@ -21,7 +21,7 @@ from jobs.models import ACTIVE, Job, Upload
 from jobs.outputs.assemble import open_output_file, signed_output_url
 from jobs.outputs.zipstream import stream_zip
 from jobs.retention import output_due_at, purge_due_at
-from jobs.scheduling import fleet, queue_position, sizing
+from jobs.scheduling import fleet, latest_start, queue_position, sizing
 from jobs.staging import resumable
 from jobs.staging.uploads import too_large_message
 
@@ -151,6 +151,7 @@ def _detail_context(job, pass_form: RequestForm | None = None) -> dict:
         "events": job.events.all(),
         "allocations": job.allocations.select_related("gpu__node"),
         "position": queue_position(job),
+        "latest_start": latest_start(job),
         "fleet": fleet(),
         "purge_due": purge_due_at(job),
         "output_due": output_due_at(job),

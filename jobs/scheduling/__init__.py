@@ -7,11 +7,13 @@ asks for more GPUs than are online at all (a node left): it then waits without h
 
 import logging
 from dataclasses import dataclass
+from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
+from django.utils import timezone
 
 from jobs import lifecycle, processors
 from jobs.models import Gpu, Job, Node, State
@@ -121,6 +123,44 @@ def queue_position(job: Job) -> int | None:
         return None
     ahead = Q(queued_at__lt=job.queued_at) | Q(queued_at=job.queued_at, pk__lt=job.pk)
     return Job.objects.filter(ahead, state=State.QUEUED).count() + 1
+
+
+def latest_start(job: Job, now=None):
+    """When a queued job starts at the latest, if no node leaves: the jobs running now release their
+    GPUs at their time limits at the latest, and each job ahead in the queue starts as soon as enough
+    are free and holds them for all its hours. Passes usually end before their limits, so it tends to
+    start sooner. None when it is not queued, or asks for more GPUs than are online."""
+    if job.state != State.QUEUED:
+        return None
+    now = now or timezone.now()
+    slots = schedulable_slots().online()
+    free = slots.free().count()
+    releases = [  # (when, how many GPUs): each running job's open holds, at its time limit
+        (max(now, running.time_limit_at()), held)
+        for running, held in (
+            (running, running.allocations.filter(held_to__isnull=True, gpu__in=slots).count())
+            for running in Job.objects.filter(state=State.RUNNING)
+        )
+        if held
+    ]
+    ahead = Job.objects.filter(state=State.QUEUED).filter(
+        Q(queued_at__lt=job.queued_at) | Q(queued_at=job.queued_at, pk__lt=job.pk)
+    )
+    at = now
+    for waiting in [*ahead.order_by("queued_at", "pk"), job]:
+        if waiting.gpus > slots.count():
+            if waiting.pk == job.pk:
+                return None
+            continue  # more than the fleet can give it: it waits without holding up the rest
+        releases.sort()
+        while free < waiting.gpus:
+            if not releases:
+                return None  # slots held by no running job: the fleet changed while this looked
+            when, count = releases.pop(0)
+            at, free = max(at, when), free + count
+        free -= waiting.gpus
+        releases.append((at + timedelta(hours=float(waiting.hours)), waiting.gpus))
+    return at
 
 
 def schedule() -> list[int]:
