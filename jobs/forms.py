@@ -108,6 +108,10 @@ class JobForm(RequestForm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        self.fields["sample"].help_text += (
+            f" Its staged copy is kept at least {settings.E31_SAMPLE_KEEP_DAYS} days, whatever you choose below, so "
+            "that the full pass takes it over rather than staging the data again."
+        )
         if not settings.E31_STAGING_ROOTS:  # no server paths here: not offered
             self.fields["location"].label = "or a URL or s3:// URI"
             self.fields["location"].help_text = "An http(s) URL the portal downloads, or an s3://bucket/key."
