@@ -35,7 +35,7 @@ class RequestForm(forms.Form):
         ),
     )
     keep_days = forms.IntegerField(label="days", min_value=1, initial=7, required=False)
-    output_days = forms.IntegerField(label="The output is kept for", min_value=1, required=False)  # blank: the default
+    output_days = forms.IntegerField(label="The job's output is", min_value=1, required=False)  # blank: the default
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
