@@ -1,5 +1,7 @@
+from django.conf import settings
 from django.contrib import admin, messages
 
+from portal import onboarding
 from portal.models import Application, Membership, Organisation
 
 
@@ -25,11 +27,25 @@ class ApplicationAdmin(admin.ModelAdmin):
     readonly_fields = ["reviewed_by", "reviewed_at", "created"]
     actions = ["accept", "decline"]
 
-    @admin.action(description="Accept the selected applications", permissions=["change"])
+    @admin.action(
+        description="Accept the selected applications (an organisation and an account for each)",
+        permissions=["change"],
+    )
     def accept(self, request, queryset):
+        days = round(settings.PASSWORD_RESET_TIMEOUT / 86400)
         for application in queryset:
-            application.review(Application.Status.ACCEPTED, request.user)
-        messages.success(request, f"Accepted {queryset.count()} application(s).")
+            try:
+                membership, link = onboarding.accept(application, request.user)
+            except onboarding.AcceptError as error:
+                messages.error(request, f"{application} was not accepted: {error}")
+                continue
+            organisation = membership.organisation
+            messages.success(
+                request,
+                f"Accepted {application.name}: organisation {organisation.name} ({organisation.slug}) and the account "
+                f"{membership.user.username}. Send {application.email} this link to set a password and log in; it "
+                f"works once, for {days} days: {request.build_absolute_uri(link)}",
+            )
 
     @admin.action(description="Decline the selected applications", permissions=["change"])
     def decline(self, request, queryset):

@@ -1,5 +1,7 @@
 """The public pages, the intake form, logging in, and the demo bootstrap."""
 
+import re
+
 import pytest
 from django.core.management import call_command
 from django.test import Client
@@ -49,16 +51,51 @@ def test_it_refuses_an_incomplete_application(client, field, value, message):
     assert not Application.objects.exists()
 
 
-def test_it_lets_an_operator_accept_an_application(operator):
+def test_an_accepted_applicant_gets_an_organisation_and_an_account_they_set_a_password_for(operator):
     from tests.conftest import client_for
 
-    application = Application.objects.create(name="Ada", email="a@b.c", organisation="Lab", dataset="x", work="y")
-    response = client_for(operator).post(
-        "/admin/portal/application/", {"action": "accept", "_selected_action": [application.pk]}
+    application = Application.objects.create(
+        name="Ada", email="Ada@Lab.example", organisation="Ada's Lab", dataset="x", work="y"
     )
-    assert response.status_code == 302
+    response = client_for(operator).post(
+        "/admin/portal/application/", {"action": "accept", "_selected_action": [application.pk]}, follow=True
+    )
     application.refresh_from_db()
     assert (application.status, application.reviewed_by) == ("accepted", operator)
+    membership = Membership.objects.get(organisation__name="Ada's Lab")
+    assert (membership.organisation.slug, membership.user.username) == ("adas-lab", "ada@lab.example")
+    assert not membership.user.has_usable_password()
+    page = response.content.decode()
+    link = re.search(r"it works once, for 3 days: http://testserver(/accounts/reset/[^\s<]+/)", page)[1]
+
+    applicant = Client()
+    form = applicant.get(link, follow=True)  # Django moves the token into the session, then asks for the password
+    assert form.status_code == 200 and "new_password1" in form.content.decode()
+    chosen = {"new_password1": "a long passphrase 4 Ada", "new_password2": "a long passphrase 4 Ada"}
+    assert applicant.post(form.redirect_chain[-1][0], chosen).status_code == 302
+    assert applicant.login(username="ada@lab.example", password="a long passphrase 4 Ada")
+    assert "Jobs of Ada&#x27;s Lab" in applicant.get("/jobs/").content.decode()
+    assert Client().get(link, follow=True).context["validlink"] is False, "the link works once"
+
+
+def test_an_application_is_not_accepted_into_an_organisation_or_account_that_exists(operator, organisation, partner):
+    from tests.conftest import client_for
+
+    same_name = Application.objects.create(
+        name="Eve", email="eve@x.example", organisation=organisation.name.upper(), dataset="x", work="y"
+    )
+    partner.email = "partner@lab.example"
+    partner.save()
+    known = Application.objects.create(name="P", email="Partner@Lab.example", organisation="New", dataset="x", work="y")
+    response = client_for(operator).post(
+        "/admin/portal/application/", {"action": "accept", "_selected_action": [same_name.pk, known.pk]}, follow=True
+    )
+    page = response.content.decode()
+    assert "exists already; if Eve belongs to it, add an account to it by hand" in page
+    assert "partner@lab.example has an account already" in page
+    assert set(Application.objects.values_list("status", flat=True)) == {"new"}
+    assert not Membership.objects.filter(user__username="eve@x.example").exists()
+    assert list(organisation.memberships.values_list("user__username", flat=True)) == ["partner"]
 
 
 def test_staff_who_may_only_view_cannot_review_applications_nor_cancel_jobs(django_user_model, organisation):
