@@ -1,7 +1,8 @@
 """The safety net beat runs every half minute: nodes that missed their heartbeats give up the slots
 they held (jobs.workers.node; live nodes' heartbeats do it sooner), a running job whose slots have
 all stopped working on it gets its slot tasks sent again, a running job with every shard done is
-finished, a staging job whose attempt stopped renewing its lease is staged again, and a finishing
+finished, a staging job whose attempt stopped renewing its lease is staged again, a job left submitted
+(its staging message lost) is sent to staging again, and a finishing
 job with no output gets its assembly sent again, and an ended job's S3 credentials and URL query
 (a signature) are wiped if staging did not. Every step is idempotent, so sending twice is safe."""
 
@@ -41,6 +42,15 @@ def reconcile() -> list[int]:
             tasks.run_slot.apply_async((job.pk, allocation.pk), queue=allocation.gpu.queue)
         log.warning("job %s had no slot working on it; its slot tasks were sent again", job.pk)
         touched.append(job.pk)
+    # A submitted job's staging message lost with Redis would leave it submitted for ever. One that
+    # merely waits behind long stagings gets a spare message at most this often: the spare finds it
+    # staging, or staged, and does nothing.
+    forgotten = now - timedelta(seconds=10 * settings.E31_STAGING_LEASE_SECONDS)
+    for job in Job.objects.filter(state=State.SUBMITTED, modified__lt=forgotten):
+        if Job.objects.filter(pk=job.pk, state=State.SUBMITTED, modified__lt=forgotten).update(modified=now):
+            tasks.stage.delay(job.pk)
+            log.warning("job %s waited %s submitted; its staging was sent again", job.pk, now - job.modified)
+            touched.append(job.pk)
     for job in Job.objects.filter(state=State.STAGING, staging_lease_until__lt=now):
         tasks.stage.delay(job.pk)  # its attempt stopped renewing the lease: the next one takes over
         log.warning("job %s stopped staging; its staging was sent again", job.pk)

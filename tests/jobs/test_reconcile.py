@@ -52,3 +52,20 @@ def test_it_finishes_a_running_job_whose_shards_are_all_done(stalled_job):
     stalled_job.refresh_from_db()
     assert stalled_job.state == State.FINISHING
     assert LedgerEntry.objects.filter(job=stalled_job, kind=LedgerEntry.Kind.HOLD).exists()
+
+
+def test_a_job_left_submitted_without_its_staging_message_is_sent_to_staging_again(organisation, redis_server):
+    """Its message was lost with Redis: without the safety net it would stay submitted for ever."""
+    old = timezone.now() - timedelta(hours=1)
+    lost = Job.objects.create(organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1)
+    waiting = Job.objects.create(organisation=organisation, work="clean-table", source_name="b.csv", gpus=1, hours=1)
+    Job.objects.filter(pk=lost.pk).update(modified=old)
+    redis_server.delete("control")
+    try:
+        assert reconcile() == [lost.pk], "a job submitted a moment ago still has its message on its way"
+        assert redis_server.llen("control") == 1
+        assert reconcile() == [], "one spare message, not one every half minute"
+        assert redis_server.llen("control") == 1
+    finally:
+        redis_server.delete("control")
+    assert Job.objects.get(pk=waiting.pk).state == State.SUBMITTED
