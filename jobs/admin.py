@@ -62,8 +62,17 @@ class GpuInline(admin.TabularInline):
 
 @admin.register(Node)
 class NodeAdmin(admin.ModelAdmin):
-    list_display = ["name", "hostname", "driver", "work_kinds", "last_seen"]
+    list_display = ["name", "online", "hostname", "driver", "kinds", "last_seen"]
     inlines = [GpuInline]
+
+    @admin.display(boolean=True, description="Online")
+    def online(self, node: Node) -> bool:
+        """Its slots heard from lately, as the scheduler counts them."""
+        return Gpu.objects.filter(node=node).online().exists()
+
+    @admin.display(description="Work kinds")
+    def kinds(self, node: Node) -> str:
+        return ", ".join(node.work_kinds) or "–"
 
 
 @admin.register(Gpu)

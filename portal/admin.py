@@ -21,11 +21,15 @@ class OrganisationAdmin(admin.ModelAdmin):
 
 @admin.register(Application)
 class ApplicationAdmin(admin.ModelAdmin):
-    list_display = ["organisation", "name", "email", "gpu_hours", "status", "created"]
+    list_display = ["organisation", "applicant", "email", "gpu_hours", "status", "created"]
     list_filter = ["status"]
     search_fields = ["organisation", "name", "email"]
     readonly_fields = ["reviewed_by", "reviewed_at", "created"]
     actions = ["accept", "decline"]
+
+    @admin.display(description="Applicant", ordering="name")
+    def applicant(self, application: Application) -> str:
+        return application.name
 
     @admin.action(
         description="Accept the selected applications (an organisation and an account for each)",

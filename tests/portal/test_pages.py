@@ -148,3 +148,16 @@ def test_it_bootstraps_the_demo_once(capsys):
     call_command("bootstrap_demo")
     assert capsys.readouterr().out == ""
     assert Membership.objects.get(user__username="partner").organisation.slug == "demo"
+
+
+def test_the_operators_lists_say_what_they_hold_in_words(operator, online_slots, rate_card):
+    from tests.conftest import client_for
+
+    client = client_for(operator)
+    Application.objects.create(name="Ada", email="a@b.c", organisation="Lab", dataset="x", work="y")
+    applications = client.get("/admin/portal/application/").content.decode()
+    assert "Applicant" in applications and "Your name" not in applications
+    nodes = client.get("/admin/jobs/node/").content.decode()
+    assert "fake-node" in nodes and 'alt="True"' in nodes, "the fake node is online"
+    cards = client.get("/admin/billing/ratecard/").content.decode()
+    assert "Rate per GPU-hour" in cards and "Rate per GB staged" in cards
