@@ -35,6 +35,7 @@ def test_it_runs_a_job_and_writes_the_output_and_the_ledger_line(fleet, organisa
     assert line["job"] == job.pk
     assert (line["gpus"], line["seconds"], line["gpu_hours"]) == (2, entry.seconds, str(entry.gpu_hours))
     assert "100%" in result.stderr
+    assert f"Job {job.pk} submitted: 2 × 0.5 h of clean-table over customers.csv" in result.stderr
 
 
 @pytest.mark.parametrize(

@@ -98,7 +98,9 @@ class Command(BaseCommand):
         job.refresh_from_db()
         if job.state == State.FAILED:
             raise CommandError(f"Job {job.pk} failed: {job.error}")
-        self.stderr.write(f"Job {job.pk} submitted: {job.gpus} × {job.hours} h of {job.work} over {job.source_name}")
+        self.stderr.write(
+            f"Job {job.pk} submitted: {job.gpus} × {float(job.hours):g} h of {job.work} over {job.source_name}"
+        )
         if not opts["wait"]:
             self.stdout.write(json.dumps({"job": job.pk, "state": job.state}))
             return
