@@ -20,11 +20,15 @@ def purge_due_at(job: Job):
     return job.ended_at + timedelta(days=job.retention_days)
 
 
+def _due(job: Job, purged_at, due) -> bool:
+    """Ended, not purged yet, and its days are up."""
+    return job.state in ENDED and purged_at is None and due is not None and due <= timezone.now()
+
+
 def purge_staged_copy_if_due(job_id: int) -> bool:
     """Delete the staged copy once the job has ended and its retention is up; record when."""
     job = Job.objects.get(pk=job_id)
-    due = purge_due_at(job)
-    if job.state not in ENDED or job.staged_purged_at or due is None or due > timezone.now():
+    if not _due(job, job.staged_purged_at, purge_due_at(job)):
         return False
     if not job.staged_path:  # staging failed, or a pass took the sample's copy over
         _purge_model(job)
@@ -59,8 +63,7 @@ def output_due_at(job: Job):
 def purge_output_if_due(job_id: int) -> bool:
     """Delete the output once its days are up; record when, on the job and its timeline."""
     job = Job.objects.get(pk=job_id)
-    due = output_due_at(job)
-    if job.state not in ENDED or job.output_purged_at or due is None or due > timezone.now():
+    if not _due(job, job.output_purged_at, output_due_at(job)):
         return False
     now = timezone.now()
     if not Job.objects.filter(pk=job.pk, output_purged_at__isnull=True).update(output_purged_at=now):

@@ -18,18 +18,15 @@ from tests.conftest import client_for
 pytestmark = pytest.mark.django_db
 
 
-def staged_job(organisation, state=State.SUCCEEDED, ended_days_ago=None, keep_days=3, **fields) -> Job:
-    job = Job.objects.create(
-        organisation=organisation,
-        work="clean-table",
-        source_name="a.csv",
-        gpus=1,
-        hours=1,
-        state=state,
-        retention_days=keep_days,
-        ended_at=timezone.now() - timedelta(days=ended_days_ago) if ended_days_ago is not None else None,
-        **fields,
+def new_job(organisation, ended_days_ago: float | None = None, **fields) -> Job:
+    ended_at = timezone.now() - timedelta(days=ended_days_ago) if ended_days_ago is not None else None
+    return Job.objects.create(
+        organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1, ended_at=ended_at, **fields
     )
+
+
+def staged_job(organisation, state=State.SUCCEEDED, ended_days_ago=None, keep_days=3, **fields) -> Job:
+    job = new_job(organisation, ended_days_ago, state=state, retention_days=keep_days, **fields)
     path = default_storage.save(f"{job.storage_prefix}/input/data.csv", ContentFile(b"id,text\n1,a\n"))
     Job.objects.filter(pk=job.pk).update(staged_path=path)
     job.refresh_from_db()
@@ -55,25 +52,14 @@ def test_a_staged_copy_is_kept_the_days_chosen_then_purged_and_the_purge_recorde
 
 
 def test_a_job_whose_staging_failed_says_no_copy_was_kept(organisation, partner):
-    job = Job.objects.create(
-        organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1, state=State.FAILED,
-        ended_at=timezone.now(), error="Staging failed: line 3 has an unmatched quote.",
-    )  # fmt: skip
+    job = new_job(organisation, 0, state=State.FAILED, error="Staging failed: line 3 has an unmatched quote.")
     page = client_for(partner).get(f"/jobs/{job.pk}/").content.decode()
     assert "the staged copy deleted when the job ends: none was kept" in page and "(due" not in page
 
 
 def test_a_sample_copy_taken_over_by_its_pass_while_the_purge_looked_is_not_purged(organisation, monkeypatch):
     sample = staged_job(organisation, kind=Job.Kind.SAMPLE, ended_days_ago=8, keep_days=7)
-    passed = Job.objects.create(
-        organisation=organisation,
-        work="clean-table",
-        source_name="a.csv",
-        gpus=1,
-        hours=1,
-        sample=sample,
-        state=State.STAGING,
-    )
+    passed = new_job(organisation, sample=sample, state=State.STAGING)
     due_at = retention.purge_due_at
 
     def pass_takes_the_copy_meanwhile(job):
@@ -89,14 +75,10 @@ def test_a_sample_copy_taken_over_by_its_pass_while_the_purge_looked_is_not_purg
 
 
 def finished_job(organisation, ended_days_ago: float, keep_days: int = 30) -> Job:
-    job = Job.objects.create(
-        organisation=organisation,
-        work="clean-table",
-        source_name="a.csv",
-        gpus=1,
-        hours=1,
+    job = new_job(
+        organisation,
+        ended_days_ago,
         state=State.SUCCEEDED,
-        ended_at=timezone.now() - timedelta(days=ended_days_ago),
         output_keep_days=keep_days,
         output_path=f"jobs/{organisation.slug}/output-{ended_days_ago}",
         output_files=["output.parquet", "manifest.json"],
