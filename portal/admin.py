@@ -5,6 +5,14 @@ from portal import onboarding
 from portal.models import Application, Membership, Organisation
 
 
+def _send(request, application: Application, link: str) -> str:
+    days = round(settings.PASSWORD_RESET_TIMEOUT / 86400)
+    return (
+        f"Send {application.email} this link to set a password and log in; it works once, for {days} days: "
+        f"{request.build_absolute_uri(link)}"
+    )
+
+
 class MembershipInline(admin.TabularInline):
     model = Membership
     extra = 0
@@ -25,18 +33,21 @@ class ApplicationAdmin(admin.ModelAdmin):
     list_filter = ["status"]
     search_fields = ["organisation", "name", "email"]
     readonly_fields = ["reviewed_by", "reviewed_at", "created"]
-    actions = ["accept", "decline"]
+    actions = ["accept", "new_link", "decline"]
 
     @admin.display(description="Applicant", ordering="name")
     def applicant(self, application: Application) -> str:
         return application.name
 
+    def has_accept_permission(self, request) -> bool:
+        """Accepting creates an account: it takes the right to add users as well."""
+        return self.has_change_permission(request) and request.user.has_perm("auth.add_user")
+
     @admin.action(
         description="Accept the selected applications (an organisation and an account for each)",
-        permissions=["change"],
+        permissions=["accept"],
     )
     def accept(self, request, queryset):
-        days = round(settings.PASSWORD_RESET_TIMEOUT / 86400)
         for application in queryset:
             try:
                 membership, link = onboarding.accept(application, request.user)
@@ -47,9 +58,16 @@ class ApplicationAdmin(admin.ModelAdmin):
             messages.success(
                 request,
                 f"Accepted {application.name}: organisation {organisation.name} ({organisation.slug}) and the account "
-                f"{membership.user.username}. Send {application.email} this link to set a password and log in; it "
-                f"works once, for {days} days: {request.build_absolute_uri(link)}",
+                f"{membership.user.username}. {_send(request, application, link)}",
             )
+
+    @admin.action(description="A new set-password link for the accepted applicants", permissions=["accept"])
+    def new_link(self, request, queryset):
+        for application in queryset:
+            try:
+                messages.success(request, _send(request, application, onboarding.new_link(application)))
+            except onboarding.AcceptError as error:
+                messages.error(request, f"{application}: no new link, {error}")
 
     @admin.action(description="Decline the selected applications", permissions=["change"])
     def decline(self, request, queryset):

@@ -1,6 +1,11 @@
 """Accepting an application: a new organisation, an account for the applicant in it, and a link the
-operator sends them to set their password (the portal sends no email)."""
+operator sends them to set their password (the portal sends no email).
 
+The organisation's slug names its folders: `<root>/<slug>/` under each staging root and `<slug>/`
+in the operator's buckets. A new organisation never gets a slug whose folders exist already (set up
+for someone, or left by an organisation deleted since): its members would read what is there."""
+
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.tokens import default_token_generator
 from django.db import transaction
@@ -10,6 +15,7 @@ from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
 from django.utils.text import slugify
 
+from jobs.staging import s3
 from portal.models import Application, Membership, Organisation
 
 
@@ -25,7 +31,10 @@ def accept(application: Application, by) -> tuple[Membership, str]:
     Never into an organisation that exists already: a name is no proof of belonging to it."""
     email = application.email.strip().lower()
     user_model = get_user_model()
+    if len(email) > user_model._meta.get_field("username").max_length:
+        raise AcceptError(f"{email} is too long for a user name; create the account by hand.")
     with transaction.atomic():
+        application = Application.objects.select_for_update().get(pk=application.pk)  # one operator at a time
         if application.status != Application.Status.NEW:
             raise AcceptError(f"it was {application.get_status_display().lower()} already.")
         if Organisation.objects.filter(name__iexact=application.organisation.strip()).exists():
@@ -41,15 +50,40 @@ def accept(application: Application, by) -> tuple[Membership, str]:
         user.save()
         membership = Membership.objects.create(user=user, organisation=organisation)
         application.review(Application.Status.ACCEPTED, by)
-    uid = urlsafe_base64_encode(force_bytes(user.pk))
-    token = default_token_generator.make_token(user)
-    return membership, reverse("password_reset_confirm", kwargs={"uidb64": uid, "token": token})
+    return membership, _link(user)
 
 
 def _free_slug(application: Application) -> str:
     base = slugify(application.organisation)[:50] or "organisation"
     slug, n = base, 1
-    while Organisation.objects.filter(slug=slug).exists():
+    while _taken(slug):
         n += 1
         slug = f"{base}-{n}"
     return slug
+
+
+def _taken(slug: str) -> bool:
+    if Organisation.objects.filter(slug=slug).exists():
+        return True
+    if any((root / slug).exists() for root in settings.E31_STAGING_ROOTS):
+        return True
+    try:
+        return s3.prefix_in_use(slug)
+    except s3.S3Error as error:
+        raise AcceptError(f"its folders could not be checked: {error} Try again.") from None
+
+
+def new_link(application: Application) -> str:
+    """A fresh set-password link for an accepted applicant who has not set one (the first unused,
+    or too old)."""
+    user = get_user_model().objects.filter(username=application.email.strip().lower()).first()
+    if application.status != Application.Status.ACCEPTED or user is None:
+        raise AcceptError("it has no account from its acceptance.")
+    if user.has_usable_password():
+        raise AcceptError(f"{user.username} has set a password; they can change it once logged in.")
+    return _link(user)
+
+
+def _link(user) -> str:
+    uid = urlsafe_base64_encode(force_bytes(user.pk))
+    return reverse("password_reset_confirm", kwargs={"uidb64": uid, "token": default_token_generator.make_token(user)})

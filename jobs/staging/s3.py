@@ -83,6 +83,19 @@ def check(uri: str, slug: str, credentials: dict | None) -> Location:
     return location
 
 
+def prefix_in_use(prefix: str) -> bool:
+    """Whether one of the operator's buckets holds anything under `prefix/` (an organisation's folder
+    there); S3Error when a bucket cannot be asked."""
+    s3 = client(None)
+    for bucket in settings.E31_STAGING_S3_BUCKETS:
+        try:
+            if s3.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/", MaxKeys=1).get("KeyCount"):
+                return True
+        except (BotoCoreError, ClientError) as error:
+            raise S3Error(f"s3://{bucket}/ could not be asked whether {prefix}/ holds anything ({error}).") from None
+    return False
+
+
 def _fernet() -> Fernet:
     digest = hashlib.sha256(b"e31 staging credentials\0" + settings.SECRET_KEY.encode()).digest()
     return Fernet(base64.urlsafe_b64encode(digest))

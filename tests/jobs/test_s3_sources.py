@@ -261,3 +261,29 @@ def test_a_prefix_that_is_no_one_dataset_fails_with_the_reason(s3_fleet, partner
     job = staged(partner_client, f"s3://partner-data/{prefix}", CREDENTIALS)
     assert job.state == State.FAILED
     assert job.error == f"Staging failed: {error}"
+
+
+@pytest.mark.django_db
+def test_a_new_organisation_never_takes_a_slug_whose_folder_in_the_operators_bucket_holds_data(
+    s3_server, settings, monkeypatch
+):
+    """portal-lake holds partner-lab/customers.csv: an applicant naming their organisation Partner-Lab
+    must not read it."""
+    from portal import onboarding
+    from portal.models import Application
+
+    settings.E31_STAGING_S3_ENDPOINT_URL = s3_server
+    for name, value in PORTAL_CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    application = Application.objects.create(
+        name="Eve", email="eve@x.example", organisation="Partner-Lab", dataset="x", work="y"
+    )
+    membership, _ = onboarding.accept(application, None)
+    assert membership.organisation.slug == "partner-lab-2"
+
+    settings.E31_STAGING_S3_ENDPOINT_URL = "http://127.0.0.1:9"  # nothing listens: the check cannot be made
+    other = Application.objects.create(name="Mo", email="mo@x.example", organisation="Mo Lab", dataset="x", work="y")
+    with pytest.raises(onboarding.AcceptError, match=r"its folders could not be checked: s3://portal-lake/"):
+        onboarding.accept(other, None)
+    other.refresh_from_db()
+    assert other.status == "new"

@@ -161,3 +161,55 @@ def test_the_operators_lists_say_what_they_hold_in_words(operator, online_slots,
     assert "fake-node" in nodes and 'alt="True"' in nodes, "the fake node is online"
     cards = client.get("/admin/billing/ratecard/").content.decode()
     assert "Rate per GPU-hour" in cards and "Rate per GB staged" in cards
+
+
+def accept(client, *applications, action="accept"):
+    selected = [application.pk for application in applications]
+    return client.post("/admin/portal/application/", {"action": action, "_selected_action": selected}, follow=True)
+
+
+def test_a_new_organisation_never_takes_a_slug_whose_staging_folder_exists(operator, settings):
+    from tests.conftest import client_for
+
+    left = settings.E31_STAGING_ROOTS[0] / "adas-lab"
+    left.mkdir(parents=True)
+    try:
+        application = Application.objects.create(
+            name="Ada", email="ada@lab.example", organisation="Ada's Lab", dataset="x", work="y"
+        )
+        assert "organisation Ada&#x27;s Lab (adas-lab-2)" in accept(client_for(operator), application).content.decode()
+    finally:
+        left.rmdir()
+
+
+def ada() -> Application:
+    return Application.objects.create(name="Ada", email="ada@lab.example", organisation="Lab", dataset="x", work="y")
+
+
+def test_an_applicant_whose_link_went_unused_gets_a_new_one_until_they_set_a_password(operator):
+    from tests.conftest import client_for
+
+    client, application = client_for(operator), ada()
+    accept(client, application)
+    page = accept(client, application, action="new_link").content.decode()
+    fresh = re.search(r"for 3 days: http://testserver(/accounts/reset/[^\s<]+/)", page)[1]
+    applicant = Client()
+    form = applicant.get(fresh, follow=True)
+    chosen = {"new_password1": "a long passphrase 4 Ada", "new_password2": "a long passphrase 4 Ada"}
+    assert applicant.post(form.redirect_chain[-1][0], chosen).status_code == 302
+    assert "ada@lab.example has set a password" in accept(client, application, action="new_link").content.decode()
+
+
+def test_staff_who_may_not_add_users_cannot_accept_applications(django_user_model):
+    from django.contrib.auth.models import Permission
+
+    from tests.conftest import client_for
+
+    reviewer = django_user_model.objects.create_user("reviewer", is_staff=True)
+    reviewer.user_permissions.set(Permission.objects.filter(codename__in=["view_application", "change_application"]))
+    application = Application.objects.create(
+        name="Ada", email="ada@lab.example", organisation="Lab", dataset="x", work="y"
+    )
+    accept(client_for(reviewer), application)
+    application.refresh_from_db()
+    assert application.status == "new" and not Membership.objects.exists()
