@@ -3,3 +3,32 @@ from django.core.management import call_command
 
 def test_it_has_a_migration_for_every_model_change(db):
     call_command("makemigrations", "--check", "--dry-run", verbosity=0)
+
+
+def test_outputs_of_jobs_ended_before_output_retention_are_kept_thirty_days_from_the_migration(transactional_db):
+    """Until 0013 outputs were kept for ever: the first purge after it must not delete old ones."""
+    from datetime import timedelta
+
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+    from django.utils import timezone
+
+    executor = MigrationExecutor(connection)
+    executor.migrate([("jobs", "0012_held_before")])
+    old = executor.loader.project_state([("jobs", "0012_held_before")]).apps
+    organisation = old.get_model("portal", "Organisation").objects.create(name="Old Lab", slug="old-lab")
+    ended = timezone.now() - timedelta(days=400)
+    job = old.get_model("jobs", "Job").objects.create(
+        organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1, state="succeeded",
+        ended_at=ended, output_path="jobs/1/output",
+    )  # fmt: skip
+    executor = MigrationExecutor(connection)
+    executor.migrate(executor.loader.graph.leaf_nodes())
+
+    from jobs import retention
+    from jobs.models import Job
+
+    kept = Job.objects.get(pk=job.pk)
+    assert kept.output_keep_days == 431
+    assert retention.output_due_at(kept) >= timezone.now() + timedelta(days=29)
+    assert retention.purge_expired() == []
