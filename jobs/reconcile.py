@@ -60,7 +60,7 @@ def reconcile() -> list[int]:
         touched.append(job.pk)
     # Staging wipes a partner's secrets when it ends; a job that ended before staging ever ran (its
     # message lost with Redis) is wiped here.
-    signed = Q(source_kind=Job.Source.URL, source_uri__contains="?")
+    signed = Q(source_kind=Job.Source.URL, source_uri__contains="?") & ~Q(source_uri__endswith="?…")
     for job in Job.objects.filter(Q(state__in=ENDED) & (~Q(source_secret="") | signed)):
         sources.forget(job)
     return touched

@@ -155,7 +155,7 @@ def test_it_stages_and_runs_a_job_from_a_url_and_keeps_no_signature_of_it(fleet,
 
 
 @pytest.mark.django_db
-def test_a_job_that_ended_before_it_staged_has_its_secrets_wiped_by_the_safety_net(organisation):
+def test_a_job_that_ended_before_it_staged_has_its_secrets_wiped_by_the_safety_net(organisation, monkeypatch):
     """Cancelled while its staging message was lost with Redis: no staging attempt ever wipes them."""
     from jobs.reconcile import reconcile
     from jobs.staging import s3
@@ -171,7 +171,11 @@ def test_a_job_that_ended_before_it_staged_has_its_secrets_wiped_by_the_safety_n
     waiting = Job.objects.create(
         **common, state=State.SUBMITTED, source_kind=Job.Source.URL, source_uri="https://example.com/c.csv?sig=s3cr3t"
     )
+    forgotten = []
+    monkeypatch.setattr(sources, "forget", lambda job, forget=sources.forget: forgotten.append(job.pk) or forget(job))
     reconcile()
+    reconcile()
+    assert sorted(forgotten) == sorted([signed.pk, sealed.pk]), "each once: a wiped job is not wiped again"
     assert Job.objects.get(pk=signed.pk).source_uri == "https://example.com/c.csv?…"
     assert Job.objects.get(pk=sealed.pk).source_secret == ""
     assert Job.objects.get(pk=waiting.pk).source_uri.endswith("?sig=s3cr3t"), "its staging still needs it"
