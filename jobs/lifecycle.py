@@ -88,15 +88,18 @@ def lose_slots(job: Job, gpus: list[Gpu], at, node: str) -> int:
     """Slots of a running job went offline with their node: their holds end at `at`, when the node was
     last seen (a dead GPU is not metered), and their running shards go back to pending at once for the
     job's other slots. With no slot left the job goes back to the head of the queue, its meter stopped,
-    and is held again when GPUs are free. Returns how many holds ended."""
+    and is held again when GPUs are free; unless its hours were up by then: it has timed out. No hold
+    ends after the time limit. Returns how many holds ended."""
     now = timezone.now()
     with transaction.atomic():
         # The job's row first, as finish_pass and cancel lock it before its allocations.
-        if not list(Job.objects.select_for_update().filter(pk=job.pk, state=State.RUNNING).values_list("pk")):
+        job = Job.objects.select_for_update().filter(pk=job.pk, state=State.RUNNING).first()
+        if job is None:
             return 0
+        ended = min(at, job.time_limit_at())
         lost = list(Allocation.objects.select_for_update().filter(job=job, gpu__in=gpus, held_to__isnull=True))
         for allocation in lost:
-            Allocation.objects.filter(pk=allocation.pk).update(held_to=max(at, allocation.held_from), modified=now)
+            Allocation.objects.filter(pk=allocation.pk).update(held_to=max(ended, allocation.held_from), modified=now)
         if not lost:
             return 0
         returned = Shard.objects.filter(job=job, gpu__in=gpus, status=Shard.Status.RUNNING).update(
@@ -109,6 +112,10 @@ def lose_slots(job: Job, gpus: list[Gpu], at, node: str) -> int:
         )
         if Allocation.objects.filter(job=job, held_to__isnull=True).exists():
             JobEvent.objects.create(job=job, state=State.RUNNING, at=now, message=f"{what} to the job's other slots")
+        elif ended < at:  # its hours were up before its last node went: nothing to queue again for
+            reason = _past_limit(job)
+            move(job.pk, State.RUNNING, State.TIMED_OUT, message=f"{what}; it {reason}", error=f"The job {reason}.")
+            _stop(job)
         else:
             move(job.pk, State.RUNNING, State.QUEUED, at=now, message=f"{what}; no slot left, back in the queue")
             schedule_on_commit()
@@ -152,12 +159,16 @@ def time_out(job: Job) -> bool:
     """The hours asked for are up: the job ends, and its hold ends at the limit, however late the
     worker or beat noticed (a long batch, beat down): the partner never pays past the hours asked."""
     with transaction.atomic():
-        reason = f"ran past its {job.hours} h limit"
+        reason = _past_limit(job)
         if not move(job.pk, State.RUNNING, State.TIMED_OUT, message=reason, error=f"The job {reason}."):
             return False
         job = Job.objects.get(pk=job.pk)  # the start of this hold, as the move found it
         _stop(job, held_to=min(timezone.now(), job.time_limit_at()))
     return True
+
+
+def _past_limit(job: Job) -> str:
+    return f"ran past its {job.hours} h limit"
 
 
 def _stop(job: Job, held_to=None) -> None:

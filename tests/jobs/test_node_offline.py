@@ -252,3 +252,23 @@ def test_a_node_killed_mid_job_goes_offline_and_the_job_finishes_on_the_other(tw
     assert entry.gpu_hours == as_gpu_hours(gpu_seconds(allocations))
     assert entry.gpu_hours < as_gpu_hours(2 * entry.seconds), "the dead GPU is billed only until it died"
     assert entry.amount == (entry.gpu_hours * rate_card.rate_per_gpu_hour).quantize(Decimal("0.0001"))
+
+
+@pytest.mark.django_db
+def test_a_job_whose_hours_were_up_when_its_last_node_went_times_out_instead_of_queueing_again(
+    held_job, two_fake_nodes, rate_card
+):
+    two_hours_ago = timezone.now() - timedelta(hours=2)
+    Job.objects.filter(pk=held_job.pk).update(started_at=two_hours_ago)
+    Allocation.objects.filter(job=held_job).update(held_from=two_hours_ago)
+    for slot in two_fake_nodes:
+        silence(slot)
+
+    take_silent_nodes_offline()
+    held_job.refresh_from_db()
+    assert held_job.state == State.TIMED_OUT and held_job.error == "The job ran past its 1.00 h limit."
+    limit = two_hours_ago + timedelta(hours=1)
+    assert {a.held_to for a in Allocation.objects.filter(job=held_job)} == {limit}, "held until the limit only"
+    entry = LedgerEntry.objects.get(job=held_job, kind=LedgerEntry.Kind.HOLD)
+    assert (entry.gpus, entry.seconds, entry.gpu_hours) == (2, 3600, Decimal(2))
+    assert schedule() == [], "nothing left to hold it again for"
