@@ -35,8 +35,14 @@ class JobAdmin(admin.ModelAdmin):
     list_display = ["id", "organisation", "work", "kind", "state", "gpus", "hours", "records_total", "created"]
     list_filter = ["state", "kind", "work", "organisation"]
     search_fields = ["id", "source_name", "organisation__name"]
-    exclude = ["source_secret"]  # the partner's S3 credentials, even encrypted, are not for display
-    readonly_fields = [field.name for field in Job._meta.fields if field.name != "source_secret"]
+    # The partner's S3 credentials, even encrypted, and a URL's query (a pre-signed URL's signature)
+    # are not for display: the location is shown as the partner's pages show it.
+    exclude = ["source_secret", "source_uri"]
+    readonly_fields = [
+        "source_location" if field.name == "source_uri" else field.name
+        for field in Job._meta.fields
+        if field.name != "source_secret"
+    ]
     inlines = [EventInline, AllocationInline, ShardInline]
     actions = ["cancel"]
 

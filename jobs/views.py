@@ -226,9 +226,10 @@ def job_progress(request, pk: int):
 @require_POST
 def job_cancel(request, pk: int):
     job = services.get_job_for_user(request, pk)
+    holding = job.allocations.filter(held_to__isnull=True).exists()
     if lifecycle.cancel(job, by=request.user):
         noun = fleet().noun
-        held = f"its {noun}s are released" if job.allocations.exists() else f"it held no {noun}s"
+        held = f"its {noun}s are released" if holding else f"it held no {noun}s"
         messages.success(request, f"Job {job.pk} is cancelled; {held}.")
     else:
         job.refresh_from_db()

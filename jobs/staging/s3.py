@@ -33,7 +33,8 @@ from jobs.staging.ranged import RangedS3File
 from jobs.staging.uploads import over_dataset_limit
 
 BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z")
-REGION = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")  # as botocore checks it, before it would fail at staging
+# A region's name as botocore checks it, which would otherwise fail the job at staging.
+REGION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?")
 DENIED = {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken", "403"}
 MISSING = {"NoSuchKey", "NoSuchBucket", "404", "NotFound"}
 TRANSFER = TransferConfig(multipart_threshold=8 * 1024**2, multipart_chunksize=16 * 1024**2, max_concurrency=8)

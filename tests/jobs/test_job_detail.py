@@ -72,8 +72,12 @@ def test_it_polls_the_job_list_only_while_a_job_is_active(running_job, partner_c
 
 def test_it_shows_the_job_to_operators_with_its_shards_and_holds(running_job, operator):
     client = client_for(operator)
+    Job.objects.filter(pk=running_job.pk).update(
+        source_kind=Job.Source.URL, source_uri="https://x.example/a.csv?sig=s3"
+    )
     page = client.get(f"/admin/jobs/job/{running_job.pk}/change/").content.decode()
     assert "Shards" in page and "Allocations" in page and "CPU slot 1 on fake-node" in page
+    assert "https://x.example/a.csv?…" in page and "sig=s3" not in page, "a URL's query is not shown, even here"
     for url in ("/admin/jobs/node/", "/admin/jobs/gpu/", "/admin/portal/organisation/", "/admin/auth/user/"):
         assert client.get(url).status_code == 200, url
     jobs = client.get("/admin/jobs/job/", {"kind__exact": "pass"}).content.decode()

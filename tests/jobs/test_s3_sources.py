@@ -197,7 +197,7 @@ def test_access_denied_by_s3_fails_the_job_with_the_reason(s3_fleet, partner_cli
         ("https://example.com/data.csv", CREDENTIALS, "S3 credentials go with an s3:// location only."),
         *(
             ("s3://partner-data/x.csv", {**CREDENTIALS, "region": region}, f"{region} is not the name of an S3 region")
-            for region in ("eu west/1", "-eu-west-1")
+            for region in ("eu west/1", "-eu-west-1", "eu-west-1/../x")
         ),
     ],
 )
