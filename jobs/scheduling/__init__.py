@@ -118,18 +118,24 @@ def parse_request(gpus, hours, shape: str = Job.Shape.SHORT_WIDE, work: str = ""
     return gpus, hours
 
 
+def _ahead_of(job: Job):
+    """The queued jobs before this one, in queue order."""
+    ahead = Q(queued_at__lt=job.queued_at) | Q(queued_at=job.queued_at, pk__lt=job.pk)
+    return Job.objects.filter(ahead, state=State.QUEUED).order_by("queued_at", "pk")
+
+
 def queue_position(job: Job) -> int | None:
     if job.state != State.QUEUED:
         return None
-    ahead = Q(queued_at__lt=job.queued_at) | Q(queued_at=job.queued_at, pk__lt=job.pk)
-    return Job.objects.filter(ahead, state=State.QUEUED).count() + 1
+    return _ahead_of(job).count() + 1
 
 
 def latest_start(job: Job, now=None):
     """When a queued job starts at the latest, if no node leaves: the jobs running now release their
     GPUs at their time limits at the latest, and each job ahead in the queue starts as soon as enough
-    are free and holds them for all its hours. Passes usually end before their limits, so it tends to
-    start sooner. None when it is not queued, or asks for more GPUs than are online."""
+    are free and holds them for all its hours (those left, for one held before). Passes usually end
+    before their limits, so it tends to start sooner. None when it is not queued, or asks for more
+    GPUs than are online."""
     if job.state != State.QUEUED:
         return None
     now = now or timezone.now()
@@ -143,11 +149,8 @@ def latest_start(job: Job, now=None):
         )
         if held
     ]
-    ahead = Job.objects.filter(state=State.QUEUED).filter(
-        Q(queued_at__lt=job.queued_at) | Q(queued_at=job.queued_at, pk__lt=job.pk)
-    )
     at = now
-    for waiting in [*ahead.order_by("queued_at", "pk"), job]:
+    for waiting in [*_ahead_of(job), job]:
         if waiting.gpus > slots.count():
             if waiting.pk == job.pk:
                 return None
@@ -159,7 +162,7 @@ def latest_start(job: Job, now=None):
             when, count = releases.pop(0)
             at, free = max(at, when), free + count
         free -= waiting.gpus
-        releases.append((at + timedelta(hours=float(waiting.hours)), waiting.gpus))
+        releases.append((at + timedelta(hours=float(waiting.hours)) - waiting.held_before, waiting.gpus))
     return at
 
 
