@@ -1,10 +1,10 @@
 """The safety net beat runs every half minute: nodes that missed their heartbeats give up the slots
 they held (jobs.workers.node; live nodes' heartbeats do it sooner), a running job whose slots have
 all stopped working on it gets its slot tasks sent again, a running job with every shard done is
-finished, a staging job whose attempt stopped renewing its lease is staged again, a job left submitted
-(its staging message lost) is sent to staging again, and a finishing
-job with no output gets its assembly sent again, and an ended job's S3 credentials and URL query
-(a signature) are wiped if staging did not. Every step is idempotent, so sending twice is safe."""
+finished, a staging job whose attempt stopped renewing its lease is staged again, a job left
+submitted (its staging message lost) is sent to staging again, a finishing job with no output gets
+its assembly sent again, and an ended job's S3 credentials and URL query (a signature) are wiped if
+staging did not. Every step is idempotent, so sending twice is safe."""
 
 import logging
 from datetime import timedelta

@@ -12,7 +12,7 @@ from decimal import Decimal, InvalidOperation
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Count, Q
 from django.utils import timezone
 
 from jobs import lifecycle, processors
@@ -141,13 +141,11 @@ def latest_start(job: Job, now=None):
     now = now or timezone.now()
     slots = schedulable_slots().online()
     free = slots.free().count()
+    open_holds = Count("allocations", filter=Q(allocations__held_to__isnull=True, allocations__gpu__in=slots))
     releases = [  # (when, how many GPUs): each running job's open holds, at its time limit
-        (max(now, running.time_limit_at()), held)
-        for running, held in (
-            (running, running.allocations.filter(held_to__isnull=True, gpu__in=slots).count())
-            for running in Job.objects.filter(state=State.RUNNING)
-        )
-        if held
+        (max(now, running.time_limit_at()), running.held)
+        for running in Job.objects.filter(state=State.RUNNING).annotate(held=open_holds)
+        if running.held
     ]
     at = now
     for waiting in [*_ahead_of(job), job]:
