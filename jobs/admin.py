@@ -1,7 +1,11 @@
+from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.db.models import Q
+from django.template.response import TemplateResponse
 
 from jobs import lifecycle
-from jobs.models import Allocation, Gpu, Job, JobEvent, Node, Shard
+from jobs.models import ENDED, Allocation, Gpu, Job, JobEvent, Node, Shard
 
 
 class ReadOnlyInline(admin.TabularInline):
@@ -30,10 +34,45 @@ class EventInline(ReadOnlyInline):
     fields = ["state", "at", "message"]
 
 
+class HoldForm(forms.Form):
+    reason = forms.CharField(
+        max_length=Job._meta.get_field("on_hold_reason").max_length,
+        required=False,
+        help_text="Shown to the partner on the job's page, e.g. “maintenance of the fleet until 14:00 UTC”.",
+    )
+
+
+class OnHoldFilter(admin.SimpleListFilter):
+    title = "operator hold"
+    parameter_name = "on_hold"
+
+    def lookups(self, request, model_admin):
+        return [("yes", "On hold"), ("no", "Not on hold")]
+
+    def queryset(self, request, queryset):
+        on_hold = Q(on_hold_since__isnull=False) & ~Q(state__in=ENDED)
+        if self.value() == "yes":
+            return queryset.filter(on_hold)
+        if self.value() == "no":
+            return queryset.exclude(on_hold)
+        return queryset
+
+
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
-    list_display = ["id", "organisation", "work", "kind", "state", "gpus", "hours", "records_total", "created"]
-    list_filter = ["state", "kind", "work", "organisation"]
+    list_display = [
+        "id",
+        "organisation",
+        "work",
+        "kind",
+        "state",
+        "on_hold",
+        "gpus",
+        "hours",
+        "records_total",
+        "created",
+    ]
+    list_filter = ["state", OnHoldFilter, "kind", "work", "organisation"]
     search_fields = ["id", "source_name", "organisation__name"]
     # The partner's S3 credentials, even encrypted, and a URL's query (a pre-signed URL's signature)
     # are not for display: the location is shown as the partner's pages show it.
@@ -44,7 +83,7 @@ class JobAdmin(admin.ModelAdmin):
         if field.name != "source_secret"
     ]
     inlines = [EventInline, AllocationInline, ShardInline]
-    actions = ["cancel"]
+    actions = ["cancel", "put_on_hold", "lift_hold"]
 
     def has_add_permission(self, request):
         return False
@@ -57,6 +96,42 @@ class JobAdmin(admin.ModelAdmin):
     def cancel(self, request, queryset):
         cancelled = [job.pk for job in queryset if lifecycle.cancel(job, by=request.user)]
         messages.success(request, f"Cancelled {len(cancelled)} job(s).")
+
+    @admin.display(boolean=True, description="On hold")
+    def on_hold(self, job: Job) -> bool:
+        return job.on_hold
+
+    @admin.action(description="Put the selected jobs on hold (they stage but do not start)", permissions=["change"])
+    def put_on_hold(self, request, queryset):
+        """First a page that asks why, for the partner; then the hold, for each job that holds no GPU yet."""
+        form = HoldForm(request.POST if "apply" in request.POST else None)
+        if not form.is_valid():
+            context = {
+                **self.admin_site.each_context(request),
+                "title": "Put jobs on hold",
+                "opts": self.model._meta,
+                "jobs": queryset,
+                "form": form,
+                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+            }
+            return TemplateResponse(request, "admin/jobs/job/put_on_hold.html", context)
+        for job in queryset:
+            if lifecycle.put_on_hold(job, by=request.user, reason=form.cleaned_data["reason"]):
+                messages.success(request, f"Job #{job.pk} is on hold: it will not start until the hold is lifted.")
+            elif job.on_hold:
+                messages.warning(request, f"Job #{job.pk} was on hold already.")
+            else:
+                messages.error(
+                    request,
+                    f"Job #{job.pk} is {job.get_state_display().lower()}: only a job that holds no GPU yet "
+                    "can be put on hold; cancel it to stop it.",
+                )
+        return None
+
+    @admin.action(description="Lift the hold of the selected jobs (they start in their place)", permissions=["change"])
+    def lift_hold(self, request, queryset):
+        lifted = [job.pk for job in queryset if lifecycle.lift_hold(job, by=request.user)]
+        messages.success(request, f"Lifted the hold of {len(lifted)} job(s).")
 
 
 class GpuInline(admin.TabularInline):

@@ -5,6 +5,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from jobs.models import ENDED, Allocation, Gpu, Job, JobEvent, Shard, State
@@ -21,9 +22,15 @@ TRANSITIONS: dict[str, tuple[str, ...]] = {
     State.FINISHING: (State.SUCCEEDED, State.FAILED),
 }
 
+# What the operators can put on hold: jobs that hold no GPU yet.
+HOLDABLE = (State.SUBMITTED, State.STAGING, State.QUEUED)
 
-def move(job_id: int, frm: str | tuple[str, ...], to: str, message: str = "", at=None, **fields) -> bool:
-    """Move a job from one of `frm` to `to`; False when another process moved it first."""
+
+def move(
+    job_id: int, frm: str | tuple[str, ...], to: str, message: str = "", at=None, where: Q | None = None, **fields
+) -> bool:
+    """Move a job from one of `frm` to `to` (and only while `where` holds); False when another process
+    moved it first."""
     sources = (frm,) if isinstance(frm, str) else frm
     for source in sources:
         if to not in TRANSITIONS.get(source, ()):
@@ -32,7 +39,8 @@ def move(job_id: int, frm: str | tuple[str, ...], to: str, message: str = "", at
     if to in ENDED:
         fields.setdefault("ended_at", now)
     with transaction.atomic():
-        moved = Job.objects.filter(pk=job_id, state__in=sources).update(state=to, modified=now, **fields)
+        jobs = Job.objects.filter(pk=job_id, state__in=sources).filter(where or Q())
+        moved = jobs.update(state=to, modified=now, **fields)
         if moved:
             JobEvent.objects.create(job_id=job_id, state=to, at=now, message=message)
     return bool(moved)
@@ -40,17 +48,48 @@ def move(job_id: int, frm: str | tuple[str, ...], to: str, message: str = "", at
 
 def hold(job: Job, gpus: list[Gpu]) -> list[Allocation]:
     """Start the job's hold on these GPUs: queued → running, one Allocation per GPU, all or none.
-    A job held before (it lost every GPU with their nodes) has that much less of its hours left."""
+    A job held before (it lost every GPU with their nodes) has that much less of its hours left. Never
+    a job the operators put on hold, even one put on hold since the scheduler read the queue."""
     now = timezone.now()
     try:
         with transaction.atomic():
-            if not move(job.pk, State.QUEUED, State.RUNNING, at=now, started_at=now, held_before=_held_so_far(job)):
+            started = {"started_at": now, "held_before": _held_so_far(job)}
+            if not move(job.pk, State.QUEUED, State.RUNNING, at=now, where=Q(on_hold_since=None), **started):
                 return []
             allocations = [Allocation.objects.create(job=job, gpu=gpu, held_from=now) for gpu in gpus]
     except IntegrityError:
         # Another scheduler took one of these GPUs first; the job stays queued.
         return []
     return allocations
+
+
+def put_on_hold(job: Job, by, reason: str = "") -> bool:
+    """An operator hold: the job, which holds no GPU yet, stages as before and keeps its place in the
+    queue, but the scheduler passes it by until the hold is lifted. False when it is running or ended
+    (cancel it instead), or on hold already."""
+    now = timezone.now()
+    with transaction.atomic():
+        found = Job.objects.select_for_update().filter(pk=job.pk, state__in=HOLDABLE, on_hold_since=None).first()
+        if found is None:
+            return False
+        Job.objects.filter(pk=job.pk).update(on_hold_since=now, on_hold_reason=reason, modified=now)
+        why = f": {reason}" if reason else ""
+        JobEvent.objects.create(job=found, state=found.state, at=now, message=f"put on hold by {by}{why}")
+    return True
+
+
+def lift_hold(job: Job, by) -> bool:
+    """End an operator hold: the job starts in its place in the queue once its GPUs are free."""
+    now = timezone.now()
+    with transaction.atomic():
+        found = Job.objects.select_for_update().filter(pk=job.pk, on_hold_since__isnull=False).first()
+        if found is None:
+            return False
+        Job.objects.filter(pk=job.pk).update(on_hold_since=None, on_hold_reason="", modified=now)
+        JobEvent.objects.create(job=found, state=found.state, at=now, message=f"hold lifted by {by}")
+        if found.state == State.QUEUED:
+            schedule_on_commit()
+    return True
 
 
 def hold_periods(holds: Iterable[tuple[datetime, datetime]]) -> list[tuple[datetime, datetime]]:

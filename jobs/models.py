@@ -173,6 +173,10 @@ class Job(TimeStamped):
 
     # timing
     queued_at = models.DateTimeField(null=True, blank=True)
+    on_hold_since = models.DateTimeField(
+        null=True, blank=True, help_text="Set while the operators keep the job from starting (an operator hold)."
+    )
+    on_hold_reason = models.CharField(max_length=300, blank=True, help_text="Why, as the partner reads it.")
     started_at = models.DateTimeField(null=True, blank=True, help_text="When the current hold started.")
     held_before = models.DurationField(
         default=timedelta, help_text="How long earlier holds lasted (all their GPUs lost, the job queued again)."
@@ -199,6 +203,11 @@ class Job(TimeStamped):
     @property
     def ended(self) -> bool:
         return self.state in ENDED
+
+    @property
+    def on_hold(self) -> bool:
+        """Kept from starting by the operators: it stages, and waits in its place in the queue."""
+        return self.on_hold_since is not None and not self.ended
 
     @property
     def cancellable(self) -> bool:

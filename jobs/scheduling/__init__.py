@@ -118,10 +118,14 @@ def parse_request(gpus, hours, shape: str = Job.Shape.SHORT_WIDE, work: str = ""
     return gpus, hours
 
 
+def waiting():
+    """The queued jobs the scheduler may start, in queue order: not those the operators put on hold."""
+    return Job.objects.filter(state=State.QUEUED, on_hold_since=None).order_by("queued_at", "pk")
+
+
 def _ahead_of(job: Job):
-    """The queued jobs before this one, in queue order."""
-    ahead = Q(queued_at__lt=job.queued_at) | Q(queued_at=job.queued_at, pk__lt=job.pk)
-    return Job.objects.filter(ahead, state=State.QUEUED).order_by("queued_at", "pk")
+    """The queued jobs before this one that may start before it, in queue order."""
+    return waiting().filter(Q(queued_at__lt=job.queued_at) | Q(queued_at=job.queued_at, pk__lt=job.pk))
 
 
 def queue_position(job: Job) -> int | None:
@@ -135,8 +139,8 @@ def latest_start(job: Job, now=None):
     GPUs at their time limits at the latest, and each job ahead in the queue starts as soon as enough
     are free and holds them for all its hours (those left, for one held before). Passes usually end
     before their limits, so it tends to start sooner. None when it is not queued, or asks for more
-    GPUs than are online."""
-    if job.state != State.QUEUED:
+    GPUs than are online, or is on hold."""
+    if job.state != State.QUEUED or job.on_hold:
         return None
     now = now or timezone.now()
     slots = schedulable_slots().online()
@@ -166,14 +170,14 @@ def latest_start(job: Job, now=None):
 
 def schedule() -> list[int]:
     """Start the hold of every queued job, in queue order, whose GPUs are all free now, on nodes that
-    can run its work."""
+    can run its work; a job on hold is passed by."""
     started = []
     with transaction.atomic():
         slots = schedulable_slots()
         free = list(slots.free().select_for_update(skip_locked=True, of=("self",)).order_by("node__name", "index"))
         online = list(slots.online().values_list("node_id", flat=True))
         kinds_of = dict(Node.objects.values_list("pk", "work_kinds"))
-        for job in Job.objects.filter(state=State.QUEUED).order_by("queued_at", "pk"):
+        for job in waiting():
             if job.gpus > sum(node_runs(kinds_of.get(node, []), job.work) for node in online):
                 continue  # more than the fleet can give it online now (a node left): it waits without blocking others
             fit = [slot for slot in free if node_runs(kinds_of.get(slot.node_id, []), job.work)]

@@ -8,8 +8,8 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from jobs import lifecycle
-from jobs.models import Allocation, Gpu, Job, Node, State
+from jobs import lifecycle, scheduling
+from jobs.models import Allocation, Gpu, Node, State
 from jobs.workers.nvml import GpuInfo, Reading
 
 
@@ -89,7 +89,7 @@ def waited_for(node_name: str) -> bool:
     """Whether a job is queued while this node has a free slot. The scheduler runs when staging ends
     and when a hold ends; this catches what those missed — a schedule that skipped slots whose rows a
     heartbeat had locked, or its message lost while the broker was away — within a heartbeat."""
-    return Job.objects.filter(state=State.QUEUED).exists() and Gpu.objects.filter(node__name=node_name).free().exists()
+    return scheduling.waiting().exists() and Gpu.objects.filter(node__name=node_name).free().exists()
 
 
 def take_silent_nodes_offline() -> list[int]:

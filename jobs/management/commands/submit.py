@@ -39,7 +39,7 @@ def progress_line(job: Job) -> str:
     rate = f" · {progress.records_per_second:,.0f} rec/s" if progress.records_per_second else ""
     return (
         f"\r[{bar}] {progress.percent:3d}% {progress.records_done:,}/{progress.records_total:,} records "
-        f"· {job.get_state_display().lower()}{rate}   "
+        f"· {job.get_state_display().lower()}{' (on hold by the operators)' if job.on_hold else ''}{rate}   "
     )
 
 

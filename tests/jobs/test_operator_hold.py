@@ -1,0 +1,164 @@
+"""An operator hold: the operators keep a job that holds no GPU yet from starting. It stages as before,
+keeps its place in the queue and is passed by, unmetered, until the hold is lifted."""
+
+import time
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.utils import timezone
+
+from billing.models import LedgerEntry
+from jobs import lifecycle
+from jobs.management.commands.submit import progress_line
+from jobs.models import Job, State
+from jobs.scheduling import latest_start, queue_position, schedule
+from tests.conftest import client_for, wait_for, wait_for_end
+from tests.jobs.test_cancel import slow_job_form
+
+
+def _queued(organisation, gpus: int) -> Job:
+    return Job.objects.create(
+        organisation=organisation, work="clean-table", source_name="a.csv", gpus=gpus, hours=1, state=State.QUEUED,
+        queued_at=timezone.now(),
+    )  # fmt: skip
+
+
+def _act(client, action: str, jobs: list[Job], **fields):
+    form = {"action": action, "_selected_action": [job.pk for job in jobs], **fields}
+    return client.post("/admin/jobs/job/", form, follow=True)
+
+
+@pytest.mark.django_db
+def test_it_passes_a_job_on_hold_by_and_starts_it_in_its_place_once_lifted(organisation, online_slots, operator):
+    wide, narrow = _queued(organisation, 3), _queued(organisation, 2)
+    assert lifecycle.put_on_hold(wide, by=operator, reason="fleet maintenance")
+
+    assert schedule() == [narrow.pk], "the job behind it starts: the one on hold holds nothing up"
+    wide.refresh_from_db()
+    assert wide.state == State.QUEUED and not wide.allocations.exists()
+    assert queue_position(wide) == 1, "it keeps its place"
+    assert latest_start(wide) is None, "no start to promise while on hold"
+    assert wide.events.last().message == "put on hold by operator: fleet maintenance"
+
+    assert lifecycle.lift_hold(wide, by=operator)
+    assert not lifecycle.lift_hold(wide, by=operator), "lifted once"
+    assert schedule() == [], "2 of 4 slots are held: it waits for its 3"
+    lifecycle.release(Job.objects.get(pk=narrow.pk))
+    assert schedule() == [wide.pk]
+    assert wide.events.filter(message="hold lifted by operator").exists()
+
+
+@pytest.mark.django_db
+def test_it_puts_on_hold_only_a_job_that_holds_no_gpu_yet(organisation, online_slots, operator):
+    running, ended, queued = _queued(organisation, 1), _queued(organisation, 1), _queued(organisation, 1)
+    assert lifecycle.hold(running, online_slots[:1])
+    assert lifecycle.cancel(ended)
+    assert lifecycle.put_on_hold(queued, by=operator)
+
+    assert not lifecycle.put_on_hold(Job.objects.get(pk=running.pk), by=operator), "running: cancel it instead"
+    assert not lifecycle.put_on_hold(ended, by=operator), "ended"
+    assert not lifecycle.put_on_hold(queued, by=operator), "on hold already"
+    assert Job.objects.filter(on_hold_since__isnull=False).get() == queued
+
+
+@pytest.mark.django_db
+def test_a_hold_wins_over_a_scheduler_that_read_the_queue_before_it(organisation, online_slots, operator):
+    job = _queued(organisation, 1)
+    read_before = Job.objects.get(pk=job.pk)  # as schedule() had it, before the operator acted
+    lifecycle.put_on_hold(job, by=operator)
+
+    assert lifecycle.hold(read_before, online_slots[:1]) == []
+    assert Job.objects.get(pk=job.pk).state == State.QUEUED and not job.allocations.exists()
+
+
+@pytest.mark.django_db
+def test_the_partner_reads_why_and_the_jobs_behind_do_not_wait_for_it(
+    organisation, online_slots, operator, partner_client
+):
+    on_hold, behind = _queued(organisation, 4), _queued(organisation, 4)
+    assert lifecycle.hold(_queued(organisation, 4), online_slots)  # the fleet is busy: both wait
+    lifecycle.put_on_hold(on_hold, by=operator, reason="checking the GPUs of node b7")
+
+    page = partner_client.get(f"/jobs/{on_hold.pk}/").content.decode()
+    assert "On hold: the operators are keeping this job from starting (checking the GPUs of node b7)." in page
+    assert "keeps its place in the queue, number 1," in page and "at the latest" not in page
+    assert "put on hold by operator: checking the GPUs of node b7" in page, "on the timeline"
+    behind_page = partner_client.get(f"/jobs/{behind.pk}/").content.decode()
+    assert "Number 1 in the queue." in behind_page, "the job on hold is not counted ahead of it"
+    assert "at the latest" in behind_page
+    listing = partner_client.get("/jobs/").content.decode()
+    assert listing.count("on hold</small>") == 1
+    assert "· queued (on hold by the operators)" in progress_line(Job.objects.get(pk=on_hold.pk)), "the CLI's --wait"
+
+
+@pytest.mark.django_db
+def test_a_job_put_on_hold_while_it_stages_says_so(organisation, operator, partner_client):
+    job = _queued(organisation, 1)
+    Job.objects.filter(pk=job.pk).update(state=State.STAGING)
+    lifecycle.put_on_hold(job, by=operator)
+
+    page = partner_client.get(f"/jobs/{job.pk}/").content.decode()
+    assert "The operators have put it on hold: once staged it waits in the queue until they lift the hold." in page
+
+
+@pytest.mark.django_db
+def test_the_operator_gives_a_reason_and_lifts_the_hold_in_the_console(organisation, online_slots, operator):
+    queued, running = _queued(organisation, 1), _queued(organisation, 1)
+    lifecycle.hold(running, online_slots[:1])
+    client = client_for(operator)
+
+    asked = _act(client, "put_on_hold", [queued, running]).content.decode()
+    assert "Put jobs on hold" in asked and f"Job #{queued.pk}: clean-table over a.csv" in asked
+    assert not Job.objects.filter(on_hold_since__isnull=False).exists(), "nothing until the operator confirms"
+
+    too_long = _act(client, "put_on_hold", [queued], apply="Put on hold", reason="x" * 301).content.decode()
+    assert "Ensure this value has at most 300 characters" in too_long
+    assert not Job.objects.filter(on_hold_since__isnull=False).exists()
+
+    done = _act(client, "put_on_hold", [queued, running], apply="Put on hold", reason="quota review").content.decode()
+    assert f"Job #{queued.pk} is on hold: it will not start until the hold is lifted." in done
+    assert f"Job #{running.pk} is running: only a job that holds no GPU yet can be put on hold" in done
+    queued.refresh_from_db()
+    assert queued.on_hold and queued.on_hold_reason == "quota review"
+    assert not Job.objects.get(pk=running.pk).on_hold_since
+
+    again = _act(client, "put_on_hold", [queued], apply="Put on hold", reason="").content.decode()
+    assert f"Job #{queued.pk} was on hold already." in again
+    assert Job.objects.get(pk=queued.pk).on_hold_reason == "quota review", "the first reason stands"
+
+    listed = client.get("/admin/jobs/job/", {"on_hold": "yes"}).content.decode()
+    assert f"/admin/jobs/job/{queued.pk}/change/" in listed and f"/admin/jobs/job/{running.pk}/change/" not in listed
+
+    lifted = _act(client, "lift_hold", [queued]).content.decode()
+    assert "Lifted the hold of 1 job(s)." in lifted
+    assert not Job.objects.get(pk=queued.pk).on_hold
+
+
+@pytest.mark.django_db
+def test_staff_who_may_only_view_jobs_cannot_put_them_on_hold(organisation, django_user_model):
+    job = _queued(organisation, 1)
+    viewer = django_user_model.objects.create_user("viewer", password="pw", is_staff=True)
+    viewer.user_permissions.set(Permission.objects.filter(codename="view_job"))
+
+    _act(client_for(viewer), "put_on_hold", [job], apply="Put on hold", reason="no")
+    assert not Job.objects.get(pk=job.pk).on_hold
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_on_hold_waits_unmetered_beside_free_slots_and_runs_once_lifted(fleet, partner_client, operator):
+    partner_client.post("/jobs/new/", slow_job_form("0.01"))
+    job = Job.objects.get()
+    assert lifecycle.put_on_hold(job, by=operator, reason="maintenance")
+    wait_for(lambda: Job.objects.get(pk=job.pk).state == State.QUEUED, timeout=60, what="staging to end")
+
+    deadline = time.monotonic() + 6  # free slots, heartbeats and schedules: it stays queued all the while
+    while time.monotonic() < deadline:
+        assert not job.allocations.exists(), "a job on hold was held"
+        time.sleep(0.2)
+    assert not LedgerEntry.objects.filter(job=job, kind=LedgerEntry.Kind.HOLD).exists()
+
+    assert lifecycle.lift_hold(job, by=operator)
+    wait_for_end(job)
+    assert job.state == State.SUCCEEDED
+    hold = LedgerEntry.objects.get(job=job, kind=LedgerEntry.Kind.HOLD)
+    assert hold.held_from >= job.events.get(message="hold lifted by operator").at, "metered from the lift on"
