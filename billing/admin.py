@@ -4,35 +4,49 @@ from django import forms
 from django.contrib import admin
 from django.utils import timezone
 
-from billing.models import LedgerEntry, RateCard
+from billing.models import LedgerEntry, RateCard, RetentionPolicy
 
 # A card whose start the operator left at the form's "now" may be saved a little later; it starts then.
 FORM_OPEN = timedelta(minutes=30)
 
 
-class RateCardForm(forms.ModelForm):
-    class Meta:
-        model = RateCard
-        fields = ["rate_per_gpu_hour", "rate_per_staged_gb", "currency", "effective_from", "note"]
+class StartsNowOrLater(forms.ModelForm):
+    """A form for what is priced or ruled from `effective_from` on: it starts now or later."""
+
+    in_the_past = ""
 
     def clean_effective_from(self):
         starts, now = self.cleaned_data["effective_from"], timezone.now()
         if starts < now - FORM_OPEN:
-            raise forms.ValidationError(
-                "A rate card cannot start in the past: holds that have started are priced by the card in force "
-                "when they started. Start it now or later."
-            )
+            raise forms.ValidationError(self.in_the_past)
         return max(starts, now)
 
 
-@admin.register(RateCard)
-class RateCardAdmin(admin.ModelAdmin):
-    """Append-only once in force: a new price is a new card from now or later, so no hold already
-    started, nor any ledger entry, changes price. A card not yet in force can still be corrected or
-    withdrawn."""
+class RateCardForm(StartsNowOrLater):
+    in_the_past = (
+        "A rate card cannot start in the past: holds that have started are priced by the card in force "
+        "when they started. Start it now or later."
+    )
 
-    form = RateCardForm
-    list_display = ["rate_per_gpu_hour", "rate_per_staged_gb", "currency", "effective_from", "note"]
+    class Meta:
+        model = RateCard
+        fields = ["rate_per_gpu_hour", "rate_per_staged_gb", "currency", "effective_from", "note"]
+
+
+class RetentionPolicyForm(StartsNowOrLater):
+    in_the_past = (
+        "A retention policy cannot start in the past: jobs keep the days chosen under the policy in force "
+        "when they were submitted. Start it now or later."
+    )
+
+    class Meta:
+        model = RetentionPolicy
+        fields = ["organisation", "max_staged_days", "output_days", "max_output_days", "effective_from", "note"]
+
+
+class AppendOnlyInForce(admin.ModelAdmin):
+    """Append-only once in force: a change is a new row from now or later, so nothing already priced
+    or chosen under the old one changes. A row not yet in force can still be corrected or withdrawn."""
 
     def has_change_permission(self, request, obj=None):
         return super().has_change_permission(request, obj) and (obj is None or not _in_force(obj))
@@ -41,12 +55,33 @@ class RateCardAdmin(admin.ModelAdmin):
         return super().has_delete_permission(request, obj) and (obj is None or not _in_force(obj))
 
     def get_actions(self, request):
-        # The bulk delete asks no card whether it is in force.
+        # The bulk delete asks no row whether it is in force.
         return {name: action for name, action in super().get_actions(request).items() if name != "delete_selected"}
 
 
-def _in_force(card: RateCard) -> bool:
-    return card.effective_from <= timezone.now()
+def _in_force(row: RateCard | RetentionPolicy) -> bool:
+    return row.effective_from <= timezone.now()
+
+
+@admin.register(RateCard)
+class RateCardAdmin(AppendOnlyInForce):
+    """A new price is a new card: no hold already started, nor any ledger entry, changes price."""
+
+    form = RateCardForm
+    list_display = ["rate_per_gpu_hour", "rate_per_staged_gb", "currency", "effective_from", "note"]
+
+
+@admin.register(RetentionPolicy)
+class RetentionPolicyAdmin(AppendOnlyInForce):
+    """The limits the job form and the CLI keep to. A job keeps the days chosen when it was submitted."""
+
+    form = RetentionPolicyForm
+    list_display = ["applies_to", "max_staged_days", "output_days", "max_output_days", "effective_from", "note"]
+    list_filter = ["organisation"]
+
+    @admin.display(description="For", ordering="organisation__name")
+    def applies_to(self, policy: RetentionPolicy) -> str:
+        return str(policy.organisation or "every organisation")
 
 
 @admin.register(LedgerEntry)

@@ -1,7 +1,10 @@
-"""RateCard and LedgerEntry. Ledger rows are written once and never updated or deleted."""
+"""RateCard, RetentionPolicy and LedgerEntry. Ledger rows are written once and never updated or deleted."""
 
 from decimal import Decimal
 
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator
 from django.db import models
 from django.utils import timezone
 
@@ -33,6 +36,63 @@ class RateCard(TimeStamped):
     @classmethod
     def in_force(cls, at=None) -> "RateCard | None":
         return cls.objects.filter(effective_from__lte=at or timezone.now()).order_by("-effective_from").first()
+
+
+class RetentionPolicy(TimeStamped):
+    """The operators' limits on retention for the jobs submitted from a moment on: for every
+    organisation, or for one (whose own policy then stands in for the general one). A job keeps the
+    days it chose under the policy in force when it was submitted. Without any policy, the settings
+    E31_MAX_RETENTION_DAYS, E31_OUTPUT_KEEP_DAYS and E31_MAX_OUTPUT_KEEP_DAYS are the policy."""
+
+    organisation = models.ForeignKey(
+        Organisation,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="retention_policies",
+        help_text="Empty: every organisation without a policy of its own.",
+    )
+    max_staged_days = models.PositiveIntegerField(
+        "longest a staged copy is kept (days)",
+        help_text="0: every staged copy is deleted when its job ends, a sample's too.",
+    )
+    output_days = models.PositiveIntegerField(
+        "days an output is kept", validators=[MinValueValidator(1)], help_text="Unless the partner chooses otherwise."
+    )
+    max_output_days = models.PositiveIntegerField("longest an output is kept (days)", validators=[MinValueValidator(1)])
+    effective_from = models.DateTimeField(default=timezone.now)
+    note = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["-effective_from"]
+        verbose_name_plural = "retention policies"
+
+    def __str__(self) -> str:
+        return f"Retention for {self.organisation or 'every organisation'} from {self.effective_from:%Y-%m-%d %H:%M}"
+
+    def clean(self) -> None:
+        if self.output_days and self.max_output_days and self.output_days > self.max_output_days:
+            raise ValidationError({"output_days": f"At most the longest an output is kept, {self.max_output_days}."})
+
+    @classmethod
+    def in_force(cls, organisation: Organisation | None, at=None) -> "RetentionPolicy":
+        """The organisation's own newest policy in force, else the general one, else the settings'."""
+        policies = cls.objects.filter(effective_from__lte=at or timezone.now()).order_by("-effective_from")
+        own = policies.filter(organisation=organisation).first() if organisation else None
+        return (
+            own
+            or policies.filter(organisation=None).first()
+            or cls(
+                max_staged_days=settings.E31_MAX_RETENTION_DAYS,
+                output_days=settings.E31_OUTPUT_KEEP_DAYS,
+                max_output_days=settings.E31_MAX_OUTPUT_KEEP_DAYS,
+            )
+        )
+
+    @property
+    def sample_keep_days(self) -> int:
+        """How long a sample keeps its staged copy for the full pass: E31_SAMPLE_KEEP_DAYS, within the limit."""
+        return min(settings.E31_SAMPLE_KEEP_DAYS, self.max_staged_days)
 
 
 class LedgerEntryQuerySet(models.QuerySet):

@@ -5,7 +5,9 @@ from decimal import Decimal
 from django import forms
 from django.conf import settings
 from django.core.validators import MaxValueValidator
+from django.template.defaultfilters import pluralize
 
+from billing.models import RetentionPolicy
 from jobs import processors
 from jobs.models import Job
 
@@ -37,16 +39,27 @@ class RequestForm(forms.Form):
     keep_days = forms.IntegerField(label="days", min_value=1, initial=7, required=False)
     output_days = forms.IntegerField(label="The job's output is", min_value=1, required=False)  # blank: the default
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, policy: RetentionPolicy, **kwargs):
+        """`policy`: the retention policy in force for the organisation, whose limits the days keep to."""
         super().__init__(*args, **kwargs)
-        self.fields["keep_days"].validators.append(MaxValueValidator(settings.E31_MAX_RETENTION_DAYS))
-        self.fields["keep_days"].widget.attrs["max"] = settings.E31_MAX_RETENTION_DAYS
+        self.policy = policy
         too_long = "A job can run at most %(limit_value)s hours; this asks for %(show_value)s."
         self.fields["hours"].validators.append(MaxValueValidator(settings.E31_MAX_HOURS, too_long))
         self.fields["hours"].widget.attrs["max"] = settings.E31_MAX_HOURS
-        self.fields["output_days"].initial = settings.E31_OUTPUT_KEEP_DAYS
-        self.fields["output_days"].validators.append(MaxValueValidator(settings.E31_MAX_OUTPUT_KEEP_DAYS))
-        self.fields["output_days"].widget.attrs["max"] = settings.E31_MAX_OUTPUT_KEEP_DAYS
+        policy_limit = "The retention policy keeps it at most %(limit_value)s days."
+        self._limit("output_days", policy.max_output_days, policy_limit)
+        self.fields["output_days"].initial = policy.output_days
+        if policy.max_staged_days:
+            self._limit("keep_days", policy.max_staged_days, policy_limit)
+        else:  # the policy keeps no staged copy: nothing to choose
+            self.fields["retention"].choices = [("delete", "deleted when the job ends (the retention policy)")]
+            self.fields["retention"].error_messages["invalid_choice"] = (
+                "The retention policy keeps no staged copy: it is deleted when the job ends."
+            )
+
+    def _limit(self, name: str, days: int, message: str) -> None:
+        self.fields[name].validators.append(MaxValueValidator(days, message))
+        self.fields[name].widget.attrs["max"] = days
 
     def clean(self):
         cleaned = super().clean()
@@ -108,10 +121,11 @@ class JobForm(RequestForm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["sample"].help_text += (
-            f" Its staged copy is kept at least {settings.E31_SAMPLE_KEEP_DAYS} days, whatever you choose below, so "
-            "that the full pass takes it over rather than staging the data again."
-        )
+        if keep := self.policy.sample_keep_days:
+            self.fields["sample"].help_text += (
+                f" Its staged copy is kept at least {keep} day{pluralize(keep)}, whatever you choose below, so "
+                "that the full pass takes it over rather than staging the data again."
+            )
         if not settings.E31_STAGING_ROOTS:  # no server paths here: not offered
             self.fields["location"].label = "or a URL or s3:// URI"
             self.fields["location"].help_text = "An http(s) URL the portal downloads, or an s3://bucket/key."

@@ -14,6 +14,7 @@ from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from kombu.exceptions import OperationalError
 
+from billing.models import RetentionPolicy
 from jobs import lifecycle, processors
 from jobs.models import Job, Shard, State, Upload
 from jobs.scheduling import parse_request, sizing
@@ -80,7 +81,8 @@ def submit_job(
 
     With `sample`, the job is a sample: it stages the data, runs the work on one slot for about
     E31_SAMPLE_SECONDS and measures it; the request given is kept as the one the pass would make,
-    and the staged copy is kept at least E31_SAMPLE_KEEP_DAYS for that pass (submit_pass)."""
+    and the staged copy is kept at least E31_SAMPLE_KEEP_DAYS for that pass (submit_pass), within
+    the retention policy's limit."""
     try:
         processor = processors.get(work)
         checked_params = processor.validate_params(params)
@@ -89,7 +91,8 @@ def submit_job(
     expected_sha256 = expected_sha256.strip().lower()
     if expected_sha256 and not SHA256.fullmatch(expected_sha256):
         raise SubmitError("sha256", f"A SHA-256 is 64 hexadecimal digits, not {expected_sha256!r}.")
-    output_keep_days = _check_retention(retention_days, output_keep_days)
+    policy = RetentionPolicy.in_force(organisation)
+    output_keep_days = _check_retention(policy, retention_days, output_keep_days)
     if upload is not None:
         source = _describe_upload(processor, organisation, upload, data, location)
     else:
@@ -103,7 +106,7 @@ def submit_job(
     if sample:
         asked = {**request, "hours": str(hours), "output_keep_days": output_keep_days}
         request.update(gpus=1, hours=sizing.sample_hours(), shape=Job.Shape.SHORT_WIDE)
-        request["retention_days"] = max(retention_days, settings.E31_SAMPLE_KEEP_DAYS)
+        request["retention_days"] = max(retention_days, policy.sample_keep_days)
         source["sample_result"] = {"request": asked}
     if data is not None:
         source["source_path"] = uploads.store_upload(data, data_name)
@@ -147,16 +150,14 @@ def _check_model(processor, model: BinaryIO | None, name: str) -> bool:
     return True
 
 
-def _check_retention(days: int, output_days: int | None) -> int:
-    """The days the staged copy and the output are kept, as asked; the output's (its default when
-    not asked) returned."""
-    if not 0 <= days <= settings.E31_MAX_RETENTION_DAYS:
-        raise SubmitError("keep_days", f"Keep the staged copy 0 to {settings.E31_MAX_RETENTION_DAYS} days, not {days}.")
-    output_days = settings.E31_OUTPUT_KEEP_DAYS if output_days is None else output_days
-    if not 1 <= output_days <= settings.E31_MAX_OUTPUT_KEEP_DAYS:
-        raise SubmitError(
-            "output_days", f"Keep the output 1 to {settings.E31_MAX_OUTPUT_KEEP_DAYS} days, not {output_days}."
-        )
+def _check_retention(policy: RetentionPolicy, days: int, output_days: int | None) -> int:
+    """The days the staged copy and the output are kept, as asked, within the retention policy in
+    force; the output's (the policy's default when not asked) returned."""
+    if not 0 <= days <= policy.max_staged_days:
+        raise SubmitError("keep_days", f"Keep the staged copy 0 to {policy.max_staged_days} days, not {days}.")
+    output_days = policy.output_days if output_days is None else output_days
+    if not 1 <= output_days <= policy.max_output_days:
+        raise SubmitError("output_days", f"Keep the output 1 to {policy.max_output_days} days, not {output_days}.")
     return output_days
 
 
@@ -180,7 +181,7 @@ def submit_pass(
     if not sample.staged_path or sample.staged_purged_at:
         gone = f"The staged copy of sample {sample.pk} is gone (purged, or used by a pass); submit the data again."
         raise SubmitError("sample", gone)
-    output_keep_days = _check_retention(retention_days, output_keep_days)
+    output_keep_days = _check_retention(RetentionPolicy.in_force(sample.organisation), retention_days, output_keep_days)
     try:
         gpus, hours = parse_request(gpus, hours, shape, work=sample.work)
     except ValueError as error:

@@ -15,6 +15,7 @@ from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseStopPolling
 
 from billing.metering import meter_for
+from billing.models import RetentionPolicy
 from jobs import lifecycle, services
 from jobs.forms import JobForm, RequestForm
 from jobs.models import ACTIVE, Job, Upload
@@ -47,7 +48,8 @@ def job_new(request):
     organisation = services.organisation_for(request.user)
     if organisation is None:
         return _needs_organisation(request)
-    form = JobForm(request.POST, request.FILES) if request.method == "POST" else JobForm()
+    policy = RetentionPolicy.in_force(organisation)
+    form = JobForm(request.POST, request.FILES, policy=policy) if request.method == "POST" else JobForm(policy=policy)
     if request.method == "POST":
         if getattr(request, "upload_too_large", False):
             form.add_error(None, too_large_message())
@@ -120,14 +122,16 @@ def _sizing_context(job, pass_form: RequestForm | None = None) -> dict:
         request = result.get("request", {})
         found = sizing.estimate(result, max(1, min(int(request.get("gpus", 1)), online)))
         retention = request.get("retention_days", 0)
+        policy = RetentionPolicy.in_force(job.organisation)
         pass_form = RequestForm(
             initial={
                 "gpus": found.gpus,
                 "hours": found.hours,
                 "retention": "keep" if retention else "delete",
                 "keep_days": retention or 7,
-                "output_days": request.get("output_keep_days", settings.E31_OUTPUT_KEEP_DAYS),
-            }
+                "output_days": request.get("output_keep_days", policy.output_days),
+            },
+            policy=policy,
         )
     else:
         found = _pass_estimate(job, pass_form)
@@ -182,10 +186,11 @@ def job_estimate(request, pk: int):
     job = services.get_job_for_user(request, pk)
     if job.kind != Job.Kind.SAMPLE or not job.sample_result.get("records_per_second"):
         raise Http404("This job is no finished sample.")
-    form = RequestForm(request.GET)
+    policy = RetentionPolicy.in_force(job.organisation)
+    form = RequestForm(request.GET, policy=policy)
     found = _pass_estimate(job, form)
     if found is not None:
-        form = RequestForm(initial={"gpus": found.gpus, "hours": found.hours})
+        form = RequestForm(initial={"gpus": found.gpus, "hours": found.hours}, policy=policy)
     context = {"job": job, "pass_form": form, "pass_estimate": found, "fleet": fleet()}
     return render(request, "jobs/detail.html#pass-estimate", context)
 
@@ -195,7 +200,7 @@ def job_estimate(request, pk: int):
 def job_pass(request, pk: int):
     """Submit the full pass a sample sized; its data is the sample's staged copy."""
     sample = services.get_job_for_user(request, pk)
-    form = RequestForm(request.POST)
+    form = RequestForm(request.POST, policy=RetentionPolicy.in_force(sample.organisation))
     if form.is_valid():
         try:
             job = services.submit_pass(

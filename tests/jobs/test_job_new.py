@@ -120,9 +120,11 @@ def test_it_refuses_bad_work_parameters(partner_client, online_slots, field, val
 
 def test_it_asks_how_many_days_to_keep(partner_client, online_slots):
     assert_refused(post(partner_client, retention="keep", keep_days=""), "Say how many days to keep the staged copy.")
-    assert_refused(post(partner_client, retention="keep", keep_days="400"), "less than or equal to 90")
+    assert_refused(
+        post(partner_client, retention="keep", keep_days="400"), "The retention policy keeps it at most 90 days."
+    )
     assert_refused(post(partner_client, output_days="0"), "greater than or equal to 1")
-    assert_refused(post(partner_client, output_days="366"), "less than or equal to 365")
+    assert_refused(post(partner_client, output_days="366"), "The retention policy keeps it at most 365 days.")
     assert_refused(post(partner_client, output_days="a month"), "Enter a whole number.")
 
 

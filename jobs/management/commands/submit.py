@@ -71,7 +71,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--keep-output-days",
             type=int,
-            help="Keep the output this many days after the job ends (default E31_OUTPUT_KEEP_DAYS, 30).",
+            help="Keep the output this many days after the job ends (default: the retention policy's, 30 unless set).",
         )
         parser.add_argument(
             "--allow-partial",
