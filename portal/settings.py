@@ -2,6 +2,7 @@
 
 import os
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -49,6 +50,7 @@ INSTALLED_APPS = [
     "django.contrib.humanize",
     "django_htmx",
     "template_partials",
+    "axes",
     "portal",
     "jobs",
     "billing",
@@ -64,6 +66,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, as axes asks: it turns a login refused for a lockout into the locked-out page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -124,6 +128,27 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+# Every login (the partners' page and the admin's) goes through axes first: after E31_LOGIN_FAILURE_LIMIT
+# failures for one username from one address, that username is refused from that address, even with the
+# right password, until E31_LOGIN_LOCKOUT_MINUTES have passed since the last try. By username and address
+# together, so nobody can lock a partner out from elsewhere. The records are rows in the database
+# (migrate makes their tables), shared by every web process; an operator lifts a lock early by deleting
+# its access attempt in the admin console.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_FAILURE_LIMIT = env_int("E31_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+E31_LOGIN_LOCKOUT_MINUTES = env_int("E31_LOGIN_LOCKOUT_MINUTES", 15, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=E31_LOGIN_LOCKOUT_MINUTES)
+AXES_RESET_ON_SUCCESS = True
+AXES_CLIENT_IP_CALLABLE = "portal.throttling.client_ip"
+AXES_LOCKOUT_CALLABLE = "portal.views.locked_out"
+# No start-up line in every process: `manage.py submit` says why it refused in one line on stderr.
+AXES_VERBOSE = False
+# The proxies in front of the portal (nginx, a load balancer), each appending the address it got the request
+# from to X-Forwarded-For. With N of them the client is the Nth address from the right: what lies to its left,
+# the client wrote itself. 0 (Django's server, or gunicorn reached directly): the connection's own address.
+E31_TRUSTED_PROXIES = env_int("E31_TRUSTED_PROXIES", 0, minimum=0)
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/jobs/"
 LOGOUT_REDIRECT_URL = "/"
@@ -243,5 +268,6 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("E31_LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    # axes says INFO about every login; its warnings (failures, lockouts) are what an operator needs.
+    "loggers": {"django.db.backends": {"level": "WARNING"}, "axes": {"level": "WARNING"}},
 }

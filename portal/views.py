@@ -1,5 +1,7 @@
-"""The landing page and the design-partner program with its intake form."""
+"""The landing page, the design-partner program with its intake form, and the locked-out login."""
 
+from django.conf import settings
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 
 from portal.forms import ApplicationForm
@@ -31,3 +33,12 @@ def applied(request):
     if application is None:
         return redirect("apply")
     return render(request, "portal/applied.html", {"application": application})
+
+
+def locked_out(request, original_response: HttpResponse | None, credentials: dict | None) -> HttpResponse:
+    """What a login refused by the lockout answers (axes calls it, for the partners' page and the admin's)."""
+    context = {
+        "username": (credentials or {}).get("username") or request.POST.get("username", ""),
+        "minutes": settings.E31_LOGIN_LOCKOUT_MINUTES,
+    }
+    return render(request, "registration/locked_out.html", context, status=429)
