@@ -51,6 +51,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "axes",
+    "django_ratelimit",
     "portal",
     "jobs",
     "billing",
@@ -122,6 +123,25 @@ REDIS_URL = _redis_url()
 # The embedded Redis is started by `manage.py runportal` (and by the tests) on this socket.
 EMBEDDED_REDIS = "REDIS_URL" not in os.environ
 CELERY_BROKER_URL = REDIS_URL.replace("unix://", "redis+socket://", 1)
+# The cache is the same Redis, so that what it counts (the intake form's posts) holds across web processes.
+# Never cache.clear(): Django's RedisCache then empties the whole database, the broker's queues with it.
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "e31-cache",
+        # A Redis that stops answering fails a check of the limit within seconds instead of holding the page.
+        "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2},
+    }
+}
+# The intake form takes E31_INTAKE_POSTS_PER_HOUR posts from one address (portal.throttling.client_ip) in an
+# hour (django-ratelimit's: a fixed hour per address); the next ones are answered 429 with the form kept.
+E31_INTAKE_POSTS_PER_HOUR = env_int("E31_INTAKE_POSTS_PER_HOUR", 10, minimum=1)
+# A count the cache lost lets the post through, as a Redis that is down does (portal.throttling).
+RATELIMIT_FAIL_OPEN = True
+# Django's own RedisCache is not on django-ratelimit's list, but its add (SET NX) and incr (INCRBY) are as
+# atomic as the limits need; the check's errors (a cache that is not shared, or not atomic) still stop it.
+SILENCED_SYSTEM_CHECKS = ["django_ratelimit.W001"]
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},

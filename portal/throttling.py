@@ -1,9 +1,14 @@
 """Who a request comes from, for the login lockout (django-axes) and the intake form's limit."""
 
 import ipaddress
+import logging
 
+import redis
 from django.conf import settings
 from django.http import HttpRequest
+from django_ratelimit.core import get_usage
+
+log = logging.getLogger(__name__)
 
 
 def client_ip(request: HttpRequest) -> str | None:
@@ -27,3 +32,24 @@ def client_ip(request: HttpRequest) -> str | None:
     if ip.version == 6:
         return str(ipaddress.ip_network(f"{ip}/64", strict=False).network_address)
     return str(ip)
+
+
+def intake_wait(request: HttpRequest) -> int:
+    """Count this post of the intake form against its client's hour; the seconds until that hour is out if the
+    client has sent more than E31_INTAKE_POSTS_PER_HOUR in it, else 0."""
+    try:
+        usage = get_usage(
+            request,
+            group="intake",
+            key=lambda group, request: client_ip(request) or "unknown",
+            rate=f"{settings.E31_INTAKE_POSTS_PER_HOUR}/h",
+            method="POST",
+            increment=True,
+        )
+    except redis.RedisError as error:
+        # An application is worth more than the limit: without the cache it is taken unlimited.
+        log.warning("The intake form's limit is not counted, the cache is unreachable: %s", error)
+        return 0
+    if usage is None or not usage["should_limit"]:
+        return 0
+    return max(usage["time_left"], 1)

@@ -43,6 +43,7 @@ def test_it_refuses_an_unknown_choice(monkeypatch):
         ("E31_LOGIN_FAILURE_LIMIT", "0", "E31_LOGIN_FAILURE_LIMIT must be at least 1"),
         ("E31_LOGIN_LOCKOUT_MINUTES", "a while", "E31_LOGIN_LOCKOUT_MINUTES must be a whole number"),
         ("E31_TRUSTED_PROXIES", "-1", "E31_TRUSTED_PROXIES must be at least 0"),
+        ("E31_INTAKE_POSTS_PER_HOUR", "0", "E31_INTAKE_POSTS_PER_HOUR must be at least 1"),
     ],
 )
 def test_it_stops_the_start_up_on_a_wrong_value(tmp_path, variable, value, message):
