@@ -1,7 +1,9 @@
 """Shared fixtures: a real Redis, real gpuworker processes, and the personas.
 
 Personas: the partner (member of the partner organisation), a teammate in the same organisation,
-an outsider from another organisation, and an operator (staff, in no organisation).
+an outsider from another organisation, and an operator (staff, in no organisation). A test logs one
+in with client_for (force_login) or by posting the login page: the login lockout (axes) refuses
+Client.login, which authenticates without a request.
 """
 
 import contextlib
