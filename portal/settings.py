@@ -2,6 +2,7 @@
 
 import os
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -49,6 +50,8 @@ INSTALLED_APPS = [
     "django.contrib.humanize",
     "django_htmx",
     "template_partials",
+    "axes",
+    "django_ratelimit",
     "portal",
     "jobs",
     "billing",
@@ -64,6 +67,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, as axes asks: it turns a login refused for a lockout into the locked-out page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -118,12 +123,52 @@ REDIS_URL = _redis_url()
 # The embedded Redis is started by `manage.py runportal` (and by the tests) on this socket.
 EMBEDDED_REDIS = "REDIS_URL" not in os.environ
 CELERY_BROKER_URL = REDIS_URL.replace("unix://", "redis+socket://", 1)
+# The cache is the same Redis, so that what it counts (the intake form's posts) holds across web processes.
+# Never cache.clear(): Django's RedisCache then empties the whole database, the broker's queues with it.
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "e31-cache",
+        # A Redis that stops answering fails a check of the limit within seconds instead of holding the page.
+        "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2},
+    }
+}
+# The intake form takes E31_INTAKE_POSTS_PER_HOUR posts from one address (portal.throttling.client_ip) in an
+# hour (django-ratelimit's: a fixed hour per address); the next ones are answered 429 with the form kept.
+E31_INTAKE_POSTS_PER_HOUR = env_int("E31_INTAKE_POSTS_PER_HOUR", 10, minimum=1)
+# A count the cache lost lets the post through, as a Redis that is down does (portal.throttling).
+RATELIMIT_FAIL_OPEN = True
+# Django's own RedisCache is not on django-ratelimit's list, but its add (SET NX) and incr (INCRBY) are as
+# atomic as the limits need; the check's errors (a cache that is not shared, or not atomic) still stop it.
+SILENCED_SYSTEM_CHECKS = ["django_ratelimit.W001"]
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+# Every login (the partners' page and the admin's) goes through axes first: after E31_LOGIN_FAILURE_LIMIT
+# failures for one username from one address, that username is refused from that address, even with the
+# right password, until E31_LOGIN_LOCKOUT_MINUTES have passed since the last try. By username and address
+# together, so nobody can lock a partner out from elsewhere. The records are rows in the database
+# (migrate makes their tables), shared by every web process; an operator lifts a lock early by deleting
+# its access attempt in the admin console.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_FAILURE_LIMIT = env_int("E31_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+E31_LOGIN_LOCKOUT_MINUTES = env_int("E31_LOGIN_LOCKOUT_MINUTES", 15, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=E31_LOGIN_LOCKOUT_MINUTES)
+AXES_RESET_ON_SUCCESS = True
+AXES_CLIENT_IP_CALLABLE = "portal.throttling.client_ip"
+AXES_LOCKOUT_CALLABLE = "portal.views.locked_out"
+# No start-up line in every process: `manage.py submit` says why it refused in one line on stderr.
+AXES_VERBOSE = False
+# The proxies in front of the portal (nginx, a load balancer), each appending the address it got the request
+# from to X-Forwarded-For. With N of them the client is the Nth address from the right: what lies to its left,
+# the client wrote itself. 0 (Django's server, or gunicorn reached directly): the connection's own address.
+E31_TRUSTED_PROXIES = env_int("E31_TRUSTED_PROXIES", 0, minimum=0)
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/jobs/"
 LOGOUT_REDIRECT_URL = "/"
@@ -243,5 +288,6 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("E31_LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    # axes says INFO about every login; its warnings (failures, lockouts) are what an operator needs.
+    "loggers": {"django.db.backends": {"level": "WARNING"}, "axes": {"level": "WARNING"}},
 }

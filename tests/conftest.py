@@ -1,7 +1,9 @@
 """Shared fixtures: a real Redis, real gpuworker processes, and the personas.
 
 Personas: the partner (member of the partner organisation), a teammate in the same organisation,
-an outsider from another organisation, and an operator (staff, in no organisation).
+an outsider from another organisation, and an operator (staff, in no organisation). A test logs one
+in with client_for (force_login) or by posting the login page: the login lockout (axes) refuses
+Client.login, which authenticates without a request.
 """
 
 import contextlib
@@ -114,6 +116,15 @@ def redis_server():
         client = redis.Redis.from_url(settings.REDIS_URL)
         client.flushdb()
         yield client
+
+
+@pytest.fixture(autouse=True)
+def nothing_counted(redis_server):
+    """Each test starts with no rate counted: the cache's keys go, only they (the same Redis holds the broker's
+    queues, which cache.clear() would empty too). Lockouts are rows, gone with each test's database."""
+    keys = list(redis_server.scan_iter(match=f"{settings.CACHES['default']['KEY_PREFIX']}:*"))
+    if keys:
+        redis_server.delete(*keys)
 
 
 def database_url() -> str:

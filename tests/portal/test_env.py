@@ -40,6 +40,10 @@ def test_it_refuses_an_unknown_choice(monkeypatch):
         ("REDIS_URL", "http://localhost", "REDIS_URL must start with redis://"),
         ("E31_STORAGE", "s3", "E31_STORAGE=s3 needs E31_S3_BUCKET"),
         ("E31_DEBUG", "sometimes", "E31_DEBUG must be true or false"),
+        ("E31_LOGIN_FAILURE_LIMIT", "0", "E31_LOGIN_FAILURE_LIMIT must be at least 1"),
+        ("E31_LOGIN_LOCKOUT_MINUTES", "a while", "E31_LOGIN_LOCKOUT_MINUTES must be a whole number"),
+        ("E31_TRUSTED_PROXIES", "-1", "E31_TRUSTED_PROXIES must be at least 0"),
+        ("E31_INTAKE_POSTS_PER_HOUR", "0", "E31_INTAKE_POSTS_PER_HOUR must be at least 1"),
     ],
 )
 def test_it_stops_the_start_up_on_a_wrong_value(tmp_path, variable, value, message):
