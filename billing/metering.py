@@ -1,6 +1,7 @@
 """The meter: turns a released hold (and a finished staging) into a ledger entry, and prices a hold
 still running."""
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -13,6 +14,8 @@ from django.utils import timezone
 from billing.models import LedgerEntry, RateCard
 from jobs.lifecycle import hold_periods
 from jobs.signals import hold_released, staging_finished
+
+log = logging.getLogger(__name__)
 
 GPU_HOURS = Decimal("0.000001")
 MONEY = Decimal("0.0001")
@@ -78,13 +81,16 @@ def meter_for(job) -> Meter | None:
 def record_hold(sender, job, gpus: int, holds: list[tuple[datetime, datetime]], **kwargs) -> LedgerEntry:
     """The job's one hold entry: every GPU it held, each for its own time (GPU-seconds added up)."""
     meter = price_holds(gpus, holds)
+    held_from = min(start for start, _ in holds)
+    if RateCard.in_force(held_from) is None:
+        log.warning("job %s: no rate card was in force when its hold started; it is recorded at 0", job.pk)
     entry, _ = LedgerEntry.objects.get_or_create(
         job=job,
         kind=LedgerEntry.Kind.HOLD,
         defaults={
             "organisation_id": job.organisation_id,
             "gpus": gpus,
-            "held_from": min(start for start, _ in holds),
+            "held_from": held_from,
             "held_to": max(end for _, end in holds),
             "seconds": meter.seconds,
             "gpu_hours": meter.gpu_hours,

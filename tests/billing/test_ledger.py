@@ -219,3 +219,22 @@ def test_the_ledger_page_adds_amounts_up_per_currency_and_shows_rates_to_their_l
     page = partner_client.get("/billing/ledger/").content.decode()
     assert "0.005 USD/GB" in page and "0.0125 EUR/GB" in page
     assert re.search(r"<tfoot>.*0\.0500 EUR<br>0\.0100 USD</th>", page, re.S), page
+
+
+def test_operators_are_warned_while_no_rate_card_is_in_force(organisation, online_slots, operator, caplog):
+    RateCard.objects.create(rate_per_gpu_hour=Decimal("5"), effective_from=timezone.now() + timedelta(days=1))
+    client = client_for(operator)
+    assert (
+        "No rate card is in force: GPU holds that start now are priced at 0" in client.get("/admin/").content.decode()
+    )
+
+    job = Job.objects.create(
+        organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1, state=State.QUEUED
+    )
+    assert lifecycle.hold(job, online_slots[:1])
+    lifecycle.release(job)
+    assert LedgerEntry.objects.get(job=job).amount == 0
+    assert f"job {job.pk}: no rate card was in force when its hold started; it is recorded at 0" in caplog.text
+
+    RateCard.objects.create(rate_per_gpu_hour=Decimal("0"), note="a free week")
+    assert "No rate card is in force" not in client.get("/admin/").content.decode(), "a card at 0 is a choice"
