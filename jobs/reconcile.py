@@ -58,9 +58,10 @@ def reconcile() -> list[int]:
     for job in Job.objects.filter(state=State.FINISHING, output_path="", modified__lt=quiet):
         tasks.assemble.delay(job.pk)
         touched.append(job.pk)
-    # Staging wipes a partner's secrets when it ends; a job that ended before staging ever ran (its
-    # message lost with Redis) is wiped here.
+    # Staging deletes a partner's upload and wipes their secrets when it ends; a job that ended before
+    # staging ever ran (its message lost with Redis) is cleared here.
     signed = Q(source_kind=Job.Source.URL, source_uri__contains="?") & ~Q(source_uri__endswith="?…")
-    for job in Job.objects.filter(Q(state__in=ENDED) & (~Q(source_secret="") | signed)):
+    left = ~Q(source_path="") | ~Q(source_secret="") | signed
+    for job in Job.objects.filter(Q(state__in=ENDED) & left):
         sources.forget(job)
     return touched

@@ -259,6 +259,7 @@ def forget(job: Job) -> None:
     query (a pre-signed URL's signature)."""
     if job.source_path:
         default_storage.delete(job.source_path)
+        Job.objects.filter(pk=job.pk, source_path=job.source_path).update(source_path="")
     if job.source_secret:
         Job.objects.filter(pk=job.pk).update(source_secret="")
     if job.source_location != job.source_uri:

@@ -4,6 +4,7 @@ the operator allows, staged like an upload when inside, with the staging on the 
 import errno
 import hashlib
 import http.server
+import io
 import json
 import os
 import shutil
@@ -155,10 +156,12 @@ def test_it_stages_and_runs_a_job_from_a_url_and_keeps_no_signature_of_it(fleet,
 
 
 @pytest.mark.django_db
-def test_a_job_that_ended_before_it_staged_has_its_secrets_wiped_by_the_safety_net(organisation, monkeypatch):
+def test_a_job_that_ended_before_it_staged_has_its_upload_and_secrets_wiped_by_the_safety_net(
+    organisation, monkeypatch
+):
     """Cancelled while its staging message was lost with Redis: no staging attempt ever wipes them."""
     from jobs.reconcile import reconcile
-    from jobs.staging import s3
+    from jobs.staging import s3, uploads
 
     common = {"organisation": organisation, "work": "clean-table", "gpus": 1, "hours": 1, "source_name": "c.csv"}
     signed = Job.objects.create(
@@ -168,6 +171,8 @@ def test_a_job_that_ended_before_it_staged_has_its_secrets_wiped_by_the_safety_n
         **common, state=State.CANCELLED, source_kind=Job.Source.S3, source_uri="s3://partner-data/c.csv",
         source_secret=s3.seal({"access_key_id": "k", "secret_access_key": "s3cr3t"}),
     )  # fmt: skip
+    upload = uploads.store_upload(io.BytesIO(b"a,b\n1,2\n"), "c.csv")
+    uploaded = Job.objects.create(**common, state=State.CANCELLED, source_path=upload)
     waiting = Job.objects.create(
         **common, state=State.SUBMITTED, source_kind=Job.Source.URL, source_uri="https://example.com/c.csv?sig=s3cr3t"
     )
@@ -175,7 +180,8 @@ def test_a_job_that_ended_before_it_staged_has_its_secrets_wiped_by_the_safety_n
     monkeypatch.setattr(sources, "forget", lambda job, forget=sources.forget: forgotten.append(job.pk) or forget(job))
     reconcile()
     reconcile()
-    assert sorted(forgotten) == sorted([signed.pk, sealed.pk]), "each once: a wiped job is not wiped again"
+    assert sorted(forgotten) == sorted([signed.pk, sealed.pk, uploaded.pk]), "each once: not wiped again"
+    assert not default_storage.exists(upload) and Job.objects.get(pk=uploaded.pk).source_path == ""
     assert Job.objects.get(pk=signed.pk).source_uri == "https://example.com/c.csv?…"
     assert Job.objects.get(pk=sealed.pk).source_secret == ""
     assert Job.objects.get(pk=waiting.pk).source_uri.endswith("?sig=s3cr3t"), "its staging still needs it"

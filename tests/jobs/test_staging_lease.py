@@ -41,6 +41,7 @@ def test_a_second_delivery_leaves_a_staging_with_a_live_lease_alone(staging_job)
 
 def test_a_staging_whose_lease_ran_out_is_taken_over_and_finished(staging_job):
     job = lease(staging_job, -1)
+    upload = job.source_path
     stage.stage(job.pk)
     job.refresh_from_db()
     assert job.state == State.QUEUED
@@ -50,7 +51,7 @@ def test_a_staging_whose_lease_ran_out_is_taken_over_and_finished(staging_job):
     assert job.records_total == 5000 and job.shards.count() > 0
     messages = list(job.events.values_list("message", flat=True))
     assert "staging again: the attempt before it stopped" in messages
-    assert not default_storage.exists(job.source_path), "the upload goes once it is staged"
+    assert not default_storage.exists(upload) and not job.source_path, "the upload goes once it is staged"
 
 
 def test_the_attempt_that_lost_its_claim_stops_at_its_next_write(staging_job):
