@@ -1,4 +1,4 @@
-"""The organisation's ledger: on a page, and exported as CSV and JSON."""
+"""The organisation's ledger: on a page, and exported as CSV and JSON; and each ended job's receipt."""
 
 import csv
 
@@ -10,7 +10,7 @@ from django.shortcuts import render
 from billing.metering import ledger_row
 from billing.models import LedgerEntry
 from jobs.scheduling import fleet
-from jobs.services import organisation_for
+from jobs.services import get_job_for_user, organisation_for
 
 COLUMNS = (
     "job", "kind", "gpus", "held_from", "held_to", "seconds", "gpu_hours",
@@ -56,3 +56,17 @@ def ledger_json(request):
     if entries is None:
         return JsonResponse({"error": "Your account is not in an organisation."}, status=403)
     return JsonResponse({"entries": [ledger_row(entry) for entry in entries.iterator()]})
+
+
+@login_required
+def receipt(request, job_id: int):
+    """What an ended job was charged, line by line from its ledger entries, to print or keep; 404 for a
+    job of another organisation, and for one that has not ended (its hold is not priced yet)."""
+    job = get_job_for_user(request, job_id)
+    if not job.ended:
+        context = {"job": job, "fleet": fleet()}
+        return render(request, "billing/receipt_pending.html", context, status=404)
+    entries = job.ledger_entries.order_by("held_from", "pk")
+    totals = entries.order_by("currency").values("currency").annotate(amount=Sum("amount"))
+    context = {"job": job, "entries": entries, "totals": totals, "fleet": fleet()}
+    return render(request, "billing/receipt.html", context)

@@ -21,6 +21,11 @@ def size(count: int | float | None) -> str:
     return f"{scaled / 1000:.1f}\xa0{UNITS[-1]}"
 
 
+def gigabytes(count: int) -> str:
+    """Bytes as the GB a per-GB rate prices (10⁹ bytes), to the byte: 0.535012."""
+    return f"{Decimal(count) / 10**9:.9f}".rstrip("0").rstrip(".")
+
+
 def rate(price: Decimal) -> str:
     """A price per unit to its last significant decimal, at least cents: 3.60, 0.005, 12.125."""
     cents = Decimal("0.01")

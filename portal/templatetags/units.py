@@ -5,3 +5,4 @@ from portal import units
 register = template.Library()
 register.filter("size", units.size)
 register.filter("rate", units.rate)
+register.filter("gigabytes", units.gigabytes)
