@@ -79,6 +79,12 @@ class RetentionPolicyAdmin(AppendOnlyInForce):
     list_display = ["applies_to", "max_staged_days", "output_days", "max_output_days", "effective_from", "note"]
     list_filter = ["organisation"]
 
+    def get_changeform_initial_data(self, request):
+        """A new policy starts from the general one in force (or the settings'), to change what differs."""
+        general = RetentionPolicy.in_force(None)
+        fields = ("max_staged_days", "output_days", "max_output_days")
+        return {**{name: getattr(general, name) for name in fields}, **super().get_changeform_initial_data(request)}
+
     @admin.display(description="For", ordering="organisation__name")
     def applies_to(self, policy: RetentionPolicy) -> str:
         return str(policy.organisation or "every organisation")

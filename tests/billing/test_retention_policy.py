@@ -108,6 +108,8 @@ def policy_form(starts, organisation="", staged="14", output="10", longest="60")
 
 def test_operators_add_policies_from_now_on_and_never_change_one_in_force(operator, organisation):
     client = client_for(operator)
+    form = client.get("/admin/billing/retentionpolicy/add/").content.decode()
+    assert 'name="max_staged_days" value="90"' in form and 'name="max_output_days" value="365"' in form, "the settings'"
     in_force = policy()
 
     assert (
