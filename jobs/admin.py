@@ -1,11 +1,13 @@
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
-from django.db.models import Q
+from django.core.exceptions import PermissionDenied
+from django.db.models import Count, Q
 from django.template.response import TemplateResponse
+from django.urls import path
 
-from jobs import lifecycle
-from jobs.models import ENDED, Allocation, Gpu, Job, JobEvent, Node, Shard
+from jobs import lifecycle, scheduling
+from jobs.models import ENDED, Allocation, Gpu, Job, JobEvent, Node, Shard, State
 
 
 class ReadOnlyInline(admin.TabularInline):
@@ -84,6 +86,8 @@ class JobAdmin(admin.ModelAdmin):
     ]
     inlines = [EventInline, AllocationInline, ShardInline]
     actions = ["cancel", "put_on_hold", "lift_hold"]
+    change_list_template = "admin/jobs/job/change_list_with_queue.html"
+    ESTIMATED = 20  # queued jobs the queue page gives a latest start (each reads the jobs before it)
 
     def has_add_permission(self, request):
         return False
@@ -91,6 +95,33 @@ class JobAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None):
         # A job carries its holds and ledger entries; operators cancel it instead.
         return False
+
+    def get_urls(self):
+        queue = path("queue/", self.admin_site.admin_view(self.queue_view), name="jobs_job_queue")
+        return [queue, *super().get_urls()]
+
+    def queue_view(self, request):
+        """The queue as the scheduler sees it, live: the fleet, the jobs holding slots and until when at
+        the latest, the queue in order (those on hold in their place), and the jobs staging."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        open_holds = Count("allocations", filter=Q(allocations__held_to__isnull=True))
+        held = Count("gpus__allocations", filter=Q(gpus__allocations__held_to__isnull=True))
+        queued = list(Job.objects.filter(state=State.QUEUED).select_related("organisation").order_by("queued_at", "pk"))
+        waiting = [job for job in queued if not job.on_hold]
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "The queue",
+            "opts": self.model._meta,
+            "fleet": scheduling.fleet(),
+            "nodes": Node.objects.annotate(slots=Count("gpus", distinct=True), held=held).order_by("name"),
+            "online": set(Gpu.objects.online().values_list("node_id", flat=True)),
+            "running": Job.objects.filter(state=State.RUNNING).select_related("organisation").annotate(held=open_holds),
+            "queued": [(job, _place(waiting, job), _latest_start(waiting, job, self.ESTIMATED)) for job in queued],
+            "staging": Job.objects.filter(state__in=(State.SUBMITTED, State.STAGING)).select_related("organisation"),
+        }
+        template = "admin/jobs/job/queue.html#live" if request.htmx else "admin/jobs/job/queue.html"
+        return TemplateResponse(request, template, context)
 
     @admin.action(description="Cancel the selected jobs (releases their GPUs)", permissions=["change"])
     def cancel(self, request, queryset):
@@ -132,6 +163,15 @@ class JobAdmin(admin.ModelAdmin):
     def lift_hold(self, request, queryset):
         lifted = [job.pk for job in queryset if lifecycle.lift_hold(job, by=request.user)]
         messages.success(request, f"Lifted the hold of {len(lifted)} job(s).")
+
+
+def _place(waiting: list[Job], job: Job) -> int | None:
+    """Its place among the jobs that may start (None: on hold)."""
+    return waiting.index(job) + 1 if job in waiting else None
+
+
+def _latest_start(waiting: list[Job], job: Job, first: int):
+    return scheduling.latest_start(job) if job in waiting[:first] else None
 
 
 class GpuInline(admin.TabularInline):
