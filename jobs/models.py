@@ -205,6 +205,11 @@ class Job(TimeStamped):
         return self.state in ENDED
 
     @property
+    def params_given(self) -> dict:
+        """The work parameters that have a value (a blank one takes the work's default)."""
+        return {name: value for name, value in self.params.items() if value not in ("", None)}
+
+    @property
     def on_hold(self) -> bool:
         """Kept from starting by the operators: it stages, and waits in its place in the queue."""
         return self.on_hold_since is not None and not self.ended

@@ -137,3 +137,15 @@ def test_a_quick_staging_shows_how_long_it_took_not_zero_seconds(organisation, p
     )
     html = partner_client.get(f"/jobs/{job.pk}/").content.decode()
     assert re.search(r"<dt>Staged</dt><dd>31.6\xa0MB in 0.3 s \(102.3 MB/s\)</dd>", html), html
+
+
+@pytest.mark.parametrize(
+    ("params", "shown"),
+    [({}, "–"), ({"columns": "", "model": None}, "–"), ({"columns": "", "batch_size": 64}, "batch_size=64 ")],
+)
+def test_it_shows_the_parameters_given_and_a_dash_for_none(organisation, partner_client, params, shown):
+    job = Job.objects.create(
+        organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1, params=params
+    )
+    page = partner_client.get(f"/jobs/{job.pk}/").content.decode()
+    assert f'<dt>Parameters</dt><dd class="mono">{shown}</dd>' in page
