@@ -19,6 +19,7 @@ from jobs.staging import sources
 from jobs.workers.node import take_silent_nodes_offline
 
 log = logging.getLogger(__name__)
+FORGET_BATCH = 200  # ended jobs whose upload or secrets one run clears
 
 
 def reconcile() -> list[int]:
@@ -59,9 +60,10 @@ def reconcile() -> list[int]:
         tasks.assemble.delay(job.pk)
         touched.append(job.pk)
     # Staging deletes a partner's upload and wipes their secrets when it ends; a job that ended before
-    # staging ever ran (its message lost with Redis) is cleared here.
+    # staging ever ran (its message lost with Redis) is cleared here. A batch at a time: each job
+    # cleared leaves the filter, and after an upgrade older jobs' upload paths are cleared over a few runs.
     signed = Q(source_kind=Job.Source.URL, source_uri__contains="?") & ~Q(source_uri__endswith="?…")
     left = ~Q(source_path="") | ~Q(source_secret="") | signed
-    for job in Job.objects.filter(Q(state__in=ENDED) & left):
+    for job in Job.objects.filter(Q(state__in=ENDED) & left).order_by("pk")[:FORGET_BATCH]:
         sources.forget(job)
     return touched

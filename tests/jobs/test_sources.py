@@ -178,6 +178,9 @@ def test_a_job_that_ended_before_it_staged_has_its_upload_and_secrets_wiped_by_t
     )
     forgotten = []
     monkeypatch.setattr(sources, "forget", lambda job, forget=sources.forget: forgotten.append(job.pk) or forget(job))
+    monkeypatch.setattr("jobs.reconcile.FORGET_BATCH", 2)
+    reconcile()
+    assert len(forgotten) == 2, "a batch at a time"
     reconcile()
     reconcile()
     assert sorted(forgotten) == sorted([signed.pk, sealed.pk, uploaded.pk]), "each once: not wiped again"
