@@ -116,7 +116,7 @@ def through_system(path: Path, organisation: Organisation, work: str, slots: int
     job = scratch.wait_for_success(submit(path, organisation, work, slots))
     entry = job.ledger_entries.get(kind="hold")
     held = (entry.held_to - entry.held_from).total_seconds()
-    queued = job.events.get(state=State.QUEUED).at
+    queued = job.events.filter(state=State.QUEUED).earliest("at").at
     first_shard = min(shard.started_at for shard in job.shards.all())
     slot = job.shards.exclude(gpu=None).first().gpu
     return {

@@ -82,9 +82,7 @@ def record_hold(sender, job, gpus: int, holds: list[tuple[datetime, datetime]], 
     """The job's one hold entry: every GPU it held, each for its own time (GPU-seconds added up)."""
     meter = price_holds(gpus, holds)
     held_from = min(start for start, _ in holds)
-    if RateCard.in_force(held_from) is None:
-        log.warning("job %s: no rate card was in force when its hold started; it is recorded at 0", job.pk)
-    entry, _ = LedgerEntry.objects.get_or_create(
+    entry, created = LedgerEntry.objects.get_or_create(
         job=job,
         kind=LedgerEntry.Kind.HOLD,
         defaults={
@@ -99,6 +97,8 @@ def record_hold(sender, job, gpus: int, holds: list[tuple[datetime, datetime]], 
             "amount": meter.amount,
         },
     )
+    if created and RateCard.in_force(held_from) is None:
+        log.warning("job %s: no rate card was in force when its hold started; it is recorded at 0", job.pk)
     return entry
 
 

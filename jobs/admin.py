@@ -87,7 +87,6 @@ class JobAdmin(admin.ModelAdmin):
     inlines = [EventInline, AllocationInline, ShardInline]
     actions = ["cancel", "put_on_hold", "lift_hold"]
     change_list_template = "admin/jobs/job/change_list_with_queue.html"
-    ESTIMATED = 20  # queued jobs the queue page gives a latest start (each reads the jobs before it)
 
     def has_add_permission(self, request):
         return False
@@ -107,8 +106,8 @@ class JobAdmin(admin.ModelAdmin):
             raise PermissionDenied
         open_holds = Count("allocations", filter=Q(allocations__held_to__isnull=True))
         held = Count("gpus__allocations", filter=Q(gpus__allocations__held_to__isnull=True))
-        queued = list(Job.objects.filter(state=State.QUEUED).select_related("organisation").order_by("queued_at", "pk"))
-        waiting = [job for job in queued if not job.on_hold]
+        queued = scheduling.queue().select_related("organisation")
+        starts = scheduling.latest_starts()
         context = {
             **self.admin_site.each_context(request),
             "title": "The queue",
@@ -117,7 +116,7 @@ class JobAdmin(admin.ModelAdmin):
             "nodes": Node.objects.annotate(slots=Count("gpus", distinct=True), held=held).order_by("name"),
             "online": set(Gpu.objects.online().values_list("node_id", flat=True)),
             "running": Job.objects.filter(state=State.RUNNING).select_related("organisation").annotate(held=open_holds),
-            "queued": [(job, _place(waiting, job), _latest_start(waiting, job, self.ESTIMATED)) for job in queued],
+            "queued": [(job, place, starts.get(job.pk)) for place, job in enumerate(queued, start=1)],
             "staging": Job.objects.filter(state__in=(State.SUBMITTED, State.STAGING)).select_related("organisation"),
         }
         template = "admin/jobs/job/queue.html#live" if request.htmx else "admin/jobs/job/queue.html"
@@ -146,8 +145,10 @@ class JobAdmin(admin.ModelAdmin):
                 "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
             }
             return TemplateResponse(request, "admin/jobs/job/put_on_hold.html", context)
+        reason = form.cleaned_data["reason"]
         for job in queryset:
-            if lifecycle.put_on_hold(job, by=request.user, reason=form.cleaned_data["reason"]):
+            if lifecycle.put_on_hold(job, reason=reason):
+                self.log_change(request, job, f"Put on hold{f': {reason}' if reason else ''}.")
                 messages.success(request, f"Job #{job.pk} is on hold: it will not start until the hold is lifted.")
             elif job.on_hold:
                 messages.warning(request, f"Job #{job.pk} was on hold already.")
@@ -161,17 +162,10 @@ class JobAdmin(admin.ModelAdmin):
 
     @admin.action(description="Lift the hold of the selected jobs (they start in their place)", permissions=["change"])
     def lift_hold(self, request, queryset):
-        lifted = [job.pk for job in queryset if lifecycle.lift_hold(job, by=request.user)]
+        lifted = [job for job in queryset if lifecycle.lift_hold(job)]
+        for job in lifted:
+            self.log_change(request, job, "Lifted its hold.")
         messages.success(request, f"Lifted the hold of {len(lifted)} job(s).")
-
-
-def _place(waiting: list[Job], job: Job) -> int | None:
-    """Its place among the jobs that may start (None: on hold)."""
-    return waiting.index(job) + 1 if job in waiting else None
-
-
-def _latest_start(waiting: list[Job], job: Job, first: int):
-    return scheduling.latest_start(job) if job in waiting[:first] else None
 
 
 class GpuInline(admin.TabularInline):

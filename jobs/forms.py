@@ -51,6 +51,7 @@ class RequestForm(forms.Form):
         self.fields["output_days"].initial = policy.output_days
         if policy.max_staged_days:
             self._limit("keep_days", policy.max_staged_days, policy_limit)
+            self.fields["keep_days"].initial = min(self.fields["keep_days"].initial, policy.max_staged_days)
         else:  # the policy keeps no staged copy: nothing to choose
             self.fields["retention"].choices = [("delete", "deleted when the job ends (the retention policy)")]
             self.fields["retention"].error_messages["invalid_choice"] = (
@@ -126,6 +127,10 @@ class JobForm(RequestForm):
                 f" Its staged copy is kept at least {keep} day{pluralize(keep)}, whatever you choose below, so "
                 "that the full pass takes it over rather than staging the data again."
             )
+        else:
+            self.fields[
+                "sample"
+            ].help_text += " The retention policy keeps no staged copy, so the full pass stages the data again."
         if not settings.E31_STAGING_ROOTS:  # no server paths here: not offered
             self.fields["location"].label = "or a URL or s3:// URI"
             self.fields["location"].help_text = "An http(s) URL the portal downloads, or an s3://bucket/key."

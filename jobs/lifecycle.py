@@ -63,30 +63,36 @@ def hold(job: Job, gpus: list[Gpu]) -> list[Allocation]:
     return allocations
 
 
-def put_on_hold(job: Job, by, reason: str = "") -> bool:
+def put_on_hold(job: Job, reason: str = "") -> bool:
     """An operator hold: the job, which holds no GPU yet, stages as before and keeps its place in the
     queue, but the scheduler passes it by until the hold is lifted. False when it is running or ended
-    (cancel it instead), or on hold already."""
+    (cancel it instead), or on hold already. The timeline says "the operators"; the console's history
+    says which one."""
     now = timezone.now()
     with transaction.atomic():
         found = Job.objects.select_for_update().filter(pk=job.pk, state__in=HOLDABLE, on_hold_since=None).first()
         if found is None:
             return False
-        Job.objects.filter(pk=job.pk).update(on_hold_since=now, on_hold_reason=reason, modified=now)
+        claim = Job.objects.filter(pk=job.pk, state=found.state, on_hold_since=None)
+        if claim.update(on_hold_since=now, on_hold_reason=reason, modified=now) != 1:
+            return False
         why = f": {reason}" if reason else ""
-        JobEvent.objects.create(job=found, state=found.state, at=now, message=f"put on hold by {by}{why}")
+        JobEvent.objects.create(job=found, state=found.state, at=now, message=f"put on hold by the operators{why}")
     return True
 
 
-def lift_hold(job: Job, by) -> bool:
-    """End an operator hold: the job starts in its place in the queue once its GPUs are free."""
+def lift_hold(job: Job) -> bool:
+    """End an operator hold: the job starts in its place in the queue once its GPUs are free. False
+    when it is not on hold, or has ended."""
     now = timezone.now()
     with transaction.atomic():
-        found = Job.objects.select_for_update().filter(pk=job.pk, on_hold_since__isnull=False).first()
+        on_hold = Job.objects.select_for_update().filter(pk=job.pk, state__in=HOLDABLE, on_hold_since__isnull=False)
+        found = on_hold.first()
         if found is None:
             return False
-        Job.objects.filter(pk=job.pk).update(on_hold_since=None, on_hold_reason="", modified=now)
-        JobEvent.objects.create(job=found, state=found.state, at=now, message=f"hold lifted by {by}")
+        if on_hold.filter(state=found.state).update(on_hold_since=None, on_hold_reason="", modified=now) != 1:
+            return False
+        JobEvent.objects.create(job=found, state=found.state, at=now, message="hold lifted by the operators")
         if found.state == State.QUEUED:
             schedule_on_commit()
     return True

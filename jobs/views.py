@@ -22,7 +22,7 @@ from jobs.models import ACTIVE, Job, Upload
 from jobs.outputs.assemble import open_output_file, signed_output_url
 from jobs.outputs.zipstream import stream_zip
 from jobs.retention import output_due_at, purge_due_at
-from jobs.scheduling import fleet, latest_start, queue_position, sizing
+from jobs.scheduling import fleet, latest_start, on_hold_ahead, queue_position, sizing
 from jobs.staging import resumable
 from jobs.staging.uploads import too_large_message
 
@@ -128,7 +128,7 @@ def _sizing_context(job, pass_form: RequestForm | None = None) -> dict:
                 "gpus": found.gpus,
                 "hours": found.hours,
                 "retention": "keep" if retention else "delete",
-                "keep_days": retention or 7,
+                "keep_days": min(retention or 7, policy.max_staged_days) or None,
                 "output_days": request.get("output_keep_days", policy.output_days),
             },
             policy=policy,
@@ -156,6 +156,7 @@ def _detail_context(job, pass_form: RequestForm | None = None) -> dict:
         "allocations": job.allocations.select_related("gpu__node"),
         "position": queue_position(job),
         "latest_start": latest_start(job),
+        "on_hold_ahead": on_hold_ahead(job),
         "fleet": fleet(),
         "purge_due": purge_due_at(job),
         "output_due": output_due_at(job),

@@ -161,6 +161,8 @@ AXES_FAILURE_LIMIT = env_int("E31_LOGIN_FAILURE_LIMIT", 5, minimum=1)
 E31_LOGIN_LOCKOUT_MINUTES = env_int("E31_LOGIN_LOCKOUT_MINUTES", 15, minimum=1)
 AXES_COOLOFF_TIME = timedelta(minutes=E31_LOGIN_LOCKOUT_MINUTES)
 AXES_RESET_ON_SUCCESS = True
+# Failed logins are what the lockout needs; a row for every successful login, kept for ever, is not.
+AXES_DISABLE_ACCESS_LOG = True
 AXES_CLIENT_IP_CALLABLE = "portal.throttling.client_ip"
 AXES_LOCKOUT_CALLABLE = "portal.views.locked_out"
 # No start-up line in every process: `manage.py submit` says why it refused in one line on stderr.
@@ -169,6 +171,13 @@ AXES_VERBOSE = False
 # from to X-Forwarded-For. With N of them the client is the Nth address from the right: what lies to its left,
 # the client wrote itself. 0 (Django's server, or gunicorn reached directly): the connection's own address.
 E31_TRUSTED_PROXIES = env_int("E31_TRUSTED_PROXIES", 0, minimum=0)
+if E31_HTTPS and "E31_TRUSTED_PROXIES" not in os.environ:
+    # Behind a proxy, the default (0) makes every client the proxy: one stranger's five wrong passwords
+    # would lock a partner out from everywhere. The number must be chosen, not assumed.
+    raise ImproperlyConfigured(
+        "E31_HTTPS is on: set E31_TRUSTED_PROXIES to the number of proxies in front of the portal "
+        "(1 behind one nginx or load balancer; 0 when gunicorn serves HTTPS itself)."
+    )
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/jobs/"
 LOGOUT_REDIRECT_URL = "/"

@@ -11,27 +11,38 @@ from django_ratelimit.core import get_usage
 log = logging.getLogger(__name__)
 
 
-def client_ip(request: HttpRequest) -> str | None:
+def client_ip(request: HttpRequest, ipv6_prefix: int = 64) -> str | None:
     """The client's address: the connection's, or behind E31_TRUSTED_PROXIES proxies the one the outermost
-    of them saw; None for a request without one (as Django's force_login builds). An IPv6 client is its /64,
-    which one host holds whole and can pick addresses from; an IPv4 client reaching a server that listens on
-    IPv6 is its IPv4 address."""
+    of them saw (with a port some proxies add, or IPv6 in brackets, read the same). An IPv6 client is its
+    /64, which one host holds whole and can pick addresses from (or a wider `ipv6_prefix`); an IPv4 client
+    reaching a server that listens on IPv6 is its IPv4 address. None when there is no address to read
+    (Django's force_login; a unix socket with no proxy counted): logged, since clients then look alike."""
     address = request.META.get("REMOTE_ADDR", "")
     if settings.E31_TRUSTED_PROXIES:
         forwarded = [part.strip() for part in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")]
         # Fewer addresses than proxies: the request did not come through them all, and the connection's
         # address is the only one nobody outside could write.
         if len(forwarded) >= settings.E31_TRUSTED_PROXIES:
-            address = forwarded[-settings.E31_TRUSTED_PROXIES] or address
+            address = _without_port(forwarded[-settings.E31_TRUSTED_PROXIES]) or address
     try:
         ip = ipaddress.ip_address(address)
     except ValueError:
+        if request.method == "POST":
+            log.error("no client address in %r: set E31_TRUSTED_PROXIES to the proxies in front of the portal", address)
         return None
     if ip.version == 6 and ip.ipv4_mapped:
         return str(ip.ipv4_mapped)
     if ip.version == 6:
-        return str(ipaddress.ip_network(f"{ip}/64", strict=False).network_address)
+        return str(ipaddress.ip_network(f"{ip}/{ipv6_prefix}", strict=False).network_address)
     return str(ip)
+
+
+def _without_port(entry: str) -> str:
+    """1.2.3.4:5678 → 1.2.3.4, [2001:db8::1]:443 → 2001:db8::1; a bare address as it is."""
+    if entry.startswith("["):
+        return entry[1:].partition("]")[0]
+    host, colon, port = entry.rpartition(":")
+    return host if colon and "." in host and port.isdigit() else entry
 
 
 def intake_wait(request: HttpRequest) -> int:
@@ -41,7 +52,8 @@ def intake_wait(request: HttpRequest) -> int:
         usage = get_usage(
             request,
             group="intake",
-            key=lambda group, request: client_ip(request) or "unknown",
+            # An IPv6 /56: a home or office is often given one, and could send from each of its /64s.
+            key=lambda group, request: client_ip(request, ipv6_prefix=56) or "unknown",
             rate=f"{settings.E31_INTAKE_POSTS_PER_HOUR}/h",
             method="POST",
             increment=True,

@@ -72,7 +72,10 @@ def _write_parts(job: Job, shards: list[Shard], failed: list[Shard], schema, out
 
 
 def _staging(job: Job) -> dict:
-    events = {event.state: event.at for event in job.events.filter(state__in=(State.STAGING, State.QUEUED))}
+    # The first of each: a later one is an attempt taking staging over, a hold's note, or a requeue.
+    events = {}
+    for event in job.events.filter(state__in=(State.STAGING, State.QUEUED)).order_by("at", "pk"):
+        events.setdefault(event.state, event.at)
     seconds = job.staging_seconds or 0
     return {
         "started": events[State.STAGING].isoformat() if State.STAGING in events else None,

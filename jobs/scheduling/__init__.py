@@ -123,49 +123,69 @@ def waiting():
     return Job.objects.filter(state=State.QUEUED, on_hold_since=None).order_by("queued_at", "pk")
 
 
+def queue():
+    """Every queued job in queue order, those on hold in their places."""
+    return Job.objects.filter(state=State.QUEUED).order_by("queued_at", "pk")
+
+
 def _ahead_of(job: Job):
-    """The queued jobs before this one that may start before it, in queue order."""
-    return waiting().filter(Q(queued_at__lt=job.queued_at) | Q(queued_at=job.queued_at, pk__lt=job.pk))
+    return queue().filter(Q(queued_at__lt=job.queued_at) | Q(queued_at=job.queued_at, pk__lt=job.pk))
 
 
 def queue_position(job: Job) -> int | None:
+    """Its place in the queue, counting the jobs on hold before it: they keep theirs."""
     if job.state != State.QUEUED:
         return None
     return _ahead_of(job).count() + 1
 
 
+def on_hold_ahead(job: Job) -> int:
+    """How many of the jobs before it in the queue the operators put on hold."""
+    return _ahead_of(job).exclude(on_hold_since=None).count() if job.state == State.QUEUED else 0
+
+
 def latest_start(job: Job, now=None):
-    """When a queued job starts at the latest, if no node leaves: the jobs running now release their
-    GPUs at their time limits at the latest, and each job ahead in the queue starts as soon as enough
-    are free and holds them for all its hours (those left, for one held before). Passes usually end
-    before their limits, so it tends to start sooner. None when it is not queued, or asks for more
-    GPUs than are online, or is on hold."""
+    """When a queued job starts at the latest, if no node leaves (see latest_starts). None when it is
+    not queued, is on hold, or asks for more GPUs than are online."""
     if job.state != State.QUEUED or job.on_hold:
         return None
+    return latest_starts(now, until=job).get(job.pk)
+
+
+def latest_starts(now=None, until: Job | None = None) -> dict:
+    """Each queued job's latest start, in one pass over the queue (up to `until`): the jobs running now
+    release their GPUs at their time limits at the latest, and each job in the queue starts as soon as
+    enough are free and holds them for all its hours (those left, for one held before). A job on hold
+    is counted in its place, as if its hold were lifted in time: the bound then holds whenever it is.
+    Passes usually end before their limits, so jobs tend to start sooner. A job that asks for more
+    GPUs than are online has none (None), nor has one on hold."""
     now = now or timezone.now()
     slots = schedulable_slots().online()
-    free = slots.free().count()
+    online, free = slots.count(), slots.free().count()
     open_holds = Count("allocations", filter=Q(allocations__held_to__isnull=True, allocations__gpu__in=slots))
     releases = [  # (when, how many GPUs): each running job's open holds, at its time limit
         (max(now, running.time_limit_at()), running.held)
         for running in Job.objects.filter(state=State.RUNNING).annotate(held=open_holds)
         if running.held
     ]
+    starts = {}
     at = now
-    for waiting in [*_ahead_of(job), job]:
-        if waiting.gpus > slots.count():
-            if waiting.pk == job.pk:
-                return None
+    queued = queue() if until is None else [*_ahead_of(until), until]
+    for waiting in queued:
+        starts[waiting.pk] = None
+        if waiting.gpus > online:
             continue  # more than the fleet can give it: it waits without holding up the rest
         releases.sort()
         while free < waiting.gpus:
             if not releases:
-                return None  # slots held by no running job: the fleet changed while this looked
+                return starts  # slots held by no running job: the fleet changed while this looked
             when, count = releases.pop(0)
             at, free = max(at, when), free + count
         free -= waiting.gpus
         releases.append((at + timedelta(hours=float(waiting.hours)) - waiting.held_before, waiting.gpus))
-    return at
+        if not waiting.on_hold:
+            starts[waiting.pk] = at
+    return starts
 
 
 def schedule() -> list[int]:

@@ -9,7 +9,7 @@ from django.utils import timezone
 from billing.metering import record_staging
 from billing.models import RateCard
 from jobs import lifecycle
-from jobs.models import Job, State
+from jobs.models import Gpu, Job, State
 from portal import units
 from tests.conftest import client_for
 
@@ -47,6 +47,12 @@ def test_it_lists_each_charge_and_the_total(ended_job, partner_client):
     assert f'<th class="num when">{staging.amount + hold.amount:.4f} USD</th>' in page
     assert "by partner" in page and "succeeded" in page and "ab" * 32 in page
     assert f'href="/billing/receipts/{ended_job.pk}/"' in partner_client.get(f"/jobs/{ended_job.pk}/").content.decode()
+
+
+def test_it_names_what_the_job_held_whatever_the_fleet_has_now(ended_job, partner_client):
+    Gpu.objects.update(last_seen=None)  # no slot online: the fleet would say "GPU"
+    page = partner_client.get(f"/billing/receipts/{ended_job.pk}/").content.decode()
+    assert "2 CPU slots held" in page and "USD/CPU slot-h" in page and "GPU-h" not in page
 
 
 def test_only_the_organisation_reads_it(ended_job, outsider_client, teammate, operator):

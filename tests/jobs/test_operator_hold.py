@@ -2,18 +2,22 @@
 keeps its place in the queue and is passed by, unmetered, until the hold is lifted."""
 
 import time
+from datetime import timedelta
 
 import pytest
+from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import Permission
+from django.db import transaction
 from django.utils import timezone
 
 from billing.models import LedgerEntry
 from jobs import lifecycle
 from jobs.management.commands.submit import progress_line
 from jobs.models import Job, State
+from jobs.outputs.assemble import _staging
 from jobs.scheduling import latest_start, queue_position, schedule
+from tests.billing.test_retention_policy import submit
 from tests.conftest import client_for, wait_for, wait_for_end
-from tests.jobs.test_cancel import slow_job_form
 
 
 def _queued(organisation, gpus: int) -> Job:
@@ -31,21 +35,22 @@ def _act(client, action: str, jobs: list[Job], **fields):
 @pytest.mark.django_db
 def test_it_passes_a_job_on_hold_by_and_starts_it_in_its_place_once_lifted(organisation, online_slots, operator):
     wide, narrow = _queued(organisation, 3), _queued(organisation, 2)
-    assert lifecycle.put_on_hold(wide, by=operator, reason="fleet maintenance")
+    assert lifecycle.put_on_hold(wide, reason="fleet maintenance")
 
     assert schedule() == [narrow.pk], "the job behind it starts: the one on hold holds nothing up"
     wide.refresh_from_db()
     assert wide.state == State.QUEUED and not wide.allocations.exists()
-    assert queue_position(wide) == 1, "it keeps its place"
     assert latest_start(wide) is None, "no start to promise while on hold"
-    assert wide.events.last().message == "put on hold by operator: fleet maintenance"
+    assert wide.events.last().message == "put on hold by the operators: fleet maintenance"
 
-    assert lifecycle.lift_hold(wide, by=operator)
-    assert not lifecycle.lift_hold(wide, by=operator), "lifted once"
+    assert lifecycle.lift_hold(wide)
+    assert not lifecycle.lift_hold(wide), "lifted once"
+    after = _queued(organisation, 2)
+    assert queue_position(after) == 2, "the lifted job kept its place before a job queued since"
     assert schedule() == [], "2 of 4 slots are held: it waits for its 3"
     lifecycle.release(Job.objects.get(pk=narrow.pk))
     assert schedule() == [wide.pk]
-    assert wide.events.filter(message="hold lifted by operator").exists()
+    assert wide.events.filter(message="hold lifted by the operators").exists()
 
 
 @pytest.mark.django_db
@@ -53,19 +58,22 @@ def test_it_puts_on_hold_only_a_job_that_holds_no_gpu_yet(organisation, online_s
     running, ended, queued = _queued(organisation, 1), _queued(organisation, 1), _queued(organisation, 1)
     assert lifecycle.hold(running, online_slots[:1])
     assert lifecycle.cancel(ended)
-    assert lifecycle.put_on_hold(queued, by=operator)
+    assert lifecycle.put_on_hold(queued)
 
-    assert not lifecycle.put_on_hold(Job.objects.get(pk=running.pk), by=operator), "running: cancel it instead"
-    assert not lifecycle.put_on_hold(ended, by=operator), "ended"
-    assert not lifecycle.put_on_hold(queued, by=operator), "on hold already"
+    assert not lifecycle.put_on_hold(Job.objects.get(pk=running.pk)), "running: cancel it instead"
+    assert not lifecycle.put_on_hold(ended), "ended"
+    assert not lifecycle.put_on_hold(queued), "on hold already"
     assert Job.objects.filter(on_hold_since__isnull=False).get() == queued
+    lifecycle.cancel(queued)
+    assert not lifecycle.lift_hold(queued), "an ended job has no hold to lift"
+    assert queued.events.filter(message__startswith="hold lifted").count() == 0
 
 
 @pytest.mark.django_db
 def test_a_hold_wins_over_a_scheduler_that_read_the_queue_before_it(organisation, online_slots, operator):
     job = _queued(organisation, 1)
     read_before = Job.objects.get(pk=job.pk)  # as schedule() had it, before the operator acted
-    lifecycle.put_on_hold(job, by=operator)
+    lifecycle.put_on_hold(job)
 
     assert lifecycle.hold(read_before, online_slots[:1]) == []
     assert Job.objects.get(pk=job.pk).state == State.QUEUED and not job.allocations.exists()
@@ -76,16 +84,19 @@ def test_the_partner_reads_why_and_the_jobs_behind_do_not_wait_for_it(
     organisation, online_slots, operator, partner_client
 ):
     on_hold, behind = _queued(organisation, 4), _queued(organisation, 4)
-    assert lifecycle.hold(_queued(organisation, 4), online_slots)  # the fleet is busy: both wait
-    lifecycle.put_on_hold(on_hold, by=operator, reason="checking the GPUs of node b7")
+    busy = _queued(organisation, 4)
+    assert lifecycle.hold(busy, online_slots)  # the fleet is busy: both wait
+    lifecycle.put_on_hold(on_hold, reason="checking the GPUs of node b7")
 
     page = partner_client.get(f"/jobs/{on_hold.pk}/").content.decode()
     assert "On hold: the operators are keeping this job from starting (checking the GPUs of node b7)." in page
     assert "keeps its place in the queue, number 1," in page and "at the latest" not in page
-    assert "put on hold by operator: checking the GPUs of node b7" in page, "on the timeline"
+    assert "put on hold by the operators: checking the GPUs of node b7" in page, "on the timeline"
     behind_page = partner_client.get(f"/jobs/{behind.pk}/").content.decode()
-    assert "Number 1 in the queue." in behind_page, "the job on hold is not counted ahead of it"
-    assert "at the latest" in behind_page
+    assert "Number 2 in the queue." in behind_page
+    assert "waits for the 1 before it; 1 of those is on hold, passed by while the hold lasts." in behind_page
+    released = Job.objects.get(pk=busy.pk).time_limit_at()
+    assert latest_start(behind) == released + timedelta(hours=1), "as if the hold were lifted in time"
     listing = partner_client.get("/jobs/").content.decode()
     assert listing.count("on hold</small>") == 1
     assert "· queued (on hold by the operators)" in progress_line(Job.objects.get(pk=on_hold.pk)), "the CLI's --wait"
@@ -95,7 +106,7 @@ def test_the_partner_reads_why_and_the_jobs_behind_do_not_wait_for_it(
 def test_a_job_put_on_hold_while_it_stages_says_so(organisation, operator, partner_client):
     job = _queued(organisation, 1)
     Job.objects.filter(pk=job.pk).update(state=State.STAGING)
-    lifecycle.put_on_hold(job, by=operator)
+    lifecycle.put_on_hold(job)
 
     page = partner_client.get(f"/jobs/{job.pk}/").content.decode()
     assert "The operators have put it on hold: once staged it waits in the queue until they lift the hold." in page
@@ -131,6 +142,8 @@ def test_the_operator_gives_a_reason_and_lifts_the_hold_in_the_console(organisat
 
     lifted = _act(client, "lift_hold", [queued]).content.decode()
     assert "Lifted the hold of 1 job(s)." in lifted
+    history = LogEntry.objects.filter(object_id=str(queued.pk), user=operator).order_by("pk")
+    assert [entry.change_message for entry in history] == ["Put on hold: quota review.", "Lifted its hold."]
     assert not Job.objects.get(pk=queued.pk).on_hold
 
 
@@ -145,10 +158,10 @@ def test_staff_who_may_only_view_jobs_cannot_put_them_on_hold(organisation, djan
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_job_on_hold_waits_unmetered_beside_free_slots_and_runs_once_lifted(fleet, partner_client, operator):
-    partner_client.post("/jobs/new/", slow_job_form("0.01"))
-    job = Job.objects.get()
-    assert lifecycle.put_on_hold(job, by=operator, reason="maintenance")
+def test_a_job_on_hold_waits_unmetered_beside_free_slots_and_runs_once_lifted(fleet, organisation, partner):
+    with transaction.atomic():  # put on hold before its staging is sent, which is on commit
+        job = submit(organisation, partner)
+        assert lifecycle.put_on_hold(job, reason="maintenance")
     wait_for(lambda: Job.objects.get(pk=job.pk).state == State.QUEUED, timeout=60, what="staging to end")
 
     deadline = time.monotonic() + 6  # free slots, heartbeats and schedules: it stays queued all the while
@@ -157,8 +170,21 @@ def test_a_job_on_hold_waits_unmetered_beside_free_slots_and_runs_once_lifted(fl
         time.sleep(0.2)
     assert not LedgerEntry.objects.filter(job=job, kind=LedgerEntry.Kind.HOLD).exists()
 
-    assert lifecycle.lift_hold(job, by=operator)
+    assert lifecycle.lift_hold(job)
     wait_for_end(job)
     assert job.state == State.SUCCEEDED
     hold = LedgerEntry.objects.get(job=job, kind=LedgerEntry.Kind.HOLD)
-    assert hold.held_from >= job.events.get(message="hold lifted by operator").at, "metered from the lift on"
+    assert hold.held_from >= job.events.get(message="hold lifted by the operators").at, "metered from the lift on"
+
+
+@pytest.mark.django_db
+def test_notes_of_a_hold_leave_the_manifests_staging_times_alone(organisation):
+    job = _queued(organisation, 1)
+    staged = timezone.now() - timedelta(minutes=10)
+    job.events.create(state=State.STAGING, at=staged, message="staging a.csv")
+    job.events.create(state=State.QUEUED, at=staged + timedelta(seconds=30), message="staged")
+    lifecycle.put_on_hold(job)
+    lifecycle.lift_hold(job)
+
+    times = _staging(job)
+    assert (times["started"], times["finished"]) == (staged.isoformat(), (staged + timedelta(seconds=30)).isoformat())

@@ -30,7 +30,7 @@ def test_it_shows_the_fleet_the_holds_the_queue_in_order_and_the_staging(organis
         _job(organisation, 1, minutes_ago=10),
         _job(organisation, 4),
     )
-    lifecycle.put_on_hold(on_hold, by=operator, reason="quota review")
+    lifecycle.put_on_hold(on_hold, reason="quota review")
     _job(organisation, 1, state=State.STAGING, source_kind=Job.Source.URL, staging_phase="downloading",
          staging_done=2_000_000, staging_total=8_000_000)  # fmt: skip
 
@@ -43,8 +43,8 @@ def test_it_shows_the_fleet_the_holds_the_queue_in_order_and_the_staging(organis
     places = [page.index(f"#{job.pk}</a>") for job in (first, on_hold, second)]
     assert places == sorted(places), "in queue order"
     assert f'<td>1</td><td><a href="/admin/jobs/job/{first.pk}/change/">' in page
-    assert f'<td>on hold</td><td><a href="/admin/jobs/job/{on_hold.pk}/change/">' in page
-    assert f'<td>2</td><td><a href="/admin/jobs/job/{second.pk}/change/">' in page, "the job on hold takes no place"
+    assert f'<td>2 (on hold)</td><td><a href="/admin/jobs/job/{on_hold.pk}/change/">' in page, "it keeps its place"
+    assert f'<td>3</td><td><a href="/admin/jobs/job/{second.pk}/change/">' in page
     assert ": quota review" in page
     _job(organisation, 5)
     assert "asks for more CPU slots than are online" in client_for(operator).get(QUEUE).content.decode()
@@ -64,3 +64,11 @@ def test_it_is_for_operators_who_may_view_jobs(django_user_model, partner_client
     staff.user_permissions.set(Permission.objects.filter(codename="view_job"))
     assert client_for(staff).get(QUEUE).status_code == 200
     assert "The queue, live" in client_for(staff).get("/admin/").content.decode()
+
+
+def test_its_queries_do_not_grow_with_the_queue(organisation, online_slots, operator, django_assert_max_num_queries):
+    client = client_for(operator)
+    for minutes in range(40):
+        _job(organisation, 2, minutes_ago=minutes)
+    with django_assert_max_num_queries(20):
+        client.get(QUEUE, HTTP_HX_REQUEST="true")

@@ -75,3 +75,9 @@ def test_it_takes_applications_while_the_cache_is_unreachable(client, settings, 
     for _ in range(11):
         assert apply(client, ADA).status_code == 302
     assert Application.objects.count() == 11
+
+
+def test_it_counts_an_ipv6_client_by_its_56(client):
+    use_up_the_hour(client, address="2001:db8:1:2::9")
+    assert apply(client, ADA, address="2001:db8:1:3::9").status_code == 429, "another /64 of the same /56"
+    assert apply(client, ADA, address="2001:db8:1:100::9").status_code == 302

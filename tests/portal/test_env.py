@@ -44,6 +44,7 @@ def test_it_refuses_an_unknown_choice(monkeypatch):
         ("E31_LOGIN_LOCKOUT_MINUTES", "a while", "E31_LOGIN_LOCKOUT_MINUTES must be a whole number"),
         ("E31_TRUSTED_PROXIES", "-1", "E31_TRUSTED_PROXIES must be at least 0"),
         ("E31_INTAKE_POSTS_PER_HOUR", "0", "E31_INTAKE_POSTS_PER_HOUR must be at least 1"),
+        ("E31_HTTPS", "true", "E31_HTTPS is on: set E31_TRUSTED_PROXIES to the number of proxies"),
     ],
 )
 def test_it_stops_the_start_up_on_a_wrong_value(tmp_path, variable, value, message):

@@ -109,6 +109,10 @@ def test_it_tells_clients_apart_by_the_address_the_outermost_proxy_saw(client, p
         (0, "::ffff:192.0.2.7", "", "192.0.2.7"),
         (0, "", "", None),
         (1, "10.0.0.9", "unknown", None),
+        (1, "10.0.0.9", "198.51.100.1, 203.0.113.5:51234", "203.0.113.5"),
+        (1, "10.0.0.9", "[2001:db8:1:2::9]:443", "2001:db8:1:2::"),
+        (1, "10.0.0.9", "[2001:db8:1:2::9]", "2001:db8:1:2::"),
+        (1, "10.0.0.9", "2001:db8:1:2::9", "2001:db8:1:2::"),
     ],
 )
 def test_it_reads_the_client_address(rf, settings, proxies, remote, forwarded, client):
