@@ -22,6 +22,15 @@ class RequestForm(forms.Form):
 
     gpus = forms.IntegerField(label="GPUs", min_value=1, initial=2)
     hours = forms.DecimalField(label="Hours", min_value=Decimal("0.01"), decimal_places=2, initial=1)
+    deadline = forms.DateTimeField(
+        label="Deadline (UTC, optional)",
+        required=False,
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
+        help_text=(
+            "Done by then: the hold ends at the deadline at the latest, and a job that has not started by "
+            "then ends without holding anything."
+        ),
+    )
     retention = forms.ChoiceField(
         label="After the job, the staged copy of the data is",
         choices=[("delete", "deleted when the job ends"), ("keep", "kept for")],

@@ -213,7 +213,20 @@ def time_out(job: Job) -> bool:
 
 
 def _past_limit(job: Job) -> str:
+    if job.deadline and job.time_limit_at() == job.deadline:
+        return f"reached its deadline, {job.deadline:%Y-%m-%d %H:%M} UTC"
     return f"ran past its {job.hours} h limit"
+
+
+def miss_deadline(job: Job) -> bool:
+    """The deadline came while the job still waited (submitted, staging or queued): it ends failed,
+    without ever holding a GPU. False when it had moved on meanwhile."""
+    reason = f"Its deadline, {job.deadline:%Y-%m-%d %H:%M} UTC, came before it could start; nothing was held."
+    with transaction.atomic():
+        if not move(job.pk, HOLDABLE, State.FAILED, message=reason, error=reason):
+            return False
+        _stop(job)
+    return True
 
 
 def _stop(job: Job, held_to=None) -> None:

@@ -170,6 +170,11 @@ class Job(TimeStamped):
     gpus = models.PositiveIntegerField("GPUs")
     hours = models.DecimalField(max_digits=7, decimal_places=2)
     shape = models.CharField(max_length=12, choices=Shape.choices, default=Shape.SHORT_WIDE)
+    deadline = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Done by then: a hold ends at the deadline at the latest, and a job still waiting then ends unheld.",
+    )
 
     # timing
     queued_at = models.DateTimeField(null=True, blank=True)
@@ -263,8 +268,15 @@ class Job(TimeStamped):
         return self.input_bytes / 1e6 / self.staging_seconds if self.staging_seconds else None
 
     def time_limit_at(self):
-        """When the hours asked for are up: the hours held in all, earlier holds included."""
-        return self.started_at and self.started_at + timedelta(hours=float(self.hours)) - self.held_before
+        """When the hold must end: the hours asked for are up (the hours held in all, earlier holds
+        included), or the deadline has come, whichever is first."""
+        if self.started_at is None:
+            return None
+        limit = self.started_at + timedelta(hours=float(self.hours)) - self.held_before
+        return min(limit, self.deadline) if self.deadline else limit
+
+    def deadline_passed(self, now=None) -> bool:
+        return self.deadline is not None and (now or timezone.now()) >= self.deadline
 
     def time_limit_passed(self, now=None) -> bool:
         if self.state != State.RUNNING or self.started_at is None:

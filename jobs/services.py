@@ -3,6 +3,7 @@
 import io
 import re
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import partial
 from typing import BinaryIO
 
@@ -64,6 +65,7 @@ def submit_job(
     location: str = "",
     s3_credentials: dict | None = None,
     shape: str = Job.Shape.SHORT_WIDE,
+    deadline: datetime | None = None,
     retention_days: int = 0,
     output_keep_days: int | None = None,
     expected_sha256: str = "",
@@ -102,10 +104,12 @@ def submit_job(
     except ValueError as error:
         raise SubmitError(getattr(error, "field", "gpus"), str(error)) from None
     checked_model = _check_model(processor, model, model_name)
-    request = {"gpus": gpus, "hours": hours, "shape": shape, "retention_days": retention_days}
+    deadline = _check_deadline(deadline)
+    request = {"gpus": gpus, "hours": hours, "shape": shape, "deadline": deadline, "retention_days": retention_days}
     if sample:
         asked = {**request, "hours": str(hours), "output_keep_days": output_keep_days}
-        request.update(gpus=1, hours=sizing.sample_hours(), shape=Job.Shape.SHORT_WIDE)
+        asked["deadline"] = deadline and deadline.isoformat()
+        request.update(gpus=1, hours=sizing.sample_hours(), shape=Job.Shape.SHORT_WIDE, deadline=None)
         request["retention_days"] = max(retention_days, policy.sample_keep_days)
         source["sample_result"] = {"request": asked}
     if data is not None:
@@ -150,6 +154,17 @@ def _check_model(processor, model: BinaryIO | None, name: str) -> bool:
     return True
 
 
+def _check_deadline(deadline: datetime | None) -> datetime | None:
+    """A deadline in the future, or none; one without a time zone is read as UTC."""
+    if deadline is None:
+        return None
+    if timezone.is_naive(deadline):
+        deadline = timezone.make_aware(deadline, UTC)
+    if deadline <= timezone.now():
+        raise SubmitError("deadline", f"The deadline, {deadline:%Y-%m-%d %H:%M} UTC, has passed; give a later one.")
+    return deadline
+
+
 def _check_retention(policy: RetentionPolicy, days: int, output_days: int | None) -> int:
     """The days the staged copy and the output are kept, as asked, within the retention policy in
     force; the output's (the policy's default when not asked) returned."""
@@ -171,8 +186,8 @@ def _create(**fields) -> Job:
 
 
 def submit_pass(
-    sample: Job, *, user, gpus, hours, shape: str = Job.Shape.SHORT_WIDE, retention_days: int = 0,
-    output_keep_days: int | None = None, allow_partial: bool = False,
+    sample: Job, *, user, gpus, hours, shape: str = Job.Shape.SHORT_WIDE, deadline: datetime | None = None,
+    retention_days: int = 0, output_keep_days: int | None = None, allow_partial: bool = False,
 ) -> Job:  # fmt: skip
     """The full pass a sample was run for: the same work on all of the data, whose staged copy it
     takes over from the sample (the data is not staged again), cut into shards sized by the sample."""
@@ -201,6 +216,7 @@ def submit_pass(
         gpus=gpus,
         hours=hours,
         shape=shape,
+        deadline=_check_deadline(deadline),
         retention_days=retention_days,
         output_keep_days=output_keep_days,
         allow_partial=allow_partial,

@@ -6,6 +6,7 @@ import logging
 
 from celery import shared_task
 from celery.signals import worker_init
+from django.utils import timezone
 
 from jobs import lifecycle, retention, scheduling
 from jobs.models import Job, State
@@ -54,9 +55,14 @@ def assemble(job_id: int) -> bool:
 
 @shared_task
 def enforce_time_limits() -> list[int]:
+    """Running jobs past their time limit (or deadline) time out; waiting ones past their deadline fail."""
     ended = []
     for job in Job.objects.filter(state=State.RUNNING):
         if job.time_limit_passed() and lifecycle.time_out(job):
+            ended.append(job.pk)
+    now = timezone.now()
+    for job in Job.objects.filter(state__in=lifecycle.HOLDABLE, deadline__lte=now):
+        if lifecycle.miss_deadline(job):
             ended.append(job.pk)
     return ended
 

@@ -1,5 +1,6 @@
 """Pages of jobs: the list, the form, a job's page with its live progress, cancel, and the output."""
 
+from datetime import datetime
 from functools import partial, wraps
 
 from django.conf import settings
@@ -69,6 +70,7 @@ def job_new(request):
                     gpus=form.cleaned_data["gpus"],
                     hours=form.cleaned_data["hours"],
                     shape=form.cleaned_data["shape"],
+                    deadline=form.cleaned_data["deadline"],
                     retention_days=form.retention_days(),
                     output_keep_days=form.cleaned_data["output_days"],
                     expected_sha256=form.cleaned_data["sha256"],
@@ -130,6 +132,7 @@ def _sizing_context(job, pass_form: RequestForm | None = None) -> dict:
                 "retention": "keep" if retention else "delete",
                 "keep_days": min(retention or 7, policy.max_staged_days) or None,
                 "output_days": request.get("output_keep_days", policy.output_days),
+                "deadline": request.get("deadline") and datetime.fromisoformat(request["deadline"]),
             },
             policy=policy,
         )
@@ -209,6 +212,7 @@ def job_pass(request, pk: int):
                 user=request.user,
                 gpus=form.cleaned_data["gpus"],
                 hours=form.cleaned_data["hours"],
+                deadline=form.cleaned_data["deadline"],
                 retention_days=form.retention_days(),
                 output_keep_days=form.cleaned_data["output_days"],
                 allow_partial=form.cleaned_data["allow_partial"],

@@ -181,8 +181,11 @@ def latest_starts(now=None, until: Job | None = None) -> dict:
                 return starts  # slots held by no running job: the fleet changed while this looked
             when, count = releases.pop(0)
             at, free = max(at, when), free + count
+        if waiting.deadline_passed(at):
+            continue  # it would end unheld at its deadline, holding nothing up
         free -= waiting.gpus
-        releases.append((at + timedelta(hours=float(waiting.hours)) - waiting.held_before, waiting.gpus))
+        ends = at + timedelta(hours=float(waiting.hours)) - waiting.held_before
+        releases.append((min(ends, waiting.deadline) if waiting.deadline else ends, waiting.gpus))
         if not waiting.on_hold:
             starts[waiting.pk] = at
     return starts
@@ -198,6 +201,9 @@ def schedule() -> list[int]:
         online = list(slots.online().values_list("node_id", flat=True))
         kinds_of = dict(Node.objects.values_list("pk", "work_kinds"))
         for job in waiting():
+            if job.deadline_passed():
+                lifecycle.miss_deadline(job)  # never held: starting it now could do nothing it was asked for
+                continue
             if job.gpus > sum(node_runs(kinds_of.get(node, []), job.work) for node in online):
                 continue  # more than the fleet can give it online now (a node left): it waits without blocking others
             fit = [slot for slot in free if node_runs(kinds_of.get(slot.node_id, []), job.work)]

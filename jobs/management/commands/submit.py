@@ -4,10 +4,12 @@ Exit 0 when the job is accepted (or, with --wait, when it succeeds); otherwise a
 and a non-zero exit.
 """
 
+import argparse
 import json
 import shutil
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
@@ -30,6 +32,13 @@ def parse_params(pairs: list[str]) -> dict[str, str]:
             raise CommandError(f"--param takes name=value, not {pair!r}")
         params[name] = value
     return params
+
+
+def parse_deadline(text: str) -> datetime:
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a date and time such as 2026-12-01T18:00, not {text!r}") from None
 
 
 def progress_line(job: Job) -> str:
@@ -67,6 +76,13 @@ class Command(BaseCommand):
             help="Run the full pass a finished sample sized, on its staged copy (no --data or --work).",
         )
         parser.add_argument("--shape", default=Job.Shape.SHORT_WIDE, choices=Job.Shape.values)
+        parser.add_argument(
+            "--deadline",
+            type=parse_deadline,
+            metavar="ISO",
+            help="Done by then (ISO 8601; UTC unless it says otherwise): the hold ends at the deadline at the "
+            "latest, and a job not started by then ends without holding anything.",
+        )
         parser.add_argument("--keep-days", type=int, default=0, help="Keep the staged copy this many days.")
         parser.add_argument(
             "--keep-output-days",
@@ -149,6 +165,7 @@ class Command(BaseCommand):
             gpus=opts["gpus"],
             hours=hours,
             shape=opts["shape"],
+            deadline=opts["deadline"],
             retention_days=opts["keep_days"],
             output_keep_days=opts["keep_output_days"],
             allow_partial=opts["allow_partial"],
@@ -203,6 +220,7 @@ class Command(BaseCommand):
             "gpus": opts["gpus"],
             "hours": opts["hours"],
             "shape": opts["shape"],
+            "deadline": opts["deadline"],
             "retention_days": opts["keep_days"],
             "output_keep_days": opts["keep_output_days"],
             "expected_sha256": opts["sha256"],
