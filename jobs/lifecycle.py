@@ -221,7 +221,11 @@ def _past_limit(job: Job) -> str:
 def miss_deadline(job: Job) -> bool:
     """The deadline came while the job still waited (submitted, staging or queued): it ends failed,
     without ever holding a GPU. False when it had moved on meanwhile."""
-    reason = f"Its deadline, {job.deadline:%Y-%m-%d %H:%M} UTC, came before it could start; nothing was held."
+    when = f"Its deadline, {job.deadline:%Y-%m-%d %H:%M} UTC,"
+    if job.started_at:  # queued again after losing its nodes: its first hold is in the ledger
+        reason = f"{when} came before it could be held again; what it did before is kept."
+    else:
+        reason = f"{when} came before it could start; nothing was held."
     with transaction.atomic():
         if not move(job.pk, HOLDABLE, State.FAILED, message=reason, error=reason):
             return False

@@ -75,6 +75,12 @@ def test_a_job_still_waiting_at_its_deadline_ends_without_holding_anything(organ
         assert not LedgerEntry.objects.filter(job=job, kind=LedgerEntry.Kind.HOLD).exists()
     assert Job.objects.get(pk=later.pk).state == State.QUEUED
 
+    held_before = _queued(organisation, started_at=timezone.now() - timedelta(hours=1), deadline=timezone.now())
+    assert lifecycle.miss_deadline(held_before)
+    assert Job.objects.get(pk=held_before.pk).error.endswith(
+        "came before it could be held again; what it did before is kept."
+    )
+
 
 @pytest.mark.django_db
 def test_the_scheduler_never_starts_a_job_past_its_deadline(organisation, online_slots):
@@ -115,10 +121,13 @@ def test_a_sample_hands_its_deadline_to_the_full_pass_form(organisation, partner
             data=data, data_name="customers.csv", sample=True, deadline=deadline,
         )  # fmt: skip
     assert sample.deadline is None, "a sample runs minutes, whenever it can"
+    measured = {"records_per_second": 100.0, "records": 100, "records_total": 5000, "seconds": 1.0}
     Job.objects.filter(pk=sample.pk).update(
-        state=State.SUCCEEDED, staged_path="x.csv", records_total=5000,
-        sample_result={**sample.sample_result, "records_per_second": 100.0, "records": 100, "records_total": 5000, "seconds": 1.0},
-    )  # fmt: skip
+        state=State.SUCCEEDED,
+        staged_path="x.csv",
+        records_total=5000,
+        sample_result={**sample.sample_result, **measured},
+    )
     page = partner_client.get(f"/jobs/{sample.pk}/").content.decode()
     assert f'name="deadline" value="{deadline:%Y-%m-%dT%H:%M}"' in page
 
