@@ -9,7 +9,6 @@ from django.shortcuts import render
 
 from billing.metering import ledger_row
 from billing.models import LedgerEntry
-from jobs.models import Gpu
 from jobs.scheduling import fleet
 from jobs.services import get_job_for_user, organisation_for
 
@@ -69,8 +68,6 @@ def receipt(request, job_id: int):
         return render(request, "billing/receipt_pending.html", context, status=404)
     entries = job.ledger_entries.order_by("held_from", "pk")
     totals = entries.order_by("currency").values("currency").annotate(amount=Sum("amount"))
-    # What the job held, whatever the fleet has now.
-    kinds = set(job.allocations.values_list("gpu__kind", flat=True))
-    noun = "CPU slot" if kinds == {Gpu.Kind.CPU} else "GPU" if kinds else fleet().noun
+    noun = job.held_noun or fleet().noun  # what the job held, whatever the fleet has now
     context = {"job": job, "entries": entries, "totals": totals, "noun": noun}
     return render(request, "billing/receipt.html", context)

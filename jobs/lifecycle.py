@@ -27,10 +27,17 @@ HOLDABLE = (State.SUBMITTED, State.STAGING, State.QUEUED)
 
 
 def move(
-    job_id: int, frm: str | tuple[str, ...], to: str, message: str = "", at=None, where: Q | None = None, **fields
+    job_id: int,
+    frm: str | tuple[str, ...],
+    to: str,
+    message: str = "",
+    at=None,
+    where: Q | None = None,
+    notify: bool = True,
+    **fields,
 ) -> bool:
     """Move a job from one of `frm` to `to` (and only while `where` holds); False when another process
-    moved it first."""
+    moved it first. A job that ends is emailed about to whoever submitted it, unless not `notify`."""
     sources = (frm,) if isinstance(frm, str) else frm
     for source in sources:
         if to not in TRANSITIONS.get(source, ()):
@@ -43,6 +50,8 @@ def move(
         moved = jobs.update(state=to, modified=now, **fields)
         if moved:
             JobEvent.objects.create(job_id=job_id, state=to, at=now, message=message)
+            if to in ENDED and notify:
+                _notify_on_commit(job_id)
     return bool(moved)
 
 
@@ -190,11 +199,13 @@ def fail(job: Job, reason: str) -> bool:
 
 
 def cancel(job: Job, by=None) -> bool:
-    """Cancel before the pass ends; GPUs are released at once and finished shards kept."""
+    """Cancel before the pass ends; GPUs are released at once and finished shards kept. Whoever
+    submitted it hears of it, unless they cancelled it themselves."""
     who = f" by {by}" if by else ""
     with transaction.atomic():
         frm = (State.SUBMITTED, State.STAGING, State.QUEUED, State.RUNNING)
-        if not move(job.pk, frm, State.CANCELLED, message=f"cancelled{who}"):
+        yourself = by is not None and by.pk == job.created_by_id
+        if not move(job.pk, frm, State.CANCELLED, message=f"cancelled{who}", notify=not yourself):
             return False
         _stop(job)
     return True
@@ -253,6 +264,12 @@ def _assemble_on_commit(job_id: int) -> None:
     from jobs import tasks
 
     tasks.assemble.delay_on_commit(job_id)
+
+
+def _notify_on_commit(job_id: int) -> None:
+    from jobs import tasks
+
+    tasks.notify_ended.delay_on_commit(job_id)
 
 
 def _purge_on_commit(job_id: int) -> None:

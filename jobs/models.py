@@ -210,6 +210,12 @@ class Job(TimeStamped):
         return self.state in ENDED
 
     @property
+    def held_noun(self) -> str | None:
+        """What the job held, in the product's words ("GPU" or "CPU slot"); None when it held nothing."""
+        kinds = set(self.allocations.values_list("gpu__kind", flat=True))
+        return ("CPU slot" if kinds == {Gpu.Kind.CPU} else "GPU") if kinds else None
+
+    @property
     def params_given(self) -> dict:
         """The work parameters that have a value (a blank one takes the work's default)."""
         return {name: value for name, value in self.params.items() if value not in ("", None)}

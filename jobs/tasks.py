@@ -8,7 +8,7 @@ from celery import shared_task
 from celery.signals import worker_init
 from django.utils import timezone
 
-from jobs import lifecycle, retention, scheduling
+from jobs import lifecycle, notify, retention, scheduling
 from jobs.models import Job, State
 from jobs.outputs.assemble import assemble as assemble_output
 from jobs.reconcile import reconcile as reconcile_jobs
@@ -65,6 +65,11 @@ def enforce_time_limits() -> list[int]:
         if lifecycle.miss_deadline(job):
             ended.append(job.pk)
     return ended
+
+
+@shared_task
+def notify_ended(job_id: int) -> bool:
+    return notify.job_ended(job_id)
 
 
 @shared_task

@@ -6,10 +6,17 @@ from portal.models import Application, Membership, Organisation
 
 
 def _send(request, application: Application, link: str) -> str:
+    """Email the applicant their link, and tell the operator, with the link to send another way if need be."""
     days = round(settings.PASSWORD_RESET_TIMEOUT / 86400)
+    url = request.build_absolute_uri(link)
+    if onboarding.send_link(application, url):
+        return (
+            f"Emailed {application.email} a link to set a password and log in; it works once, for {days} days. "
+            f"Should the email not arrive, send them the link yourself: {url}"
+        )
     return (
-        f"Send {application.email} this link to set a password and log in; it works once, for {days} days: "
-        f"{request.build_absolute_uri(link)}"
+        f"Could not email {application.email}: send them this link to set a password and log in; it works once, "
+        f"for {days} days: {url}"
     )
 
 

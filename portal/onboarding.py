@@ -1,15 +1,20 @@
-"""Accepting an application: a new organisation, an account for the applicant in it, and a link the
-operator sends them to set their password (the portal sends no email).
+"""Accepting an application: a new organisation, an account for the applicant in it, and a link to
+set their password, emailed to them and shown to the operator (who can send it another way).
 
 The organisation's slug names its folders: `<root>/<slug>/` under each staging root and `<slug>/`
 in the operator's buckets. A new organisation never gets a slug whose folders exist already (set up
 for someone, or left by an organisation deleted since): its members would read what is there."""
 
+import logging
+import smtplib
+
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.tokens import default_token_generator
+from django.core.mail import send_mail
 from django.db import transaction
 from django.db.models import Q
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
@@ -17,6 +22,8 @@ from django.utils.text import slugify
 
 from jobs.staging import s3
 from portal.models import Application, Membership, Organisation
+
+log = logging.getLogger(__name__)
 
 
 class AcceptError(ValueError):
@@ -87,3 +94,15 @@ def new_link(application: Application) -> str:
 def _link(user) -> str:
     uid = urlsafe_base64_encode(force_bytes(user.pk))
     return reverse("password_reset_confirm", kwargs={"uidb64": uid, "token": default_token_generator.make_token(user)})
+
+
+def send_link(application: Application, url: str) -> bool:
+    """Email the applicant their set-password link; False (logged) when it could not be sent."""
+    days = round(settings.PASSWORD_RESET_TIMEOUT / 86400)
+    body = render_to_string("portal/email/set_password.txt", {"application": application, "url": url, "days": days})
+    try:
+        send_mail("Your E31 account: set a password", body, None, [application.email])
+    except (OSError, smtplib.SMTPException) as error:
+        log.warning("the set-password link for %s was not emailed: %s", application.email, error)
+        return False
+    return True

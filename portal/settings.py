@@ -178,6 +178,19 @@ if E31_HTTPS and "E31_TRUSTED_PROXIES" not in os.environ:
         "E31_HTTPS is on: set E31_TRUSTED_PROXIES to the number of proxies in front of the portal "
         "(1 behind one nginx or load balancer; 0 when gunicorn serves HTTPS itself)."
     )
+# Email: a job's end to whoever submitted it, and the set-password link to an accepted applicant.
+# Without E31_EMAIL_HOST each email is written to the process's output instead of being sent.
+E31_EMAIL_HOST = env_str("E31_EMAIL_HOST", "")
+EMAIL_BACKEND = f"django.core.mail.backends.{'smtp' if E31_EMAIL_HOST else 'console'}.EmailBackend"
+EMAIL_HOST = E31_EMAIL_HOST or "localhost"
+EMAIL_PORT = env_int("E31_EMAIL_PORT", 587, minimum=1)
+EMAIL_HOST_USER = env_str("E31_EMAIL_USER", "")
+EMAIL_HOST_PASSWORD = env_str("E31_EMAIL_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("E31_EMAIL_TLS", True)
+EMAIL_TIMEOUT = 10
+DEFAULT_FROM_EMAIL = env_str("E31_EMAIL_FROM", "E31 portal <noreply@localhost>")
+# Where partners reach the portal, for the links in emails (which no request is there to tell).
+E31_PUBLIC_URL = env_str("E31_PUBLIC_URL", f"http://127.0.0.1:{os.environ.get('PORT', '8000')}").rstrip("/")
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/jobs/"
 LOGOUT_REDIRECT_URL = "/"

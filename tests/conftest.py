@@ -7,6 +7,8 @@ Client.login, which authenticates without a request.
 """
 
 import contextlib
+import email
+import email.policy
 import os
 import shutil
 import socket
@@ -21,6 +23,7 @@ from urllib.parse import quote
 
 import pytest
 import redis
+from aiosmtpd.controller import Controller
 from django.conf import settings
 from django.core.management.base import CommandError
 from django.db import OperationalError, connections
@@ -116,6 +119,40 @@ def redis_server():
         client = redis.Redis.from_url(settings.REDIS_URL)
         client.flushdb()
         yield client
+
+
+class Inbox:
+    """What the tests' SMTP server received: each email as a parsed message, in order."""
+
+    def __init__(self):
+        self.messages: list[email.message.EmailMessage] = []
+
+    async def handle_DATA(self, server, session, envelope):
+        self.messages.append(email.message_from_bytes(envelope.content, policy=email.policy.default))
+        return "250 OK"
+
+    def to(self, address: str) -> list[email.message.EmailMessage]:
+        return [message for message in self.messages if address in message["To"]]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def smtp_server() -> Iterator[Inbox]:
+    """A real SMTP server on loopback, on the port tests/settings.py chose for every process."""
+    inbox = Inbox()
+    controller = Controller(inbox, hostname="127.0.0.1", port=settings.EMAIL_PORT)
+    controller.start()
+    yield inbox
+    controller.stop()
+
+
+@pytest.fixture
+def mailbox(smtp_server, settings) -> Inbox:
+    """The emails this test sent, through the SMTP server as the workers send them (pytest-django would
+    keep the test process's own in memory). Those still arriving from an earlier test's jobs are to
+    other addresses."""
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    smtp_server.messages.clear()
+    return smtp_server
 
 
 @pytest.fixture(autouse=True)

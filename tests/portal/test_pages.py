@@ -51,7 +51,7 @@ def test_it_refuses_an_incomplete_application(client, field, value, message):
     assert not Application.objects.exists()
 
 
-def test_an_accepted_applicant_gets_an_organisation_and_an_account_they_set_a_password_for(operator):
+def test_an_accepted_applicant_gets_an_organisation_and_an_account_they_set_a_password_for(operator, mailbox):
     from tests.conftest import client_for
 
     application = Application.objects.create(
@@ -66,7 +66,11 @@ def test_an_accepted_applicant_gets_an_organisation_and_an_account_they_set_a_pa
     assert (membership.organisation.slug, membership.user.username) == ("adas-lab", "ada@lab.example")
     assert not membership.user.has_usable_password()
     page = response.content.decode()
-    link = re.search(r"it works once, for 3 days: http://testserver(/accounts/reset/[^\s<]+/)", page)[1]
+    assert "Emailed Ada@Lab.example a link to set a password and log in; it works once, for 3 days." in page
+    (sent,) = mailbox.to("Ada@Lab.example")
+    assert sent["Subject"] == "Your E31 account: set a password"
+    link = re.search(r"http://testserver(/accounts/reset/[^\s<]+/)", sent.get_content())[1]
+    assert f"send them the link yourself: http://testserver{link}" in page, "and to the operator, should it not arrive"
 
     applicant = Client()
     form = applicant.get(link, follow=True)  # Django moves the token into the session, then asks for the password
@@ -193,7 +197,7 @@ def test_an_applicant_whose_link_went_unused_gets_a_new_one_until_they_set_a_pas
     client, application = client_for(operator), ada()
     accept(client, application)
     page = accept(client, application, action="new_link").content.decode()
-    fresh = re.search(r"for 3 days: http://testserver(/accounts/reset/[^\s<]+/)", page)[1]
+    fresh = re.search(r"yourself: http://testserver(/accounts/reset/[^\s<]+/)", page)[1]
     applicant = Client()
     form = applicant.get(fresh, follow=True)
     chosen = {"new_password1": "a long passphrase 4 Ada", "new_password2": "a long passphrase 4 Ada"}
@@ -214,3 +218,16 @@ def test_staff_who_may_not_add_users_cannot_accept_applications(django_user_mode
     accept(client_for(reviewer), application)
     application.refresh_from_db()
     assert application.status == "new" and not Membership.objects.exists()
+
+
+def test_the_operator_is_told_to_send_the_link_when_it_cannot_be_emailed(operator, mailbox, settings):
+    from tests.conftest import client_for
+
+    settings.EMAIL_PORT = 9  # nothing listens there
+    application = Application.objects.create(
+        name="Bo", email="bo@lab.example", organisation="Bo Lab", dataset="x", work="y"
+    )
+    page = accept(client_for(operator), application).content.decode()
+    assert "Could not email bo@lab.example: send them this link to set a password and log in" in page
+    assert re.search(r"for 3 days: http://testserver/accounts/reset/[^\s<]+/", page)
+    assert not mailbox.messages

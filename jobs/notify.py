@@ -1,0 +1,41 @@
+"""Emails about jobs: when a pass ends, to whoever submitted it."""
+
+import logging
+import smtplib
+
+from django.conf import settings
+from django.core.mail import send_mail
+from django.template.loader import render_to_string
+from django.urls import reverse
+
+from billing.metering import meter_for
+from jobs.models import Job, Shard
+from jobs.retention import output_due_at
+
+log = logging.getLogger(__name__)
+
+
+def job_ended(job_id: int) -> bool:
+    """Tell the partner who submitted a pass how it ended; False when there is nobody to tell (a job
+    from the CLI, a user without an email, a sample) or the email could not be sent, which only logs:
+    a job's end never waits on mail."""
+    job = Job.objects.select_related("created_by").filter(pk=job_id).first()
+    if job is None or job.kind != Job.Kind.PASS or not job.ended or not job.created_by or not job.created_by.email:
+        return False
+    page = settings.E31_PUBLIC_URL + reverse("jobs:detail", args=[job.pk])
+    context = {
+        "job": job,
+        "meter": meter_for(job),
+        "noun": job.held_noun,
+        "partial": job.shards.filter(status=Shard.Status.DONE).exists(),
+        "output_due": output_due_at(job),
+        "page": page,
+        "receipt": settings.E31_PUBLIC_URL + reverse("billing:receipt", args=[job.pk]),
+    }
+    subject = f"Job #{job.pk} {job.get_state_display().lower()}: {job.work} over {job.source_name}"
+    try:
+        send_mail(subject, render_to_string("jobs/email/ended.txt", context), None, [job.created_by.email])
+    except (OSError, smtplib.SMTPException) as error:
+        log.warning("job %s: the email to %s was not sent: %s", job.pk, job.created_by.email, error)
+        return False
+    return True
