@@ -75,7 +75,14 @@ def test_a_sample_measures_the_work_and_its_pass_reuses_the_staged_copy(fleet, p
     assert len(done) >= 2 and skipped.exists(), "it stopped taking shards once its 3 s were up"
     assert {shard.record_count for shard in done} == {250}, "a sample's shards are small"
     result = sample.sample_result
-    asked = {"gpus": 2, "hours": "3", "shape": "short-wide", "retention_days": 3, "output_keep_days": 30}
+    asked = {
+        "gpus": 2,
+        "hours": "3",
+        "shape": "short-wide",
+        "retention_days": 3,
+        "output_keep_days": 30,
+        "deadline": None,
+    }
     assert result["request"] == asked
     assert result["records"] == sum(shard.record_count for shard in done)
     assert result["records_total"] == 4000
