@@ -36,6 +36,12 @@ def test_the_form_takes_a_deadline_in_the_future_only(partner_client, online_slo
     assert job.deadline == tomorrow
     page = partner_client.get(f"/jobs/{job.pk}/").content.decode()
     assert f"<dt>Deadline</dt><dd>{tomorrow:%Y-%m-%d %H:%M} UTC: the hold ends then at the latest</dd>" in page
+    Job.objects.filter(pk=job.pk).update(state=State.QUEUED, queued_at=timezone.now())
+    for on_hold in (False, True):
+        if on_hold:
+            lifecycle.put_on_hold(job)
+        page = partner_client.get(f"/jobs/{job.pk}/").content.decode()
+        assert f'If it has not started by its deadline, <span class="when">{tomorrow:%Y-%m-%d %H:%M}</span> UTC' in page
 
 
 @pytest.mark.django_db
