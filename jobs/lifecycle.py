@@ -5,7 +5,8 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import F, Q, Value
+from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from jobs.models import ENDED, Allocation, Gpu, Job, JobEvent, Shard, State
@@ -58,12 +59,14 @@ def move(
 def hold(job: Job, gpus: list[Gpu]) -> list[Allocation]:
     """Start the job's hold on these GPUs: queued → running, one Allocation per GPU, all or none.
     A job held before (it lost every GPU with their nodes) has that much less of its hours left. Never
-    a job the operators put on hold, even one put on hold since the scheduler read the queue."""
+    a job the operators put on hold, even one put on hold since the scheduler read the queue, nor one
+    whose deadline has come."""
     now = timezone.now()
     try:
         with transaction.atomic():
             started = {"started_at": now, "held_before": _held_so_far(job)}
-            if not move(job.pk, State.QUEUED, State.RUNNING, at=now, where=Q(on_hold_since=None), **started):
+            may_start = Q(on_hold_since=None) & (Q(deadline=None) | Q(deadline__gt=now))
+            if not move(job.pk, State.QUEUED, State.RUNNING, at=now, where=may_start, **started):
                 return []
             allocations = [Allocation.objects.create(job=job, gpu=gpu, held_from=now) for gpu in gpus]
     except IntegrityError:
@@ -124,11 +127,16 @@ def _held_so_far(job: Job) -> timedelta:
 
 def release(job: Job, at=None) -> bool:
     """End the job's hold: held_to on every open allocation, and one ledger entry for every GPU it
-    held, each for its own time. Safe to repeat; False when no hold was open."""
-    now = at or timezone.now()
+    held, each for its own time. Never after its time limit (its hours, or its deadline), however late
+    a cancel, a failure or its last shard came. Safe to repeat; False when no hold was open."""
+    now = timezone.now()
+    ended = at or now
+    limit = Job.objects.get(pk=job.pk).time_limit_at()
+    ended = min(ended, limit) if limit else ended
     with transaction.atomic():
         open_holds = list(Allocation.objects.select_for_update().filter(job=job, held_to__isnull=True))
-        Allocation.objects.filter(pk__in=[a.pk for a in open_holds]).update(held_to=now, modified=now)
+        ends = Greatest(Value(ended), F("held_from"))  # a hold never ends before it started
+        Allocation.objects.filter(pk__in=[a.pk for a in open_holds]).update(held_to=ends, modified=now)
         held = list(Allocation.objects.filter(job=job))
         if held:
             holds = [(a.held_from, a.held_to) for a in held]

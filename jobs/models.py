@@ -187,6 +187,7 @@ class Job(TimeStamped):
         default=timedelta, help_text="How long earlier holds lasted (all their GPUs lost, the job queued again)."
     )
     ended_at = models.DateTimeField(null=True, blank=True)
+    notified_at = models.DateTimeField(null=True, blank=True, help_text="When its end was emailed to its submitter.")
 
     # output
     output_path = models.CharField(max_length=500, blank=True)

@@ -7,6 +7,7 @@ from django.conf import settings
 from django.core.mail import send_mail
 from django.template.loader import render_to_string
 from django.urls import reverse
+from django.utils import timezone
 
 from billing.metering import meter_for
 from jobs.models import Job, Shard
@@ -16,12 +17,15 @@ log = logging.getLogger(__name__)
 
 
 def job_ended(job_id: int) -> bool:
-    """Tell the partner who submitted a pass how it ended; False when there is nobody to tell (a job
-    from the CLI, a user without an email, a sample) or the email could not be sent, which only logs:
-    a job's end never waits on mail."""
-    job = Job.objects.select_related("created_by").filter(pk=job_id).first()
-    if job is None or job.kind != Job.Kind.PASS or not job.ended or not job.created_by or not job.created_by.email:
+    """Tell the partner who submitted a pass how it ended, once; False when there is nobody to tell (a
+    job from the CLI, a user without an email or no longer in the job's organisation, a sample), when
+    it was told already, or when the email could not be sent, which only logs: a job's end never waits
+    on mail."""
+    job = Job.objects.select_related("created_by__membership").filter(pk=job_id).first()
+    if job is None or job.kind != Job.Kind.PASS or not job.ended or not _still_member(job):
         return False
+    if not Job.objects.filter(pk=job.pk, notified_at=None).update(notified_at=timezone.now()):
+        return False  # a second delivery of the task: the first one told them
     page = settings.E31_PUBLIC_URL + reverse("jobs:detail", args=[job.pk])
     context = {
         "job": job,
@@ -39,3 +43,11 @@ def job_ended(job_id: int) -> bool:
         log.warning("job %s: the email to %s was not sent: %s", job.pk, job.created_by.email, error)
         return False
     return True
+
+
+def _still_member(job: Job) -> bool:
+    user = job.created_by
+    membership = getattr(user, "membership", None) if user else None
+    return bool(
+        user and user.is_active and user.email and membership and membership.organisation_id == job.organisation_id
+    )

@@ -158,8 +158,7 @@ def _check_deadline(deadline: datetime | None) -> datetime | None:
     """A deadline in the future, or none; one without a time zone is read as UTC."""
     if deadline is None:
         return None
-    if timezone.is_naive(deadline):
-        deadline = timezone.make_aware(deadline, UTC)
+    deadline = timezone.make_aware(deadline, UTC) if timezone.is_naive(deadline) else deadline.astimezone(UTC)
     if deadline <= timezone.now():
         raise SubmitError("deadline", f"The deadline, {deadline:%Y-%m-%d %H:%M} UTC, has passed; give a later one.")
     return deadline

@@ -14,8 +14,9 @@ def _send(request, application: Application, link: str) -> str:
             f"Emailed {application.email} a link to set a password and log in; it works once, for {days} days. "
             f"Should the email not arrive, send them the link yourself: {url}"
         )
+    why = "Could not email" if settings.E31_EMAIL_HOST else "No mail server is set (E31_EMAIL_HOST) to email"
     return (
-        f"Could not email {application.email}: send them this link to set a password and log in; it works once, "
+        f"{why} {application.email}: send them this link to set a password and log in; it works once, "
         f"for {days} days: {url}"
     )
 

@@ -1,6 +1,7 @@
 """Settings of the E31 portal. Every value comes from the environment; see the README for the list."""
 
 import os
+import re
 import secrets
 from datetime import timedelta
 from pathlib import Path
@@ -189,8 +190,17 @@ EMAIL_HOST_PASSWORD = env_str("E31_EMAIL_PASSWORD", "")
 EMAIL_USE_TLS = env_bool("E31_EMAIL_TLS", True)
 EMAIL_TIMEOUT = 10
 DEFAULT_FROM_EMAIL = env_str("E31_EMAIL_FROM", "E31 portal <noreply@localhost>")
-# Where partners reach the portal, for the links in emails (which no request is there to tell).
+# Where partners reach the portal, for the links in emails (which no request is there to tell): needed
+# once emails are sent, else every link in them would lead to this machine's loopback.
 E31_PUBLIC_URL = env_str("E31_PUBLIC_URL", f"http://127.0.0.1:{os.environ.get('PORT', '8000')}").rstrip("/")
+if E31_EMAIL_HOST and "E31_PUBLIC_URL" not in os.environ:
+    raise ImproperlyConfigured(
+        "E31_EMAIL_HOST is set: set E31_PUBLIC_URL to the portal's address, for the links in emails."
+    )
+if not re.fullmatch(r"https?://[^/\s]+(/\S*)?", E31_PUBLIC_URL):
+    raise ImproperlyConfigured(
+        f"E31_PUBLIC_URL must be an http(s) address such as https://portal.example.com, not {E31_PUBLIC_URL!r}."
+    )
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/jobs/"
 LOGOUT_REDIRECT_URL = "/"

@@ -18,14 +18,21 @@ os.environ.setdefault("E31_SHARD_LEASE_SECONDS", "5")
 os.environ.setdefault("E31_STAGING_ROOTS", str(ROOT / "var" / "test" / "staging-root"))
 os.environ.setdefault("E31_STAGING_ALLOWED_HOSTS", "localhost")
 os.environ.setdefault("E31_SECRET_KEY", "tests-only-secret-key-not-for-production-0123456789")
-# Email goes to the SMTP server the tests start on loopback (tests/conftest.py); its port is chosen
-# here, once, so that the workers the tests start send to the same one.
-if "E31_EMAIL_PORT" not in os.environ:
+# Email goes to the SMTP server the tests start on loopback (tests/conftest.py), whatever the shell
+# has set: its port is chosen here, once, and the workers the tests start (which import this too)
+# find it in E31_TEST_SMTP_PORT and send to the same one.
+if "E31_TEST_SMTP_PORT" not in os.environ:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        os.environ["E31_EMAIL_PORT"] = str(probe.getsockname()[1])
-os.environ.setdefault("E31_EMAIL_HOST", "127.0.0.1")
-os.environ.setdefault("E31_EMAIL_TLS", "false")
+        os.environ["E31_TEST_SMTP_PORT"] = str(probe.getsockname()[1])
+os.environ.update(
+    E31_EMAIL_HOST="127.0.0.1",
+    E31_EMAIL_PORT=os.environ["E31_TEST_SMTP_PORT"],
+    E31_EMAIL_TLS="false",
+    E31_EMAIL_USER="",
+    E31_EMAIL_PASSWORD="",
+    E31_PUBLIC_URL="http://portal.test",
+)
 
 from portal.settings import *  # noqa: E402, F403
 from portal.settings import DATABASES, VAR_DIR  # noqa: E402

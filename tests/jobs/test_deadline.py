@@ -54,7 +54,7 @@ def test_the_cli_reads_an_iso_deadline_as_utc_unless_it_says_otherwise(organisat
     assert second.deadline == datetime(2099, 1, 2, 1, 4, tzinfo=UTC)
     with pytest.raises(CommandError, match=r"Refused: The deadline, 2001-01-01 00:00 UTC, has passed"):
         call_command("submit", *common, "--hours", "1", "--deadline", "2001-01-01")
-    with pytest.raises(CommandError, match="a date and time such as 2026-12-01T18:00, not 'soon'"):
+    with pytest.raises(CommandError, match="--deadline takes a date and time such as 2026-12-01T18:00, not 'soon'"):
         call_command("submit", *common, "--hours", "1", "--deadline", "soon")
 
 
@@ -150,4 +150,22 @@ def test_a_running_job_stops_at_its_deadline_and_is_billed_until_then(fleet, par
     assert job.state == State.TIMED_OUT and job.deadline == deadline
     assert job.error == f"The job reached its deadline, {deadline:%Y-%m-%d %H:%M} UTC."
     assert {allocation.held_to for allocation in job.allocations.all()} == {deadline}
+    assert LedgerEntry.objects.get(job=job, kind=LedgerEntry.Kind.HOLD).held_to == deadline
+
+
+@pytest.mark.django_db
+def test_a_hold_never_starts_nor_is_billed_past_the_deadline(organisation, online_slots):
+    late = _queued(organisation, deadline=timezone.now() + timedelta(minutes=5))
+    read_before = Job.objects.get(pk=late.pk)  # as the scheduler had it, before the deadline came
+    Job.objects.filter(pk=late.pk).update(deadline=timezone.now() - timedelta(seconds=1))
+    assert lifecycle.hold(read_before, online_slots[:1]) == []
+
+    job = _queued(organisation, deadline=timezone.now() + timedelta(minutes=5))
+    assert lifecycle.hold(job, online_slots[:1])
+    started = timezone.now() - timedelta(minutes=10)
+    job.allocations.update(held_from=started)
+    Job.objects.filter(pk=job.pk).update(started_at=started, deadline=timezone.now() - timedelta(seconds=1))
+    lifecycle.cancel(job)  # it came after the deadline, before beat or its slot noticed
+    deadline = Job.objects.get(pk=job.pk).deadline
+    assert {a.held_to for a in job.allocations.all()} == {deadline}
     assert LedgerEntry.objects.get(job=job, kind=LedgerEntry.Kind.HOLD).held_to == deadline

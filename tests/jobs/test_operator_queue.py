@@ -46,10 +46,11 @@ def test_it_shows_the_fleet_the_holds_the_queue_in_order_and_the_staging(organis
     assert f'<td>2 (on hold)</td><td><a href="/admin/jobs/job/{on_hold.pk}/change/">' in page, "it keeps its place"
     assert f'<td>3</td><td><a href="/admin/jobs/job/{second.pk}/change/">' in page
     assert ": quota review" in page
-    _job(organisation, 5, deadline=timezone.now() + timedelta(days=1))
+    deadline = timezone.now() + timedelta(days=1)
+    _job(organisation, 5, deadline=deadline)
     page = client_for(operator).get(QUEUE).content.decode()
     assert "asks for more CPU slots than are online" in page
-    assert f"<td>5 × 2 h, by {timezone.now() + timedelta(days=1):%Y-%m-%d}" in page
+    assert f"<td>5 × 2 h, by {deadline:%Y-%m-%d %H:%M}</td>" in page
     assert "downloading: 2.0\xa0MB of 8.0\xa0MB" in page
 
 

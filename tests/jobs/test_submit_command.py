@@ -52,6 +52,8 @@ def test_it_runs_a_job_and_writes_the_output_and_the_ledger_line(fleet, organisa
         (["--data", "s3://bucket/data.csv"], "Refused: Give credentials that can read s3://bucket/"),
         (["--data", "http://127.0.0.1/data.csv"], "Refused: "),
         (["--keep-output-days", "0"], "Refused: Keep the output 1 to 365 days, not 0."),
+        (["--deadline", "soon"], "--deadline takes a date and time such as 2026-12-01T18:00, not 'soon'."),
+        (["--deadline", "2001-01-01T02:00+02:00"], "Refused: The deadline, 2001-01-01 00:00 UTC, has passed"),
     ],
 )
 def test_it_refuses_with_a_one_line_reason(fleet, organisation, args, reason):

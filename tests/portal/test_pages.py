@@ -231,3 +231,15 @@ def test_the_operator_is_told_to_send_the_link_when_it_cannot_be_emailed(operato
     assert "Could not email bo@lab.example: send them this link to set a password and log in" in page
     assert re.search(r"for 3 days: http://testserver/accounts/reset/[^\s<]+/", page)
     assert not mailbox.messages
+
+
+def test_without_a_mail_server_the_operator_sends_the_link_and_no_log_holds_it(operator, mailbox, settings, caplog):
+    from tests.conftest import client_for
+
+    settings.E31_EMAIL_HOST = ""
+    application = Application.objects.create(
+        name="Cy", email="cy@lab.example", organisation="Cy Lab", dataset="x", work="y"
+    )
+    page = accept(client_for(operator), application).content.decode()
+    assert "No mail server is set (E31_EMAIL_HOST) to email cy@lab.example: send them this link" in page
+    assert not mailbox.messages and "/accounts/reset/" not in caplog.text

@@ -4,7 +4,6 @@ Exit 0 when the job is accepted (or, with --wait, when it succeeds); otherwise a
 and a non-zero exit.
 """
 
-import argparse
 import json
 import shutil
 import sys
@@ -34,11 +33,13 @@ def parse_params(pairs: list[str]) -> dict[str, str]:
     return params
 
 
-def parse_deadline(text: str) -> datetime:
+def parse_deadline(text: str | None) -> datetime | None:
+    if text is None:
+        return None
     try:
         return datetime.fromisoformat(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"a date and time such as 2026-12-01T18:00, not {text!r}") from None
+        raise CommandError(f"--deadline takes a date and time such as 2026-12-01T18:00, not {text!r}.") from None
 
 
 def progress_line(job: Job) -> str:
@@ -78,7 +79,6 @@ class Command(BaseCommand):
         parser.add_argument("--shape", default=Job.Shape.SHORT_WIDE, choices=Job.Shape.values)
         parser.add_argument(
             "--deadline",
-            type=parse_deadline,
             metavar="ISO",
             help="Done by then (ISO 8601; UTC unless it says otherwise): the hold ends at the deadline at the "
             "latest, and a job not started by then ends without holding anything.",
@@ -106,6 +106,7 @@ class Command(BaseCommand):
         if organisation is None:
             raise CommandError(f"There is no organisation {opts['org']!r}.")
         opts["wait"] = opts["wait"] or opts["sample"]  # a sample is run for what it measures
+        opts["deadline"] = parse_deadline(opts["deadline"])
         self.check_options(opts)
         try:
             job = self.submit_pass(organisation, opts) if opts["from_sample"] else self.submit(organisation, opts)
