@@ -82,14 +82,11 @@ def put_on_hold(job: Job, reason: str = "") -> bool:
     says which one."""
     now = timezone.now()
     with transaction.atomic():
-        found = Job.objects.select_for_update().filter(pk=job.pk, state__in=HOLDABLE, on_hold_since=None).first()
-        if found is None:
-            return False
-        claim = Job.objects.filter(pk=job.pk, state=found.state, on_hold_since=None)
-        if claim.update(on_hold_since=now, on_hold_reason=reason, modified=now) != 1:
+        waiting = Job.objects.filter(pk=job.pk, state__in=HOLDABLE, on_hold_since=None)
+        if not waiting.update(on_hold_since=now, on_hold_reason=reason, modified=now):
             return False
         why = f": {reason}" if reason else ""
-        JobEvent.objects.create(job=found, state=found.state, at=now, message=f"put on hold by the operators{why}")
+        _note(job, now, f"put on hold by the operators{why}")
     return True
 
 
@@ -98,16 +95,20 @@ def lift_hold(job: Job) -> bool:
     when it is not on hold, or has ended."""
     now = timezone.now()
     with transaction.atomic():
-        on_hold = Job.objects.select_for_update().filter(pk=job.pk, state__in=HOLDABLE, on_hold_since__isnull=False)
-        found = on_hold.first()
-        if found is None:
+        on_hold = Job.objects.filter(pk=job.pk, state__in=HOLDABLE, on_hold_since__isnull=False)
+        if not on_hold.update(on_hold_since=None, on_hold_reason="", modified=now):
             return False
-        if on_hold.filter(state=found.state).update(on_hold_since=None, on_hold_reason="", modified=now) != 1:
-            return False
-        JobEvent.objects.create(job=found, state=found.state, at=now, message="hold lifted by the operators")
-        if found.state == State.QUEUED:
+        if _note(job, now, "hold lifted by the operators") == State.QUEUED:
             schedule_on_commit()
     return True
+
+
+def _note(job: Job, at, message: str) -> str:
+    """A line on the job's timeline under the state it is in (the row is locked by the update just
+    made, so that is the state it was in); returns the state."""
+    state = Job.objects.values_list("state", flat=True).get(pk=job.pk)
+    JobEvent.objects.create(job_id=job.pk, state=state, at=at, message=message)
+    return state
 
 
 def hold_periods(holds: Iterable[tuple[datetime, datetime]]) -> list[tuple[datetime, datetime]]:
@@ -189,8 +190,8 @@ def finish_pass(job: Job) -> bool:
     """The last shard is done: running → finishing, release the GPUs, assemble the output off them."""
     now = timezone.now()
     with transaction.atomic():
-        noun = "CPU slots" if job.allocations.filter(gpu__kind=Gpu.Kind.CPU).exists() else "GPUs"
-        if not move(job.pk, State.RUNNING, State.FINISHING, message=f"last shard done; {noun} released", at=now):
+        noun = job.held_noun or "GPU"
+        if not move(job.pk, State.RUNNING, State.FINISHING, message=f"last shard done; {noun}s released", at=now):
             return False
         release(job, at=now)
         _assemble_on_commit(job.pk)

@@ -12,6 +12,7 @@ from django.utils import timezone
 from billing.metering import meter_for
 from jobs.models import Job, Shard
 from jobs.retention import output_due_at
+from jobs.services import jobs_for_user
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +22,7 @@ def job_ended(job_id: int) -> bool:
     job from the CLI, a user without an email or no longer in the job's organisation, a sample), when
     it was told already, or when the email could not be sent, which only logs: a job's end never waits
     on mail."""
-    job = Job.objects.select_related("created_by__membership").filter(pk=job_id).first()
+    job = Job.objects.select_related("created_by").filter(pk=job_id).first()
     if job is None or job.kind != Job.Kind.PASS or not job.ended or not _still_member(job):
         return False
     if not Job.objects.filter(pk=job.pk, notified_at=None).update(notified_at=timezone.now()):
@@ -46,8 +47,6 @@ def job_ended(job_id: int) -> bool:
 
 
 def _still_member(job: Job) -> bool:
+    """Its submitter, active and with an email, may still see it (the portal's own access rule)."""
     user = job.created_by
-    membership = getattr(user, "membership", None) if user else None
-    return bool(
-        user and user.is_active and user.email and membership and membership.organisation_id == job.organisation_id
-    )
+    return bool(user and user.is_active and user.email and jobs_for_user(user).filter(pk=job.pk).exists())
