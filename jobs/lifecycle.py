@@ -1,6 +1,7 @@
 """The job lifecycle: one small function per transition, each a conditional UPDATE that wins once."""
 
 import logging
+import uuid
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
@@ -112,12 +113,16 @@ def _note(job: Job, at, message: str) -> str:
 
 
 def hold_periods(holds: Iterable[tuple[datetime, datetime]]) -> list[tuple[datetime, datetime]]:
-    """When the job held any GPU, from its GPUs' holds: each hold() from its start (its GPUs share it)
-    to the last of them released. More than one when the job lost every GPU and was held again."""
-    ends: dict[datetime, datetime] = {}
-    for start, end in holds:
-        ends[start] = max(ends.get(start, end), end)
-    return list(ends.items())
+    """When the job held any GPU, from its GPUs' holds: the holds that overlap or touch (its GPUs share
+    a start, a slot that rejoins overlaps the others) make one period. More than one when the job lost
+    every GPU and was held again."""
+    periods: list[tuple[datetime, datetime]] = []
+    for start, end in sorted(holds):
+        if periods and start <= periods[-1][1]:
+            periods[-1] = (periods[-1][0], max(periods[-1][1], end))
+        else:
+            periods.append((start, end))
+    return periods
 
 
 def _held_so_far(job: Job) -> timedelta:
@@ -147,12 +152,13 @@ def release(job: Job, at=None) -> bool:
     return bool(open_holds)
 
 
-def lose_slots(job: Job, gpus: list[Gpu], at, node: str) -> int:
-    """Slots of a running job went offline with their node: their holds end at `at`, when the node was
-    last seen (a dead GPU is not metered), and their running shards go back to pending at once for the
-    job's other slots. With no slot left the job goes back to the head of the queue, its meter stopped,
-    and is held again when GPUs are free; unless its hours were up by then: it has timed out. No hold
-    ends after the time limit. Returns how many holds ended."""
+def lose_slots(job: Job, gpus: list[Gpu], at, node: str, cause: str = "") -> int:
+    """Slots of a running job went offline with their node (or their worker stopped, the `cause`):
+    their holds end at `at`, when they were last seen (a dead GPU is not metered), and their running
+    shards go back to pending at once for the job's other slots. With no slot left the job goes back
+    to the head of the queue, its meter stopped, and is held again when GPUs are free; unless its hours
+    were up by then: it has timed out. No hold ends after the time limit. Returns how many holds
+    ended."""
     now = timezone.now()
     with transaction.atomic():
         # The job's row first, as finish_pass and cancel lock it before its allocations.
@@ -170,7 +176,7 @@ def lose_slots(job: Job, gpus: list[Gpu], at, node: str) -> int:
         )
         noun = "CPU slot" if gpus[0].kind == Gpu.Kind.CPU else "GPU"
         what = (
-            f"node {node} went offline (last seen {at:%Y-%m-%d %H:%M:%S}): its {len(lost)} {noun}"
+            f"{cause or f'node {node} went offline'} (last seen {at:%Y-%m-%d %H:%M:%S}): its {len(lost)} {noun}"
             f"{'s' if len(lost) != 1 else ''} released, {returned} running shard{'s' if returned != 1 else ''} returned"
         )
         if Allocation.objects.filter(job=job, held_to__isnull=True).exists():
@@ -184,6 +190,40 @@ def lose_slots(job: Job, gpus: list[Gpu], at, node: str) -> int:
             schedule_on_commit()
     log.warning("job %s: %s", job.pk, what)
     return len(lost)
+
+
+def rejoin(job_id: int, gpu: Gpu) -> Allocation | None:
+    """A slot the running job lost (its worker or its node stopped) is back: the job holds it again
+    from now, and a slot task serves it, while the job runs on fewer slots than it asked for and has
+    hours left. None when it does not, or another job took the slot first."""
+    now = timezone.now()
+    try:
+        with transaction.atomic():
+            job = Job.objects.select_for_update().filter(pk=job_id, state=State.RUNNING).first()
+            if job is None or job.time_limit_passed():
+                return None
+            if Allocation.objects.filter(job=job, held_to__isnull=True).count() >= job.gpus:
+                return None
+            allocation = Allocation.objects.create(job=job, gpu=gpu, held_from=now)
+            noun = "CPU slot" if gpu.kind == Gpu.Kind.CPU else "GPU"
+            message = f"{noun} {gpu.index} of node {gpu.node.name} back: held again"
+            JobEvent.objects.create(job=job, state=State.RUNNING, at=now, message=message)
+            send_runner(allocation)
+    except IntegrityError:
+        return None  # the slot went to another job meanwhile
+    log.warning("job %s: %s", job_id, message)
+    return allocation
+
+
+def send_runner(allocation: Allocation) -> None:
+    """After commit, send a slot task to serve this hold, with a new token: a task sent earlier for it
+    stops at its next look, so a hold never has two (a message restored late, one sent again)."""
+    token = uuid.uuid4().hex
+    Allocation.objects.filter(pk=allocation.pk).update(runner=token, runner_seen=timezone.now())
+    from jobs import tasks
+
+    queue = Gpu.objects.values_list("queue", flat=True).get(pk=allocation.gpu_id)
+    tasks.run_slot.apply_async_on_commit((allocation.job_id, allocation.pk, token), queue=queue)
 
 
 def finish_pass(job: Job) -> bool:

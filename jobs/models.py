@@ -46,7 +46,7 @@ class Node(TimeStamped):
 
 class GpuQuerySet(models.QuerySet):
     def online(self) -> "GpuQuerySet":
-        cutoff = timezone.now() - timedelta(seconds=3 * settings.E31_HEARTBEAT_SECONDS)
+        cutoff = timezone.now() - timedelta(seconds=settings.E31_NODE_TIMEOUT_SECONDS)
         return self.filter(last_seen__gte=cutoff)
 
     def free(self) -> "GpuQuerySet":
@@ -364,6 +364,12 @@ class Allocation(TimeStamped):
     gpu = models.ForeignKey(Gpu, on_delete=models.PROTECT, related_name="allocations")
     held_from = models.DateTimeField()
     held_to = models.DateTimeField(null=True, blank=True)
+    runner = models.CharField(
+        max_length=32, blank=True, help_text="The token of the slot task serving the hold; an older one stops."
+    )
+    runner_seen = models.DateTimeField(
+        null=True, blank=True, help_text="When a slot task serving the hold was last sent or last reported."
+    )
 
     class Meta:
         ordering = ["job", "gpu"]

@@ -39,14 +39,14 @@ def reconcile() -> list[int]:
         last = shards.aggregate(last=Max("finished_at"))["last"]
         if last and last > quiet:
             continue
-        for allocation in job.allocations.filter(held_to__isnull=True).select_related("gpu"):
-            tasks.run_slot.apply_async((job.pk, allocation.pk), queue=allocation.gpu.queue)
+        for allocation in job.allocations.filter(held_to__isnull=True):
+            lifecycle.send_runner(allocation)
         log.warning("job %s had no slot working on it; its slot tasks were sent again", job.pk)
         touched.append(job.pk)
     # A submitted job's staging message lost with Redis would leave it submitted for ever. One that
-    # merely waits behind long stagings gets a spare message at most this often: the spare finds it
+    # merely waits behind other stagings gets a spare message once a staging lease: the spare finds it
     # staging, or staged, and does nothing.
-    forgotten = now - timedelta(seconds=10 * settings.E31_STAGING_LEASE_SECONDS)
+    forgotten = now - timedelta(seconds=settings.E31_STAGING_LEASE_SECONDS)
     for job in Job.objects.filter(state=State.SUBMITTED, modified__lt=forgotten):
         if Job.objects.filter(pk=job.pk, state=State.SUBMITTED, modified__lt=forgotten).update(modified=now):
             tasks.stage.delay(job.pk)

@@ -37,9 +37,9 @@ def schedule() -> list[int]:
 
 
 @shared_task
-def run_slot(job_id: int, allocation_id: int) -> str:
+def run_slot(job_id: int, allocation_id: int, runner: str = "") -> str:
     """Sent to the queue of the held slot itself; see jobs.workers.runner."""
-    return run_slot_loop(job_id, allocation_id)
+    return run_slot_loop(job_id, allocation_id, runner)
 
 
 @shared_task

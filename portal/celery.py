@@ -1,9 +1,13 @@
 """The Celery app: workers and beat read their settings from Django's (CELERY_* names)."""
 
 import os
+import signal
+from pathlib import Path
 
 from celery import Celery
-from celery.signals import worker_init
+from celery.signals import worker_init, worker_process_init, worker_ready
+
+from portal.procs import die_with_parent
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
@@ -20,3 +24,18 @@ WORKER_PUBLISH_RETRY_POLICY = {"max_retries": 60, "interval_start": 0, "interval
 @worker_init.connect
 def wait_out_broker_restarts(sender, **kwargs) -> None:
     sender.app.conf.task_publish_retry_policy = WORKER_PUBLISH_RETRY_POLICY
+
+
+@worker_process_init.connect
+def die_with_the_worker(**kwargs) -> None:
+    """A pool process goes when its worker's main process goes: it must never run a slot's shard beside
+    the worker that replaces it (the shard is taken back at once by the slot's next task)."""
+    die_with_parent(signal.SIGKILL)
+
+
+@worker_ready.connect
+def tell_the_supervisor(sender, **kwargs) -> None:
+    """A slot's worker consumes its queue now: `gpuworker` counts the slot online from here, so no hold
+    starts, and nothing is metered, while the worker is still starting."""
+    if ready_file := os.environ.get("E31_READY_FILE"):
+        Path(ready_file).write_text(str(os.getpid()))

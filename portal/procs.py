@@ -1,8 +1,8 @@
 """Child processes for the supervisors (`runportal`, `gpuworker`): started together, stopped together.
 
 Each child runs in its own session so a Ctrl-C reaches only the supervisor, which then stops the
-children in order; each child also gets SIGTERM from the kernel if the supervisor dies, so no
-process is left behind either way.
+children in order; each child also gets a signal from the kernel if the supervisor dies (SIGTERM, or
+the child's own `death_signal`), so no process is left behind either way.
 """
 
 import contextlib
@@ -22,9 +22,10 @@ PR_SET_PDEATHSIG = 1
 KEEP_FREED_MEMORY = {"MALLOC_MMAP_THRESHOLD_": str(64 * 1024**2), "MALLOC_TRIM_THRESHOLD_": str(128 * 1024**2)}
 
 
-def _die_with_parent() -> None:
+def die_with_parent(signum: int = signal.SIGTERM) -> None:
+    """Ask the kernel to send this process `signum` when its parent dies."""
     if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signum)
 
 
 @dataclass
@@ -33,23 +34,39 @@ class Child:
     argv: list[str]
     env: dict[str, str]
     stop_signal: int = signal.SIGTERM
+    death_signal: int = signal.SIGTERM
     process: subprocess.Popen | None = None
     restarts: int = 0
 
     def start(self) -> None:
-        self.process = subprocess.Popen(self.argv, env=self.env, start_new_session=True, preexec_fn=_die_with_parent)
+        self.process = subprocess.Popen(
+            self.argv, env=self.env, start_new_session=True, preexec_fn=lambda: die_with_parent(self.death_signal)
+        )
 
     @property
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
+
+    def kill_leftovers(self) -> None:
+        """After the child exited: kill what is left of its session (a worker's pool process whose main
+        process was killed), so that a restart never runs beside it."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)
 
 
 @dataclass
 class Children:
     children: list[Child] = field(default_factory=list)
 
-    def start(self, name: str, argv: list[str], env: dict | None = None, stop_signal: int = signal.SIGTERM) -> Child:
-        child = Child(name, argv, {**os.environ, **(env or {})}, stop_signal)
+    def start(
+        self,
+        name: str,
+        argv: list[str],
+        env: dict | None = None,
+        stop_signal: int = signal.SIGTERM,
+        death_signal: int = signal.SIGTERM,
+    ) -> Child:
+        child = Child(name, argv, {**os.environ, **(env or {})}, stop_signal, death_signal)
         child.start()
         self.children.append(child)
         return child
@@ -64,8 +81,7 @@ class Children:
                 child.process.send_signal(child.stop_signal)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 child.process.wait(timeout)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(child.process.pid, signal.SIGKILL)
+            child.kill_leftovers()
             child.process.wait()
 
 

@@ -295,6 +295,12 @@ E31_SAMPLE_MAX_RECORDS = env_int("E31_SAMPLE_MAX_RECORDS", 100_000, minimum=1)
 E31_SAMPLE_KEEP_DAYS = env_int("E31_SAMPLE_KEEP_DAYS", 7, minimum=1)
 E31_SLOT_SLICE_SECONDS = env_int("E31_SLOT_SLICE_SECONDS", 300, minimum=1)
 E31_HEARTBEAT_SECONDS = env_int("E31_HEARTBEAT_SECONDS", 5, minimum=1)
+E31_NODE_TIMEOUT_SECONDS = env_int("E31_NODE_TIMEOUT_SECONDS", 3 * E31_HEARTBEAT_SECONDS, minimum=1)
+if E31_NODE_TIMEOUT_SECONDS <= E31_HEARTBEAT_SECONDS:
+    raise ImproperlyConfigured(
+        f"E31_NODE_TIMEOUT_SECONDS ({E31_NODE_TIMEOUT_SECONDS}) must be longer than a heartbeat "
+        f"(E31_HEARTBEAT_SECONDS, {E31_HEARTBEAT_SECONDS}), or every node is offline between two beats."
+    )
 E31_NVML_MODULE = env_str("E31_NVML_MODULE", "pynvml")
 
 CELERY_TASK_ACKS_LATE = True

@@ -12,6 +12,9 @@ PLUGIN_PATH = ROOT / "tests" / "plugin_path"
 
 os.environ.setdefault("E31_VAR_DIR", str(ROOT / "var" / "test"))
 os.environ.setdefault("E31_HEARTBEAT_SECONDS", "1")
+# A node counts as online for 10 beats here: a loaded machine may hold a beat up for seconds, and a
+# form posted then must not find the fleet gone. Tests of a silent node wait for it, not for a time.
+os.environ.setdefault("E31_NODE_TIMEOUT_SECONDS", "10")
 os.environ.setdefault("E31_SHARD_LEASE_SECONDS", "5")
 # Server paths under var/test/staging-root can be staged; "localhost" is a host staging may fetch
 # from although it is not public (the tests' own HTTP servers). 127.0.0.1 stays refused.

@@ -215,14 +215,8 @@ def schedule() -> list[int]:
             if not allocations:
                 break
             started.append(job.pk)
-            _start_slots_on_commit(job, allocations)
+            for allocation in allocations:
+                lifecycle.send_runner(allocation)
     if started:
         log.info("started the hold of jobs %s", started)
     return started
-
-
-def _start_slots_on_commit(job: Job, allocations) -> None:
-    from jobs import tasks
-
-    for allocation in allocations:
-        tasks.run_slot.apply_async_on_commit((job.pk, allocation.pk), queue=allocation.gpu.queue)

@@ -1,4 +1,5 @@
-"""A worker machine's record: its node and slots registered, kept alive by heartbeats, taken offline."""
+"""A worker machine's record: its node and slots registered, kept alive by heartbeats, taken offline,
+and every hold on its slots served by a live slot task."""
 
 import socket
 from dataclasses import dataclass
@@ -9,7 +10,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from jobs import lifecycle, scheduling
-from jobs.models import Allocation, Gpu, Node, State
+from jobs.models import Allocation, Gpu, Node, Shard, State
 from jobs.workers.nvml import GpuInfo, Reading
 
 
@@ -93,18 +94,71 @@ def waited_for(node_name: str) -> bool:
 
 
 def take_silent_nodes_offline() -> list[int]:
-    """Nodes past their heartbeat deadline (3 beats) that still hold slots of running jobs: each such
-    hold ends when its node was last seen, and its job carries on without it. Run by every live
-    node's heartbeat and by beat's reconcile; safe to run anywhere, any number of times. Returns the
-    jobs that lost slots."""
+    """Nodes past their heartbeat deadline (E31_NODE_TIMEOUT_SECONDS) that still hold slots of running
+    jobs: each such hold ends when its node was last seen, and its job carries on without it. Run by
+    every live node's heartbeat and by beat's reconcile; safe to run anywhere, any number of times.
+    Returns the jobs that lost slots."""
     now = timezone.now()
-    cutoff = now - timedelta(seconds=3 * settings.E31_HEARTBEAT_SECONDS)
+    cutoff = now - timedelta(seconds=settings.E31_NODE_TIMEOUT_SECONDS)
     silent = Q(gpu__node__last_seen__lt=cutoff) | Q(gpu__node__last_seen__isnull=True)
     return take_offline(Allocation.objects.filter(silent), now)
 
 
-def take_offline(allocations, now) -> list[int]:
-    """End these open holds of running jobs, one node and job at a time (lifecycle.lose_slots)."""
+def restarted(node_name: str) -> list[int]:
+    """The node's gpuworker starts: a hold its slots still have is from before it died, and ends when
+    the node was last seen, before the node registers again and would look alive throughout. Its
+    slots are offline until their workers are ready. Returns the jobs that lost slots."""
+    lost = take_offline(Allocation.objects.filter(gpu__node__name=node_name), timezone.now())
+    Gpu.objects.filter(node__name=node_name).update(last_seen=None)
+    return lost
+
+
+def slot_stopped(node_name: str, index: int) -> list[int]:
+    """A slot's worker exited (killed, or crashed): the slot's holds end when it was last seen alive,
+    and it is offline until its worker is ready again. Returns the jobs that lost the slot."""
+    slot = Gpu.objects.filter(node__name=node_name, index=index).first()
+    if slot is None:
+        return []
+    now = timezone.now()
+    noun = "CPU slot" if slot.kind == Gpu.Kind.CPU else "GPU"
+    cause = f"the worker of {noun} {index} on node {node_name} stopped"
+    lost = take_offline(Allocation.objects.filter(gpu=slot), now, at=slot.last_seen or now, cause=cause)
+    Gpu.objects.filter(pk=slot.pk).update(last_seen=None)
+    return lost
+
+
+def serve_held_slots(node_name: str, ready: set[int]) -> list[int]:
+    """Every hold on this node's ready slots has a slot task serving it, within seconds of a fault: a
+    slot back from a restart rejoins the running job that lost it, and a hold whose task went silent
+    (its message lost with Redis, a continuation that could not be sent) gets a new task. Returns the
+    allocations a task was sent for."""
+    now = timezone.now()
+    slots = Gpu.objects.filter(node__name=node_name, index__in=ready, last_seen__isnull=False)
+    sent = []
+    for slot in slots.free():
+        lost = Allocation.objects.filter(gpu=slot, held_to__isnull=False, job__state=State.RUNNING)
+        for job_id in lost.values_list("job_id", flat=True).distinct():
+            allocation = lifecycle.rejoin(job_id, slot)
+            if allocation:
+                sent.append(allocation.pk)
+                break
+    quiet = now - timedelta(seconds=settings.E31_NODE_TIMEOUT_SECONDS)
+    silent = Allocation.objects.filter(gpu__in=slots, held_to__isnull=True, job__state=State.RUNNING).filter(
+        Q(runner_seen__lt=quiet) | Q(runner_seen__isnull=True, held_from__lt=quiet)
+    )
+    for allocation in silent.select_related("gpu"):
+        working = Shard.objects.filter(
+            job_id=allocation.job_id, gpu=allocation.gpu, status=Shard.Status.RUNNING, lease_until__gte=now
+        )
+        if not working.exists():
+            lifecycle.send_runner(allocation)
+            sent.append(allocation.pk)
+    return sent
+
+
+def take_offline(allocations, now, at=None, cause: str = "") -> list[int]:
+    """End these open holds of running jobs, one node and job at a time (lifecycle.lose_slots), when
+    the node was last seen unless `at` says when."""
     stranded = allocations.filter(held_to__isnull=True, job__state=State.RUNNING).select_related("gpu__node", "job")
     by_node_and_job: dict[tuple[int, int], list[Allocation]] = {}
     for allocation in stranded:
@@ -112,6 +166,7 @@ def take_offline(allocations, now) -> list[int]:
     jobs = []
     for held in by_node_and_job.values():
         node, job = held[0].gpu.node, held[0].job
-        if lifecycle.lose_slots(job, [a.gpu for a in held], at=node.last_seen or now, node=node.name):
+        ended = at or node.last_seen or now
+        if lifecycle.lose_slots(job, [a.gpu for a in held], at=ended, node=node.name, cause=cause):
             jobs.append(job.pk)
     return jobs

@@ -45,8 +45,9 @@ def batched(items: Iterable, size: int) -> Iterator[list]:
         yield batch
 
 
-def run_slot(job_id: int, allocation_id: int) -> str:
-    """Process the job's shards on this slot for one time slice; say why the slice ended."""
+def run_slot(job_id: int, allocation_id: int, runner: str = "") -> str:
+    """Process the job's shards on this slot for one time slice; say why the slice ended. `runner` is
+    the token the hold's task was sent with: a task whose token is no longer the hold's stops."""
     try:
         allocation = Allocation.objects.select_related("gpu", "job").get(pk=allocation_id, job_id=job_id)
     except Allocation.DoesNotExist:
@@ -56,12 +57,13 @@ def run_slot(job_id: int, allocation_id: int) -> str:
     while True:
         if job.time_limit_passed():
             lifecycle.time_out(job)  # at once, not at beat's next look: the meter stops at the limit
-        if not Allocation.objects.filter(pk=allocation_id, held_to__isnull=True).exists():
-            return "released"
+        if not _report(allocation_id, runner):
+            held = Allocation.objects.filter(pk=allocation_id, held_to__isnull=True).exists()
+            return "superseded" if held else "released"
         if time.monotonic() > deadline:
             from jobs import tasks
 
-            tasks.run_slot.apply_async((job_id, allocation_id), queue=gpu.queue)
+            tasks.run_slot.apply_async((job_id, allocation_id, runner), queue=gpu.queue)
             return "continued"
         if job.kind == Job.Kind.SAMPLE:
             skip_past_budget(job)
@@ -89,6 +91,16 @@ def run_slot(job_id: int, allocation_id: int) -> str:
                 error=traceback.format_exc(limit=5),
                 failed_on=gpu,
             )
+
+
+def _report(allocation_id: int, runner: str) -> bool:
+    """This task still serves the hold: say so (the node sends a new task for a hold nobody reports
+    on). False when the hold ended, or a newer task serves it. A task sent without a token, before
+    tokens, serves the hold as long as it is open."""
+    serving = Allocation.objects.filter(pk=allocation_id, held_to__isnull=True)
+    if runner:
+        serving = serving.filter(runner=runner)
+    return bool(serving.update(runner_seen=timezone.now()))
 
 
 def skip_past_budget(job: Job) -> int:

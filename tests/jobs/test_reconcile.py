@@ -29,11 +29,14 @@ def stalled_job(organisation, online_slots):
     return job
 
 
-def test_it_sends_the_slot_tasks_again_when_no_slot_works_on_a_running_job(stalled_job, online_slots, redis_server):
+def test_it_sends_the_slot_tasks_again_when_no_slot_works_on_a_running_job(
+    stalled_job, online_slots, redis_server, django_capture_on_commit_callbacks
+):
     queues = [slot.queue for slot in online_slots[:2]]
     redis_server.delete(*queues)
     try:
-        assert reconcile() == [stalled_job.pk]
+        with django_capture_on_commit_callbacks(execute=True):  # beat runs it outside a transaction
+            assert reconcile() == [stalled_job.pk]
         assert [redis_server.llen(queue) for queue in queues] == [1, 1]
     finally:
         redis_server.delete(*queues)
@@ -69,3 +72,16 @@ def test_a_job_left_submitted_without_its_staging_message_is_sent_to_staging_aga
     finally:
         redis_server.delete("control")
     assert Job.objects.get(pk=waiting.pk).state == State.SUBMITTED
+
+
+def test_a_lost_staging_message_is_sent_again_after_one_staging_lease(organisation, redis_server, settings):
+    lease = timedelta(seconds=settings.E31_STAGING_LEASE_SECONDS)
+    lost = Job.objects.create(organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1)
+    recent = Job.objects.create(organisation=organisation, work="clean-table", source_name="b.csv", gpus=1, hours=1)
+    Job.objects.filter(pk=lost.pk).update(modified=timezone.now() - lease - timedelta(seconds=1))
+    Job.objects.filter(pk=recent.pk).update(modified=timezone.now() - lease / 2)
+    redis_server.delete("control")
+    try:
+        assert reconcile() == [lost.pk], "a lease, not ten"
+    finally:
+        redis_server.delete("control")

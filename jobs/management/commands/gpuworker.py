@@ -2,14 +2,22 @@
 
 One Celery worker process per GPU found by NVML (or per CPU slot), pinned to it and consuming a
 queue of its own, plus one worker for the control queue (staging, scheduling, assembly). The node
-and its slots are registered and kept alive with heartbeats; a worker that dies is restarted. Each
-heartbeat also takes nodes that missed theirs offline (jobs.workers.node.take_silent_nodes_offline),
-and asks for a schedule while a job waits and this node has a free slot.
+and its slots are registered and kept alive with heartbeats; a slot counts once its worker is ready.
+A worker that dies is restarted, and its slot's holds end when it was last seen: a dead GPU is not
+metered. Each heartbeat also takes nodes that missed theirs offline
+(jobs.workers.node.take_silent_nodes_offline), gives each hold on this node a live slot task
+(serve_held_slots), and asks for a schedule while a job waits and this node has a free slot.
+
+Slot workers die with the gpuworker (SIGKILL from the kernel, their pool processes with them): a
+restarted gpuworker never runs a GPU beside its predecessor's workers, and their shards are taken back.
 """
 
 import os
+import shutil
 import signal
 import sys
+import tempfile
+from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
@@ -19,7 +27,7 @@ from kombu.exceptions import OperationalError
 from jobs import processors
 from jobs.workers import node as nodes
 from jobs.workers import nvml
-from portal.procs import KEEP_FREED_MEMORY, Children, StopRequested
+from portal.procs import KEEP_FREED_MEMORY, Child, Children, StopRequested
 
 # Each slot's share of the cores, for every math library's thread pool (RAYON: Hugging Face's tokenizers).
 THREAD_VARIABLES = (
@@ -57,13 +65,20 @@ class Command(BaseCommand):
         stop = StopRequested()
         children = Children()
         threads = max(1, (os.cpu_count() or 1) // len(specs))
-        by_index = {}
+        nodes.restarted(name)
+        ready_dir = Path(tempfile.mkdtemp(prefix="e31-gpuworker-"))
+        by_index: dict[int, Child] = {}
         for spec in specs:
             env = slot_environment(threads)
             env["CUDA_VISIBLE_DEVICES"] = str(spec.index) if gpus else ""
+            env["E31_READY_FILE"] = str(ready_dir / f"slot{spec.index}")
             queue = nodes.queue_name(name, spec.index)
             by_index[spec.index] = children.start(
-                queue, celery_worker(queue, f"slot{spec.index}@{name}"), env, stop_signal=signal.SIGQUIT
+                queue,
+                celery_worker(queue, f"slot{spec.index}@{name}"),
+                env,
+                stop_signal=signal.SIGQUIT,
+                death_signal=signal.SIGKILL,
             )
         if not no_control:
             children.start(
@@ -83,18 +98,26 @@ class Command(BaseCommand):
                 )
         self.stdout.flush()
         scheduled = False
+        stopped: set[int] = set()
         try:
             while not stop.requested:
+                close_old_connections()
                 for child in children.children:
                     if child.process.poll() is not None and not stop.requested:
                         self.stderr.write(f"{child.name} exited with {child.process.returncode}; restarting it")
+                        child.kill_leftovers()
+                        stopped |= {index for index, slot in by_index.items() if slot is child}
+                        Path(child.env.get("E31_READY_FILE", os.devnull)).unlink(missing_ok=True)
                         child.restarts += 1
                         child.start()
-                close_old_connections()
-                alive = {index for index, child in by_index.items() if child.alive}
+                ready = {index for index, child in by_index.items() if is_ready(child)}
                 try:
-                    nodes.register(name, specs, driver, alive, nvml.readings() if gpus else None, work_kinds)
+                    for index in sorted(stopped):
+                        nodes.slot_stopped(name, index)
+                        stopped.discard(index)
+                    nodes.register(name, specs, driver, ready, nvml.readings() if gpus else None, work_kinds)
                     nodes.take_silent_nodes_offline()
+                    nodes.serve_held_slots(name, ready)
                     if not scheduled or nodes.waited_for(name):
                         from jobs import tasks
 
@@ -108,3 +131,13 @@ class Command(BaseCommand):
         finally:
             nodes.go_offline(name)
             children.stop_all()
+            shutil.rmtree(ready_dir, ignore_errors=True)
+
+
+def is_ready(child: Child) -> bool:
+    """Whether the slot's worker runs and consumes its queue: its Celery worker wrote its process id to
+    its ready file when it became ready (portal.celery)."""
+    try:
+        return child.alive and Path(child.env["E31_READY_FILE"]).read_text() == str(child.process.pid)
+    except OSError:
+        return False
