@@ -30,12 +30,13 @@ def as_a_worker() -> None:
 
 
 def setup(**env: str) -> None:
-    """Point the portal at the scratch var/ (and `env`), away from any DATABASE_URL or REDIS_URL."""
+    """Point the portal at the scratch var/ (and `env`), away from any DATABASE_URL or REDIS_URL the
+    shell has; `env` may name its own."""
     os.environ["E31_VAR_DIR"] = str(SCRATCH / "var")
-    os.environ.update(env)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
     for variable in ("DATABASE_URL", "REDIS_URL"):
         os.environ.pop(variable, None)
+    os.environ.update(env)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
     sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
     import django
 

