@@ -114,6 +114,9 @@ def test_it_shows_and_exports_only_the_organisations_entries(running_job, partne
             "rate": str(entry.rate),
             "currency": "USD",
             "amount": str(entry.amount),
+            "reason": "",
+            "hash": entry.hash,
+            "previous_hash": "",
         }
     ]
     assert json.loads(partner_client.get("/billing/ledger.json").content)["entries"][0] == rows[0] | {
