@@ -142,8 +142,9 @@ def record_correction(job, amount: Decimal, currency: str, reason: str, by) -> L
             held = f"only in {', '.join(currencies)}" if currencies else "nothing yet"
             raise ValidationError({"currency": f"Job #{job.pk} was charged {held}, not in {currency}."})
         if charged + amount < 0:
+            most = f"{charged.quantize(MONEY)} {currency}"
             raise ValidationError(
-                {"amount": f"A credit of at most {charged} {currency}: what job #{job.pk} was charged, less credits."}
+                {"amount": f"A credit of at most {most}: what job #{job.pk} was charged, less credits."}
             )
         now = timezone.now()
         entry, _ = LedgerEntry.objects.append(
