@@ -233,3 +233,27 @@ def test_the_tests_flush_empties_the_ledger_and_leaves_it_guarded(entry):
     with pytest.raises(IntegrityError, match="never deleted"), transaction.atomic():
         raw("DELETE FROM billing_ledgerentry")
     assert verify() == ("a: 1 entry, chain intact\n", "")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_seals_the_entries_written_before_the_chain(organisation, other_organisation):
+    from django.db.migrations.executor import MigrationExecutor
+
+    executor = MigrationExecutor(connection)
+    executor.migrate([("billing", "0005_retention_policy")])
+    old = executor.loader.project_state([("billing", "0005_retention_policy")]).apps
+    Entry, now = old.get_model("billing", "LedgerEntry"), timezone.now()
+    for org in (organisation, other_organisation, organisation):  # only billing went back: today's jobs table
+        job = Job.objects.create(organisation=org, work="clean-table", source_name="a.csv", gpus=1, hours=1)
+        Entry.objects.create(
+            organisation_id=org.pk, job_id=job.pk, kind="hold", gpus=1, held_from=now, held_to=now, seconds=1,
+            gpu_hours=Decimal("0.000278"), rate=Decimal("3.6"), currency="USD", amount=Decimal("0.001"),
+        )  # fmt: skip
+
+    executor = MigrationExecutor(connection)
+    executor.migrate(executor.loader.graph.leaf_nodes())
+    first, elsewhere, second = LedgerEntry.objects.order_by("pk")
+    assert (first.previous_hash, second.previous_hash, elsewhere.previous_hash) == ("", first.hash, "")
+    assert verify() == ("other-lab: 1 entry, chain intact\npartner-lab: 2 entries, chain intact\n", "")
+    with pytest.raises(IntegrityError, match="never updated"), transaction.atomic():
+        raw("UPDATE billing_ledgerentry SET amount = 0")
