@@ -97,7 +97,7 @@ class RetentionPolicy(TimeStamped):
 
 class LedgerEntryQuerySet(models.QuerySet):
     """Entries come in one way, `append`; every route that would rewrite or invent one is refused here,
-    and the database's triggers refuse the routes around the ORM (migration 0009)."""
+    and the database's triggers refuse the routes around the ORM (migration 0008)."""
 
     def append(self, **fields) -> tuple["LedgerEntry", bool]:
         """A new entry at the end of its organisation's chain; for a hold or a staging, the job's one
@@ -114,6 +114,7 @@ class LedgerEntryQuerySet(models.QuerySet):
             last = self.filter(organisation_id=entry.organisation_id).order_by("-pk").first()
             entry.previous_hash = last.hash if last else ""
             entry.hash = entry_hash(entry)
+            # Past LedgerEntry.save, which refuses every other caller.
             models.Model.save(entry, force_insert=True, using=self.db)
         return entry, True
 
