@@ -1,10 +1,20 @@
+"""The operators' console for billing: rate cards and retention policies (append-only once in
+force), the ledger read-only, and corrections recorded as entries of their own."""
+
 from datetime import timedelta
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.shortcuts import redirect
+from django.template.response import TemplateResponse
+from django.urls import path
 from django.utils import timezone
+from django.utils.html import format_html
 
+from billing.metering import record_correction
 from billing.models import LedgerEntry, RateCard, RetentionPolicy
+from jobs.models import Job
 
 # A card whose start the operator left at the form's "now" may be saved a little later; it starts then.
 FORM_OPEN = timedelta(minutes=30)
@@ -90,12 +100,36 @@ class RetentionPolicyAdmin(AppendOnlyInForce):
         return str(policy.organisation or "every organisation")
 
 
+class CorrectionForm(forms.Form):
+    """A correction of what a job was charged: signed, in one of the currencies it was charged in, and why."""
+
+    job = forms.IntegerField(min_value=1, help_text="The number of the job whose charges this corrects.")
+    amount = forms.DecimalField(
+        max_digits=14, decimal_places=4, help_text="Negative for a credit (a refund); positive for a charge missed."
+    )
+    currency = forms.CharField(min_length=3, max_length=3, initial="USD")
+    reason = forms.CharField(
+        max_length=500,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="Shown to the partner, on the ledger and receipt.",
+    )
+
+    def clean_job(self) -> Job:
+        job = Job.objects.filter(pk=self.cleaned_data["job"]).select_related("organisation").first()
+        if job is None:
+            raise forms.ValidationError(f"There is no job #{self.cleaned_data['job']}.")
+        return job
+
+
 @admin.register(LedgerEntry)
 class LedgerEntryAdmin(admin.ModelAdmin):
-    """Read-only: ledger rows are never changed or deleted, not even by operators."""
+    """Read-only: ledger entries are never changed or deleted, not even by operators. A correction is a
+    new entry, recorded on its own page."""
 
-    list_display = ["job", "organisation", "kind", "gpus", "held", "seconds", "gpu_hours", "charged"]
+    list_display = ["job", "organisation", "kind", "gpus", "held", "seconds", "gpu_hours", "charged", "reason", "entry"]
     list_filter = ["organisation", "kind"]
+    search_fields = ["=job__id", "hash"]
+    change_list_template = "admin/billing/ledgerentry/change_list.html"
 
     @admin.display(description="Held (UTC)", ordering="held_from")
     def held(self, entry: LedgerEntry) -> str:
@@ -107,6 +141,10 @@ class LedgerEntryAdmin(admin.ModelAdmin):
     def charged(self, entry: LedgerEntry) -> str:
         return f"{entry.amount} {entry.currency}"
 
+    @admin.display(description="Entry (sha256)")
+    def entry(self, entry: LedgerEntry) -> str:
+        return format_html('<code title="{}">{}…</code>', entry.hash, entry.short_hash)
+
     def has_add_permission(self, request):
         return False
 
@@ -115,3 +153,41 @@ class LedgerEntryAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+    def has_correct_permission(self, request) -> bool:
+        """Operators allowed to add ledger entries: the only entry they add is a correction."""
+        return request.user.has_perm("billing.add_ledgerentry")
+
+    def get_urls(self):
+        correct = path("correct/", self.admin_site.admin_view(self.correct_view), name="billing_ledgerentry_correct")
+        return [correct, *super().get_urls()]
+
+    def changelist_view(self, request, extra_context=None):
+        return super().changelist_view(
+            request, {"can_correct": self.has_correct_permission(request), **(extra_context or {})}
+        )
+
+    def correct_view(self, request):
+        """A correction's page: the job (given by ?job= from its page), the signed amount, its currency
+        and why; then a new ledger entry, or the form again with what was wrong."""
+        if not self.has_correct_permission(request):
+            raise PermissionDenied
+        form = CorrectionForm(request.POST or None, initial={"job": request.GET.get("job")})
+        if form.is_valid():
+            try:
+                entry = record_correction(by=request.user, **form.cleaned_data)
+            except ValidationError as error:
+                form.add_error(None, error)
+            else:
+                self.log_addition(request, entry, f"Correction of job #{entry.job_id}: {entry.reason}")
+                messages.success(
+                    request, f"Job #{entry.job_id}: {entry.amount} {entry.currency} recorded, entry {entry.short_hash}."
+                )
+                return redirect("admin:billing_ledgerentry_changelist")
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Record a correction",
+            "opts": self.model._meta,
+            "form": form,
+        }
+        return TemplateResponse(request, "admin/billing/ledgerentry/correct.html", context)

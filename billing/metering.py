@@ -1,5 +1,5 @@
-"""The meter: turns a released hold (and a finished staging) into a ledger entry, and prices a hold
-still running."""
+"""The meter: turns a released hold (and a finished staging) into a ledger entry, prices a hold
+still running, and records an operator's correction as an entry of its own."""
 
 import logging
 import math
@@ -8,6 +8,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import Sum
 from django.dispatch import receiver
 from django.utils import timezone
 
@@ -82,20 +85,18 @@ def record_hold(sender, job, gpus: int, holds: list[tuple[datetime, datetime]], 
     """The job's one hold entry: every GPU it held, each for its own time (GPU-seconds added up)."""
     meter = price_holds(gpus, holds)
     held_from = min(start for start, _ in holds)
-    entry, created = LedgerEntry.objects.get_or_create(
+    entry, created = LedgerEntry.objects.append(
+        organisation_id=job.organisation_id,
         job=job,
         kind=LedgerEntry.Kind.HOLD,
-        defaults={
-            "organisation_id": job.organisation_id,
-            "gpus": gpus,
-            "held_from": held_from,
-            "held_to": max(end for _, end in holds),
-            "seconds": meter.seconds,
-            "gpu_hours": meter.gpu_hours,
-            "rate": meter.rate,
-            "currency": meter.currency,
-            "amount": meter.amount,
-        },
+        gpus=gpus,
+        held_from=held_from,
+        held_to=max(end for _, end in holds),
+        seconds=meter.seconds,
+        gpu_hours=meter.gpu_hours,
+        rate=meter.rate,
+        currency=meter.currency,
+        amount=meter.amount,
     )
     if created and RateCard.in_force(held_from) is None:
         log.warning("job %s: no rate card was in force when its hold started; it is recorded at 0", job.pk)
@@ -107,28 +108,66 @@ def record_staging(sender, job, size: int, started: datetime, finished: datetime
     """Staging holds no GPU; its entry records what it moved and took, charged only at a per-GB rate."""
     card = RateCard.in_force(started)
     rate = card.rate_per_staged_gb if card else Decimal(0)
-    entry, _ = LedgerEntry.objects.get_or_create(
+    entry, _ = LedgerEntry.objects.append(
+        organisation_id=job.organisation_id,
         job=job,
         kind=LedgerEntry.Kind.STAGING,
-        defaults={
-            "organisation_id": job.organisation_id,
-            "gpus": 0,
-            "held_from": started,
-            "held_to": finished,
-            "seconds": max(0, math.ceil((finished - started).total_seconds())),
-            "gpu_hours": Decimal(0),
-            "bytes": size,
-            "source_kind": job.source_kind,
-            "rate": rate,
-            "currency": card.currency if card else "USD",
-            "amount": (Decimal(size) / 10**9 * rate).quantize(MONEY),
-        },
+        gpus=0,
+        held_from=started,
+        held_to=finished,
+        seconds=max(0, math.ceil((finished - started).total_seconds())),
+        gpu_hours=Decimal(0),
+        bytes=size,
+        source_kind=job.source_kind,
+        rate=rate,
+        currency=card.currency if card else "USD",
+        amount=(Decimal(size) / 10**9 * rate).quantize(MONEY),
     )
     return entry
 
 
+def record_correction(job, amount: Decimal, currency: str, reason: str, by) -> LedgerEntry:
+    """An operator's correction of what a job was charged: a new entry with its reason, never an edit
+    of one. A negative amount is a credit (a refund); a job's total in a currency never goes below 0."""
+    reason, currency = reason.strip(), currency.strip().upper()
+    if not reason:
+        raise ValidationError({"reason": "Say why: the reason is kept on the ledger and the receipt."})
+    if amount == 0:
+        raise ValidationError({"amount": "A correction of 0 changes nothing."})
+    with transaction.atomic():
+        LedgerEntry.objects.lock_chain(job.organisation_id)
+        charged = job.ledger_entries.filter(currency=currency).aggregate(total=Sum("amount"))["total"]
+        if charged is None:
+            currencies = sorted(set(job.ledger_entries.values_list("currency", flat=True)))
+            held = f"only in {', '.join(currencies)}" if currencies else "nothing yet"
+            raise ValidationError({"currency": f"Job #{job.pk} was charged {held}, not in {currency}."})
+        if charged + amount < 0:
+            most = f"{charged.quantize(MONEY)} {currency}"
+            raise ValidationError(
+                {"amount": f"A credit of at most {most}: what job #{job.pk} was charged, less credits."}
+            )
+        now = timezone.now()
+        entry, _ = LedgerEntry.objects.append(
+            organisation_id=job.organisation_id,
+            job=job,
+            kind=LedgerEntry.Kind.CORRECTION,
+            gpus=0,
+            held_from=now,
+            held_to=now,
+            seconds=0,
+            gpu_hours=Decimal(0),
+            rate=Decimal(0),
+            currency=currency,
+            amount=amount,
+            reason=reason,
+            recorded_by=by.get_username(),
+        )
+    log.info("job %s: %s %s %s by %s: %s", job.pk, "credit" if amount < 0 else "charge", amount, currency, by, reason)
+    return entry
+
+
 def ledger_row(entry: LedgerEntry) -> dict:
-    """A ledger entry as the exports and the CLI give it."""
+    """A ledger entry as the exports and the CLI give it, with its hash and the one it is chained to."""
     return {
         "job": entry.job_id,
         "kind": entry.kind,
@@ -142,4 +181,7 @@ def ledger_row(entry: LedgerEntry) -> dict:
         "rate": str(entry.rate),
         "currency": entry.currency,
         "amount": str(entry.amount),
+        "reason": entry.reason,
+        "hash": entry.hash,
+        "previous_hash": entry.previous_hash,
     }

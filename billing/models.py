@@ -1,13 +1,13 @@
-"""RateCard, RetentionPolicy and LedgerEntry. Ledger rows are written once and never updated or deleted."""
-
-from decimal import Decimal
+"""RateCard, RetentionPolicy and LedgerEntry. Ledger entries are appended to a hash chain per
+organisation and never updated or deleted."""
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
-from django.db import models
+from django.db import models, transaction
 from django.utils import timezone
 
+from billing.chain import entry_hash
 from jobs.models import Job
 from portal.models import Organisation, TimeStamped
 
@@ -96,23 +96,60 @@ class RetentionPolicy(TimeStamped):
 
 
 class LedgerEntryQuerySet(models.QuerySet):
+    """Entries come in one way, `append`; every route that would rewrite or invent one is refused here,
+    and the database's triggers refuse the routes around the ORM (migration 0008)."""
+
+    def append(self, **fields) -> tuple["LedgerEntry", bool]:
+        """A new entry at the end of its organisation's chain; for a hold or a staging, the job's one
+        entry of that kind if it is already written (False then). The organisation's row is locked
+        first, so two writers for one organisation take turns and cannot fork its chain."""
+        entry = self.model(**fields)
+        entry.full_clean(exclude=["previous_hash", "hash"], validate_unique=False, validate_constraints=False)
+        with transaction.atomic(using=self.db):
+            self.lock_chain(entry.organisation_id)
+            if entry.kind != LedgerEntry.Kind.CORRECTION:
+                written = self.filter(job_id=entry.job_id, kind=entry.kind).first()
+                if written:
+                    return written, False
+            last = self.filter(organisation_id=entry.organisation_id).order_by("-pk").first()
+            entry.previous_hash = last.hash if last else ""
+            entry.hash = entry_hash(entry)
+            # Past LedgerEntry.save, which refuses every other caller.
+            models.Model.save(entry, force_insert=True, using=self.db)
+        return entry, True
+
+    def lock_chain(self, organisation_id: int) -> None:
+        """Lock the organisation's row until the transaction ends: its chain has one writer at a time.
+        (SQLite's transactions take the database's write lock up front: transaction_mode IMMEDIATE.)"""
+        Organisation.objects.using(self.db).select_for_update().filter(pk=organisation_id).first()
+
     def update(self, **kwargs):
-        raise TypeError("Ledger entries are never updated.")
+        raise TypeError("Ledger entries are never updated: a correction is a new entry.")
 
     def delete(self):
-        raise TypeError("Ledger entries are never deleted.")
+        raise TypeError("Ledger entries are never deleted: a correction is a new entry.")
+
+    def bulk_update(self, objs, fields, batch_size=None):
+        raise TypeError("Ledger entries are never updated: a correction is a new entry.")
+
+    def bulk_create(self, objs, *args, **kwargs):
+        raise TypeError("Ledger entries are appended one at a time, through LedgerEntry.objects.append.")
 
 
 class LedgerEntry(models.Model):
+    """One line of an organisation's ledger, chained to the line before it by its hash: what a job's
+    hold or staging cost, or an operator's correction of it. Written once, never changed."""
+
     class Kind(models.TextChoices):
         HOLD = "hold", "GPU hold"
         STAGING = "staging", "Staging"
+        CORRECTION = "correction", "Correction"
 
     organisation = models.ForeignKey(Organisation, on_delete=models.PROTECT, related_name="ledger_entries")
     job = models.ForeignKey("jobs.Job", on_delete=models.PROTECT, related_name="ledger_entries")
     kind = models.CharField(max_length=10, choices=Kind.choices)
-    gpus = models.PositiveIntegerField(help_text="0 for staging: no GPU is held while data stages.")
-    held_from = models.DateTimeField(help_text="When the hold (or the staging) started.")
+    gpus = models.PositiveIntegerField(help_text="0 for staging and corrections: no GPU is held then.")
+    held_from = models.DateTimeField(help_text="When the hold (or the staging) started; a correction's moment.")
     held_to = models.DateTimeField()
     seconds = models.PositiveBigIntegerField(help_text="Seconds held (or staging), counted per started second.")
     bytes = models.PositiveBigIntegerField(null=True, blank=True, help_text="Bytes staged (staging entries).")
@@ -122,27 +159,41 @@ class LedgerEntry(models.Model):
     gpu_hours = models.DecimalField(max_digits=14, decimal_places=6)
     rate = models.DecimalField(max_digits=10, decimal_places=4)
     currency = models.CharField(max_length=3)
-    amount = models.DecimalField(max_digits=14, decimal_places=4)
+    amount = models.DecimalField(max_digits=14, decimal_places=4, help_text="Negative for a credit.")
+    reason = models.TextField(blank=True, help_text="Why the operator made the correction (corrections).")
+    recorded_by = models.CharField(max_length=150, blank=True, help_text="The operator who made the correction.")
     created = models.DateTimeField(default=timezone.now, editable=False)
+    previous_hash = models.CharField(
+        max_length=64, blank=True, editable=False, help_text="The organisation's previous entry's hash; empty first."
+    )
+    hash = models.CharField(max_length=64, unique=True, editable=False, help_text="sha256 sealing this entry.")
 
     objects = LedgerEntryQuerySet.as_manager()
 
     class Meta:
         ordering = ["-held_to", "-pk"]
         verbose_name_plural = "ledger entries"
-        constraints = [models.UniqueConstraint(fields=["job", "kind"], name="one_entry_per_job_and_kind")]
+        # Related lookups and the deletion collector use the base manager: it refuses too.
+        base_manager_name = "objects"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["job", "kind"], condition=~models.Q(kind="correction"), name="one_entry_per_job_and_kind"
+            ),
+            models.UniqueConstraint(fields=["organisation", "previous_hash"], name="one_chain_per_organisation"),
+        ]
 
     def __str__(self) -> str:
-        return f"{self.kind} of job {self.job_id}: {self.gpu_hours} GPU-h"
+        return f"{self.kind} of job {self.job_id}: {self.amount} {self.currency}"
 
     def save(self, *args, **kwargs):
         if self.pk is not None:
-            raise TypeError("Ledger entries are never updated.")
-        super().save(*args, **kwargs)
+            raise TypeError("Ledger entries are never updated: a correction is a new entry.")
+        raise TypeError("Ledger entries are appended through LedgerEntry.objects.append, which chains them.")
 
     def delete(self, *args, **kwargs):
-        raise TypeError("Ledger entries are never deleted.")
+        raise TypeError("Ledger entries are never deleted: a correction is a new entry.")
 
     @property
-    def amount_display(self) -> Decimal:
-        return self.amount.quantize(Decimal("0.01"))
+    def short_hash(self) -> str:
+        """Enough of the hash to tell entries apart on a page; the full one goes beside it."""
+        return self.hash[:12]

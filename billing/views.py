@@ -14,7 +14,7 @@ from jobs.services import get_job_for_user, organisation_for
 
 COLUMNS = (
     "job", "kind", "gpus", "held_from", "held_to", "seconds", "gpu_hours",
-    "bytes", "source", "rate", "currency", "amount",
+    "bytes", "source", "rate", "currency", "amount", "reason", "hash", "previous_hash",
 )  # fmt: skip
 
 

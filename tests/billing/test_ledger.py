@@ -1,4 +1,5 @@
-"""The ledger: one entry per released hold, priced per started second, never changed, exported."""
+"""The ledger: one entry per released hold, priced per started second, never changed, exported with
+each entry's hash."""
 
 import csv
 import io
@@ -98,6 +99,7 @@ def test_it_shows_and_exports_only_the_organisations_entries(running_job, partne
     entry = LedgerEntry.objects.get()
     page = partner_client.get("/billing/ledger/").content.decode()
     assert f"/jobs/{running_job.pk}/" in page
+    assert f'<code title="sha256 {entry.hash}">{entry.hash[:12]}…</code>' in page, "its hash, in full on hover"
 
     rows = list(csv.DictReader(io.StringIO(partner_client.get("/billing/ledger.csv").content.decode())))
     assert rows == [
@@ -114,6 +116,9 @@ def test_it_shows_and_exports_only_the_organisations_entries(running_job, partne
             "rate": str(entry.rate),
             "currency": "USD",
             "amount": str(entry.amount),
+            "reason": "",
+            "hash": entry.hash,
+            "previous_hash": "",
         }
     ]
     assert json.loads(partner_client.get("/billing/ledger.json").content)["entries"][0] == rows[0] | {

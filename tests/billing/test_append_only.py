@@ -1,0 +1,259 @@
+"""The ledger is append-only at every layer: each route that could rewrite or invent an entry is tried,
+through the ORM and around it, and each is refused; what is written behind the ORM's back breaks the
+chain, which verify_ledger names."""
+
+import io
+import threading
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db import IntegrityError, connection, connections, models, transaction
+from django.forms.models import model_to_dict
+from django.utils import timezone
+
+from billing.chain import entry_hash
+from billing.metering import record_staging
+from billing.models import LedgerEntry
+from jobs.models import Job
+from portal.models import Organisation
+from tests.conftest import ledger_open_for_flush
+
+pytestmark = pytest.mark.django_db
+
+
+def staged_job(organisation, size: int = 10**9) -> LedgerEntry:
+    """A job whose staging is on the ledger, written as the stager writes it."""
+    job = Job.objects.create(organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1)
+    start = timezone.now() - timedelta(minutes=1)
+    return record_staging(Job, job=job, size=size, started=start, finished=start + timedelta(seconds=3))
+
+
+@pytest.fixture
+def entry(organisation, rate_card):
+    return staged_job(organisation)
+
+
+def plain(model=LedgerEntry) -> models.QuerySet:
+    """A queryset without the ledger's own guards: what code around the ORM's conveniences reaches."""
+    return models.QuerySet(model)
+
+
+def save_changed(entry):
+    entry.amount = Decimal(0)
+    entry.save()
+
+
+def save_new(entry):
+    fields = model_to_dict(entry, exclude=["id", "hash", "previous_hash"])
+    LedgerEntry(**{name + "_id" if name in ("job", "organisation") else name: v for name, v in fields.items()}).save()
+
+
+def changed(entry) -> LedgerEntry:
+    """The entry as read, its amount set to 0 in memory."""
+    copy = LedgerEntry.objects.get(pk=entry.pk)
+    copy.amount = Decimal(0)
+    return copy
+
+
+def copy_of(entry) -> LedgerEntry:
+    """A new entry saying the same as this one, for 0."""
+    copy = changed(entry)
+    copy.pk = None
+    return copy
+
+
+ORM_ROUTES = {
+    "save() of an entry": save_changed,
+    "save() of a new entry": save_new,
+    "objects.create()": lambda entry: LedgerEntry.objects.create(**{"job": entry.job, "kind": "correction"}),
+    "delete() of an entry": lambda entry: entry.delete(),
+    "QuerySet.update()": lambda entry: LedgerEntry.objects.filter(pk=entry.pk).update(amount=0),
+    "QuerySet.delete()": lambda entry: LedgerEntry.objects.filter(pk=entry.pk).delete(),
+    "the base manager's update()": lambda entry: LedgerEntry._base_manager.update(amount=0),
+    "the base manager's delete()": lambda entry: LedgerEntry._base_manager.all().delete(),
+    "related manager's update()": lambda entry: entry.job.ledger_entries.update(amount=0),
+    "bulk_update()": lambda entry: LedgerEntry.objects.bulk_update([changed(entry)], ["amount"]),
+    "bulk_create()": lambda entry: LedgerEntry.objects.bulk_create([copy_of(entry)]),
+    "bulk_create(update_conflicts=True)": lambda entry: LedgerEntry.objects.bulk_create(
+        [copy_of(entry)], update_conflicts=True, unique_fields=["hash"], update_fields=["amount"]
+    ),
+}
+
+
+@pytest.mark.parametrize("route", ORM_ROUTES)
+def test_it_refuses_every_rewrite_through_the_orm(entry, route):
+    before = LedgerEntry.objects.values().get(pk=entry.pk)
+    with pytest.raises(TypeError, match=r"never|appended"):
+        ORM_ROUTES[route](entry)
+    assert list(LedgerEntry.objects.values()) == [before]
+
+
+def raw(sql: str, *params):
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+
+
+DATABASE_ROUTES = {
+    "a plain QuerySet.update()": ("updated", lambda entry: plain().filter(pk=entry.pk).update(amount=0)),
+    "a plain QuerySet.delete()": ("deleted", lambda entry: plain().filter(pk=entry.pk).delete()),
+    "a plain bulk_update()": ("updated", lambda entry: plain().bulk_update([changed(entry)], ["amount"])),
+    "a plain bulk_create(update_conflicts=True)": (
+        "updated",
+        lambda entry: plain().bulk_create(
+            [copy_of(entry)], update_conflicts=True, unique_fields=["hash"], update_fields=["amount"]
+        ),
+    ),
+    "raw SQL UPDATE": (
+        "updated",
+        lambda entry: raw("UPDATE billing_ledgerentry SET amount = 0 WHERE id = %s", entry.pk),
+    ),
+    "raw SQL DELETE": ("deleted", lambda entry: raw("DELETE FROM billing_ledgerentry WHERE id = %s", entry.pk)),
+    "raw SQL DELETE of every row": ("deleted", lambda entry: raw("DELETE FROM billing_ledgerentry")),
+}
+
+
+@pytest.mark.parametrize("route", DATABASE_ROUTES)
+def test_the_database_refuses_every_rewrite_around_the_orm(entry, route):
+    refused, rewrite = DATABASE_ROUTES[route]
+    before = LedgerEntry.objects.values().get(pk=entry.pk)
+    with pytest.raises(IntegrityError, match=f"ledger entries are never {refused}"), transaction.atomic():
+        rewrite(entry)
+    assert list(LedgerEntry.objects.values()) == [before]
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="TRUNCATE is PostgreSQL's; SQLite has none")
+@pytest.mark.django_db(transaction=True)  # committed: PostgreSQL truncates no table with checks still pending
+def test_the_database_refuses_truncate(entry):
+    for sql in ("TRUNCATE billing_ledgerentry", "TRUNCATE jobs_job, billing_ledgerentry CASCADE"):
+        with pytest.raises(IntegrityError, match="ledger entries are never truncated"), transaction.atomic():
+            raw(sql)
+    assert LedgerEntry.objects.get() == entry
+
+
+def verify() -> tuple[str, str]:
+    """verify_ledger's output, and its one-line refusal ('' when everything holds)."""
+    out = io.StringIO()
+    try:
+        call_command("verify_ledger", stdout=out)
+    except CommandError as error:
+        return out.getvalue(), str(error)
+    return out.getvalue(), ""
+
+
+INSERT = """
+    INSERT INTO billing_ledgerentry (organisation_id, job_id, kind, gpus, held_from, held_to, seconds, bytes,
+        source_kind, gpu_hours, rate, currency, amount, reason, recorded_by, created, previous_hash, hash)
+    SELECT organisation_id, job_id, 'correction', gpus, held_from, held_to, seconds, bytes, source_kind, gpu_hours,
+        rate, currency, %s, '', '', created, %s, %s FROM billing_ledgerentry WHERE id = %s
+"""
+
+
+def test_it_chains_each_organisations_entries_and_verify_ledger_says_they_hold(organisation, other_organisation):
+    first, second = staged_job(organisation), staged_job(organisation, size=5)
+    elsewhere = staged_job(other_organisation)
+    assert (first.previous_hash, second.previous_hash, elsewhere.previous_hash) == ("", first.hash, "")
+    assert all(e.hash == entry_hash(LedgerEntry.objects.get(pk=e.pk)) for e in (first, second, elsewhere))
+    assert verify() == ("other-lab: 1 entry, chain intact\npartner-lab: 2 entries, chain intact\n", "")
+
+
+def test_verify_ledger_names_the_first_entry_written_behind_the_orms_back(entry, other_organisation):
+    staged_job(other_organisation)
+    raw(INSERT, Decimal(-100), entry.hash, "0" * 64, entry.pk)
+    forged = LedgerEntry.objects.get(hash="0" * 64)
+    raw(INSERT, Decimal(-5), forged.hash, "1" * 64, entry.pk)
+    out, refusal = verify()
+    assert f"partner-lab: broken at entry {forged.pk} (job {entry.job_id}, correction, " in out
+    assert out.splitlines()[1].endswith("its fields no longer match its hash"), "the first of the two is named"
+    assert "other-lab: 1 entry, chain intact" in out
+    assert refusal == "The ledger does not hold: 1 problem above."
+
+
+def test_verify_ledger_names_an_entry_not_chained_to_the_one_before(entry):
+    later = staged_job(entry.organisation)
+    forged = LedgerEntry.objects.get(pk=later.pk)
+    forged.kind, forged.amount, forged.previous_hash = "correction", Decimal("-1.0000"), "f" * 64
+    raw(INSERT, forged.amount, forged.previous_hash, entry_hash(forged), later.pk)  # sealed, but over a wrong link
+    forged = LedgerEntry.objects.get(previous_hash="f" * 64)
+    out, refusal = verify()
+    assert out.rstrip().endswith(
+        f"broken at entry {forged.pk} (job {later.job_id}, correction, {later.held_to:%Y-%m-%d %H:%M:%S}): "
+        f"it is not chained to the entry before it (entry {later.pk})"
+    )
+    assert refusal
+
+
+@pytest.mark.django_db(transaction=True)  # committed: PostgreSQL alters no table with checks still pending
+def test_verify_ledger_says_when_the_database_no_longer_refuses_rewrites(entry):
+    trigger = "billing_ledger_no_truncate" if connection.vendor == "postgresql" else "billing_ledger_no_delete"
+    with transaction.atomic():
+        sql = f"ALTER TABLE billing_ledgerentry DISABLE TRIGGER {trigger}"
+        raw(sql if connection.vendor == "postgresql" else f"DROP TRIGGER {trigger}")
+        out, refusal = verify()
+        transaction.set_rollback(True)
+    assert f"the database does not refuse rewrites: trigger {trigger} missing" in out
+    assert "partner-lab: 1 entry, chain intact" in out and refusal
+    assert verify()[1] == ""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_writers_at_once_for_one_organisation_do_not_fork_its_chain(organisation, rate_card):
+    jobs = [
+        Job.objects.create(organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1)
+        for _ in range(16)
+    ]
+    start = timezone.now()
+    together = threading.Barrier(2)
+
+    def write(mine):
+        try:
+            together.wait()
+            for job in mine:
+                record_staging(Job, job=job, size=1, started=start, finished=start)
+        finally:
+            connections.close_all()
+
+    writers = [threading.Thread(target=write, args=(jobs[i::2],)) for i in range(2)]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join()
+    assert LedgerEntry.objects.count() == 16
+    assert verify() == ("partner-lab: 16 entries, chain intact\n", "")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_tests_flush_empties_the_ledger_and_leaves_it_guarded(entry):
+    with ledger_open_for_flush():
+        call_command("flush", verbosity=0, interactive=False)
+    assert not LedgerEntry.objects.exists()
+    staged_job(Organisation.objects.create(name="A", slug="a"))
+    with pytest.raises(IntegrityError, match="never deleted"), transaction.atomic():
+        raw("DELETE FROM billing_ledgerentry")
+    assert verify() == ("a: 1 entry, chain intact\n", "")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_seals_the_entries_written_before_the_chain(organisation, other_organisation):
+    from django.db.migrations.executor import MigrationExecutor
+
+    executor = MigrationExecutor(connection)
+    executor.migrate([("billing", "0005_retention_policy")])
+    old = executor.loader.project_state([("billing", "0005_retention_policy")]).apps
+    Entry, now = old.get_model("billing", "LedgerEntry"), timezone.now()
+    for org in (organisation, other_organisation, organisation):  # only billing went back: today's jobs table
+        job = Job.objects.create(organisation=org, work="clean-table", source_name="a.csv", gpus=1, hours=1)
+        Entry.objects.create(
+            organisation_id=org.pk, job_id=job.pk, kind="hold", gpus=1, held_from=now, held_to=now, seconds=1,
+            gpu_hours=Decimal("0.000278"), rate=Decimal("3.6"), currency="USD", amount=Decimal("0.001"),
+        )  # fmt: skip
+
+    executor = MigrationExecutor(connection)
+    executor.migrate(executor.loader.graph.leaf_nodes())
+    first, elsewhere, second = LedgerEntry.objects.order_by("pk")
+    assert (first.previous_hash, second.previous_hash, elsewhere.previous_hash) == ("", first.hash, "")
+    assert verify() == ("other-lab: 1 entry, chain intact\npartner-lab: 2 entries, chain intact\n", "")
+    with pytest.raises(IntegrityError, match="never updated"), transaction.atomic():
+        raw("UPDATE billing_ledgerentry SET amount = 0")
