@@ -9,6 +9,7 @@ from django.db.models import F, Q, Value
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
+from jobs import enqueue
 from jobs.models import ENDED, Allocation, Gpu, Job, JobEvent, Shard, State
 from jobs.signals import hold_released
 
@@ -264,24 +265,16 @@ def _stop(job: Job, held_to=None) -> None:
 
 
 def schedule_on_commit() -> None:
-    from jobs import tasks
-
-    tasks.schedule.delay_on_commit()
+    enqueue.schedule()
 
 
 def _assemble_on_commit(job_id: int) -> None:
-    from jobs import tasks
-
-    tasks.assemble.delay_on_commit(job_id)
+    enqueue.assemble(job_id)
 
 
 def _notify_on_commit(job_id: int) -> None:
-    from jobs import tasks
-
-    tasks.notify_ended.delay_on_commit(job_id)
+    enqueue.notify_ended(job_id)
 
 
 def _purge_on_commit(job_id: int) -> None:
-    from jobs import tasks
-
-    tasks.purge_staged_copy_if_due.delay_on_commit(job_id)
+    enqueue.purge_staged_copy_if_due(job_id)

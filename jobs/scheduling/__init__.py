@@ -15,7 +15,7 @@ from django.db import transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from jobs import lifecycle, processors
+from jobs import enqueue, lifecycle, processors
 from jobs.models import Gpu, Job, Node, State
 
 log = logging.getLogger(__name__)
@@ -222,7 +222,5 @@ def schedule() -> list[int]:
 
 
 def _start_slots_on_commit(job: Job, allocations) -> None:
-    from jobs import tasks
-
     for allocation in allocations:
-        tasks.run_slot.apply_async_on_commit((job.pk, allocation.pk), queue=allocation.gpu.queue)
+        enqueue.run_slot(job.pk, allocation.pk, allocation.gpu.queue)
