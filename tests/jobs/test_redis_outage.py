@@ -166,13 +166,15 @@ def outage(redis_server, settings):
     worker = Worker("outage-node", slots=2, REDIS_URL=server.url, **BEAT)
     settings.E31_STAGING_LEASE_SECONDS = 1
     settings.E31_HEARTBEAT_SECONDS = int(BEAT["E31_HEARTBEAT_SECONDS"])
-    with this_process_on(server):
-        wait_for_slots(worker)
-        yield server, worker
-    if server.process.poll() is not None:
-        server.start()  # the worker stops as it should, not against a broker that is gone
-    worker.stop()
-    server.close()
+    try:
+        with this_process_on(server):
+            wait_for_slots(worker)
+            yield server, worker
+    finally:
+        if server.process.poll() is not None:
+            server.start()  # the worker stops as it should, not against a broker that is gone
+        worker.stop()
+        server.close()
 
 
 def resent_by_the_safety_net(*jobs: Job) -> None:
