@@ -188,7 +188,7 @@ def resent_by_the_safety_net(*jobs: Job) -> None:
     wait_for(resent, timeout=30, interval=0.5, what=f"reconcile to send jobs {sorted(waiting)} to staging")
 
 
-def test_the_form_records_a_job_while_redis_is_down_and_it_runs_once_back(outage, partner_client):
+def test_it_records_a_job_from_the_form_while_redis_is_down_and_runs_it_once_back(outage, partner_client):
     server, _ = outage
     server.stop()
     url = upload_whole(partner_client)  # the resumable upload needs no queue
@@ -208,7 +208,7 @@ def test_the_form_records_a_job_while_redis_is_down_and_it_runs_once_back(outage
     assert job.records_out + job.records_rejected == job.records_total > 0
 
 
-def test_cancel_hold_and_a_pass_answer_their_usual_pages_while_redis_is_down(
+def test_it_answers_cancel_hold_and_a_pass_with_their_usual_pages_while_redis_is_down(
     outage, organisation, partner_client, operator
 ):
     server, _ = outage
@@ -249,7 +249,7 @@ def test_cancel_hold_and_a_pass_answer_their_usual_pages_while_redis_is_down(
     server.start()
 
 
-def test_submit_records_the_job_while_redis_is_down_and_waits_until_it_runs(outage, organisation, tmp_path):
+def test_it_records_a_submit_while_redis_is_down_and_waits_until_the_job_runs(outage, organisation, tmp_path):
     server, _ = outage
     data = tmp_path / "numbers.csv"
     data.write_bytes(csv_bytes(400))
