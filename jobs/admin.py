@@ -6,7 +6,7 @@ from django.db.models import Count, Q
 from django.template.response import TemplateResponse
 from django.urls import path
 
-from jobs import lifecycle, scheduling
+from jobs import enqueue, lifecycle, scheduling
 from jobs.models import ENDED, Allocation, Gpu, Job, JobEvent, Node, Shard, State
 
 
@@ -124,8 +124,11 @@ class JobAdmin(admin.ModelAdmin):
 
     @admin.action(description="Cancel the selected jobs (releases their GPUs)", permissions=["change"])
     def cancel(self, request, queryset):
-        cancelled = [job.pk for job in queryset if lifecycle.cancel(job, by=request.user)]
+        with enqueue.unsent() as unsent:
+            cancelled = [job.pk for job in queryset if lifecycle.cancel(job, by=request.user)]
         messages.success(request, f"Cancelled {len(cancelled)} job(s).")
+        if unsent:
+            messages.warning(request, f"{enqueue.UNREACHABLE}; the cancels stand.")
 
     @admin.display(boolean=True, description="On hold")
     def on_hold(self, job: Job) -> bool:
@@ -162,10 +165,13 @@ class JobAdmin(admin.ModelAdmin):
 
     @admin.action(description="Lift the hold of the selected jobs (they start in their place)", permissions=["change"])
     def lift_hold(self, request, queryset):
-        lifted = [job for job in queryset if lifecycle.lift_hold(job)]
+        with enqueue.unsent() as unsent:
+            lifted = [job for job in queryset if lifecycle.lift_hold(job)]
         for job in lifted:
             self.log_change(request, job, "Lifted its hold.")
         messages.success(request, f"Lifted the hold of {len(lifted)} job(s).")
+        if unsent:
+            messages.warning(request, f"{enqueue.UNREACHABLE}: they start in their place once it is back.")
 
 
 class GpuInline(admin.TabularInline):

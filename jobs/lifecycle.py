@@ -10,6 +10,7 @@ from django.db.models import F, Q, Value
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
+from jobs import enqueue
 from jobs.models import ENDED, Allocation, Gpu, Job, JobEvent, Shard, State
 from jobs.signals import hold_released
 
@@ -220,10 +221,8 @@ def send_runner(allocation: Allocation) -> None:
     stops at its next look, so a hold never has two (a message restored late, one sent again)."""
     token = uuid.uuid4().hex
     Allocation.objects.filter(pk=allocation.pk).update(runner=token, runner_seen=timezone.now())
-    from jobs import tasks
-
     queue = Gpu.objects.values_list("queue", flat=True).get(pk=allocation.gpu_id)
-    tasks.run_slot.apply_async_on_commit((allocation.job_id, allocation.pk, token), queue=queue)
+    enqueue.run_slot(allocation.job_id, allocation.pk, token, queue)
 
 
 def finish_pass(job: Job) -> bool:
@@ -304,24 +303,16 @@ def _stop(job: Job, held_to=None) -> None:
 
 
 def schedule_on_commit() -> None:
-    from jobs import tasks
-
-    tasks.schedule.delay_on_commit()
+    enqueue.schedule()
 
 
 def _assemble_on_commit(job_id: int) -> None:
-    from jobs import tasks
-
-    tasks.assemble.delay_on_commit(job_id)
+    enqueue.assemble(job_id)
 
 
 def _notify_on_commit(job_id: int) -> None:
-    from jobs import tasks
-
-    tasks.notify_ended.delay_on_commit(job_id)
+    enqueue.notify_ended(job_id)
 
 
 def _purge_on_commit(job_id: int) -> None:
-    from jobs import tasks
-
-    tasks.purge_staged_copy_if_due.delay_on_commit(job_id)
+    enqueue.purge_staged_copy_if_due(job_id)

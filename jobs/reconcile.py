@@ -1,10 +1,14 @@
-"""The safety net beat runs every half minute: nodes that missed their heartbeats give up the slots
-they held (jobs.workers.node; live nodes' heartbeats do it sooner), a running job whose slots have
-all stopped working on it gets its slot tasks sent again, a running job with every shard done is
-finished, a staging job whose attempt stopped renewing its lease is staged again, a job left
-submitted (its staging message lost) is sent to staging again, a finishing job with no output gets
-its assembly sent again, and an ended job's S3 credentials and URL query (a signature) are wiped if
-staging did not. Every step is idempotent, so sending twice is safe."""
+"""The safety net beat runs every half minute. Every step is idempotent, so sending twice is safe:
+
+- nodes that missed their heartbeats give up the slots they held (jobs.workers.node; live nodes'
+  heartbeats do it sooner);
+- a running job whose slots have all stopped working on it gets its slot tasks sent again;
+- a running job with every shard done is finished;
+- a staging job whose attempt stopped renewing its lease is staged again;
+- a job left submitted (its staging message lost) is sent to staging again;
+- a finishing job with no output gets its assembly sent again, as does a job that ended early with
+  finished shards and no output, for ten minutes;
+- an ended job's S3 credentials and URL query (a signature) are wiped if staging did not."""
 
 import logging
 from datetime import timedelta
@@ -13,18 +17,17 @@ from django.conf import settings
 from django.db.models import Max, Q
 from django.utils import timezone
 
-from jobs import lifecycle
+from jobs import enqueue, lifecycle
 from jobs.models import ENDED, Job, Shard, State
 from jobs.staging import sources
 from jobs.workers.node import take_silent_nodes_offline
 
 log = logging.getLogger(__name__)
 FORGET_BATCH = 200  # ended jobs whose upload or secrets one run clears
+PARTIAL_OUTPUT_RETRY = timedelta(minutes=10)
 
 
 def reconcile() -> list[int]:
-    from jobs import tasks
-
     now = timezone.now()
     quiet = now - timedelta(seconds=2 * settings.E31_SHARD_LEASE_SECONDS)
     touched = take_silent_nodes_offline()
@@ -49,16 +52,23 @@ def reconcile() -> list[int]:
     forgotten = now - timedelta(seconds=settings.E31_STAGING_LEASE_SECONDS)
     for job in Job.objects.filter(state=State.SUBMITTED, modified__lt=forgotten):
         if Job.objects.filter(pk=job.pk, state=State.SUBMITTED, modified__lt=forgotten).update(modified=now):
-            tasks.stage.delay(job.pk)
+            enqueue.stage(job.pk)
             log.warning("job %s waited %s submitted; its staging was sent again", job.pk, now - job.modified)
             touched.append(job.pk)
     for job in Job.objects.filter(state=State.STAGING, staging_lease_until__lt=now):
-        tasks.stage.delay(job.pk)  # its attempt stopped renewing the lease: the next one takes over
+        enqueue.stage(job.pk)  # its attempt stopped renewing the lease: the next one takes over
         log.warning("job %s stopped staging; its staging was sent again", job.pk)
         touched.append(job.pk)
     for job in Job.objects.filter(state=State.FINISHING, output_path="", modified__lt=quiet):
-        tasks.assemble.delay(job.pk)
+        enqueue.assemble(job.pk)
         touched.append(job.pk)
+    # A job that ended early keeps its finished shards as a partial output; its assembly's message
+    # lost with Redis is sent again for a while (an assembly that fails for good is not retried for ever).
+    recently = Q(ended_at__gt=now - PARTIAL_OUTPUT_RETRY, ended_at__lt=quiet)
+    partial = Job.objects.filter(recently, state__in=ENDED, output_path="", shards__status=Shard.Status.DONE)
+    for job_id in partial.values_list("pk", flat=True).distinct():
+        enqueue.assemble(job_id)
+        touched.append(job_id)
     # Staging deletes a partner's upload and wipes their secrets when it ends; a job that ended before
     # staging ever ran (its message lost with Redis) is cleared here. A batch at a time: each job
     # cleared leaves the filter, and after an upgrade older jobs' upload paths are cleared over a few runs.

@@ -4,7 +4,6 @@ import io
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import partial
 from typing import BinaryIO
 
 from django.conf import settings
@@ -13,10 +12,9 @@ from django.db.models import Count, Max, Q, Sum
 from django.http import Http404
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
-from kombu.exceptions import OperationalError
 
 from billing.models import RetentionPolicy
-from jobs import lifecycle, processors
+from jobs import enqueue, processors
 from jobs.models import Job, Shard, State, Upload
 from jobs.scheduling import parse_request, sizing
 from jobs.staging import s3, sources, uploads
@@ -180,7 +178,7 @@ def _create(**fields) -> Job:
         job = Job.objects.create(**fields)
         what = "a sample of " if job.kind == Job.Kind.SAMPLE else ""
         job.events.create(state=State.SUBMITTED, at=job.created, message=f"submitted {what}{job.source_name}")
-        transaction.on_commit(partial(_start_staging, job))
+        enqueue.stage(job.pk)
     return job
 
 
@@ -277,17 +275,6 @@ def _describe_source(
         formats = ", ".join(processor.input_formats)
         raise SubmitError("data", f"{processor.name} reads {formats}, not {layout['format']}.")
     return {**fields, "input_format": layout["format"]}
-
-
-def _start_staging(job: Job) -> None:
-    from jobs import tasks
-
-    try:
-        tasks.stage.delay(job.pk)
-    except OperationalError:
-        # The broker is down: say so on the job rather than leave it waiting for a message never sent.
-        lifecycle.fail(job, "Staging could not start: the job queue was unreachable. Submit the job again.")
-        sources.forget(job)
 
 
 @dataclass(frozen=True)

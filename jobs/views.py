@@ -17,7 +17,7 @@ from django_htmx.http import HttpResponseStopPolling
 
 from billing.metering import meter_for
 from billing.models import RetentionPolicy
-from jobs import lifecycle, services
+from jobs import enqueue, lifecycle, services
 from jobs.forms import JobForm, RequestForm
 from jobs.models import ACTIVE, Job, Upload
 from jobs.outputs.assemble import open_output_file, signed_output_url
@@ -57,31 +57,33 @@ def job_new(request):
         elif form.is_valid():
             uploaded_file, model = form.cleaned_data["data"], form.cleaned_data["model"]
             try:
-                job = services.submit_job(
-                    organisation=organisation,
-                    user=request.user,
-                    data=uploaded_file.file if uploaded_file else None,
-                    data_name=uploaded_file.name if uploaded_file else "",
-                    upload=_resumable_upload(organisation, form.cleaned_data["upload"]),
-                    location=form.cleaned_data["location"],
-                    s3_credentials=form.s3_credentials(),
-                    work=form.cleaned_data["work"],
-                    params=form.params(),
-                    gpus=form.cleaned_data["gpus"],
-                    hours=form.cleaned_data["hours"],
-                    shape=form.cleaned_data["shape"],
-                    deadline=form.cleaned_data["deadline"],
-                    retention_days=form.retention_days(),
-                    output_keep_days=form.cleaned_data["output_days"],
-                    expected_sha256=form.cleaned_data["sha256"],
-                    allow_partial=form.cleaned_data["allow_partial"],
-                    sample=form.cleaned_data["sample"],
-                    model=model.file if model else None,
-                    model_name=model.name if model else "",
-                )
+                with enqueue.unsent() as unsent:
+                    job = services.submit_job(
+                        organisation=organisation,
+                        user=request.user,
+                        data=uploaded_file.file if uploaded_file else None,
+                        data_name=uploaded_file.name if uploaded_file else "",
+                        upload=_resumable_upload(organisation, form.cleaned_data["upload"]),
+                        location=form.cleaned_data["location"],
+                        s3_credentials=form.s3_credentials(),
+                        work=form.cleaned_data["work"],
+                        params=form.params(),
+                        gpus=form.cleaned_data["gpus"],
+                        hours=form.cleaned_data["hours"],
+                        shape=form.cleaned_data["shape"],
+                        deadline=form.cleaned_data["deadline"],
+                        retention_days=form.retention_days(),
+                        output_keep_days=form.cleaned_data["output_days"],
+                        expected_sha256=form.cleaned_data["sha256"],
+                        allow_partial=form.cleaned_data["allow_partial"],
+                        sample=form.cleaned_data["sample"],
+                        model=model.file if model else None,
+                        model_name=model.name if model else "",
+                    )
             except services.SubmitError as error:
                 form.add_error(form.field_for(error.field, str(error)), str(error))
             else:
+                _say_if_not_staging(request, job, unsent)
                 return redirect("jobs:detail", pk=job.pk)
     status = 400 if form.errors else 200
     context = {
@@ -93,6 +95,11 @@ def job_new(request):
         "pending_upload": _pending_upload(form, organisation),
     }
     return render(request, "jobs/new.html", context, status=status)
+
+
+def _say_if_not_staging(request, job: Job, unsent: list[str]) -> None:
+    if unsent:
+        messages.warning(request, f"{enqueue.UNREACHABLE}: job {job.pk} is recorded and is staged once it is back.")
 
 
 def _pending_upload(form, organisation) -> Upload | None:
@@ -207,19 +214,21 @@ def job_pass(request, pk: int):
     form = RequestForm(request.POST, policy=RetentionPolicy.in_force(sample.organisation))
     if form.is_valid():
         try:
-            job = services.submit_pass(
-                sample,
-                user=request.user,
-                gpus=form.cleaned_data["gpus"],
-                hours=form.cleaned_data["hours"],
-                deadline=form.cleaned_data["deadline"],
-                retention_days=form.retention_days(),
-                output_keep_days=form.cleaned_data["output_days"],
-                allow_partial=form.cleaned_data["allow_partial"],
-            )
+            with enqueue.unsent() as unsent:
+                job = services.submit_pass(
+                    sample,
+                    user=request.user,
+                    gpus=form.cleaned_data["gpus"],
+                    hours=form.cleaned_data["hours"],
+                    deadline=form.cleaned_data["deadline"],
+                    retention_days=form.retention_days(),
+                    output_keep_days=form.cleaned_data["output_days"],
+                    allow_partial=form.cleaned_data["allow_partial"],
+                )
         except services.SubmitError as error:
             form.add_error(error.field if error.field in form.fields else None, str(error))
         else:
+            _say_if_not_staging(request, job, unsent)
             return redirect("jobs:detail", pk=job.pk)
     return render(request, "jobs/detail.html", _detail_context(sample, form), status=400)
 
@@ -237,10 +246,14 @@ def job_progress(request, pk: int):
 def job_cancel(request, pk: int):
     job = services.get_job_for_user(request, pk)
     holding = job.allocations.filter(held_to__isnull=True).exists()
-    if lifecycle.cancel(job, by=request.user):
+    with enqueue.unsent() as unsent:
+        cancelled = lifecycle.cancel(job, by=request.user)
+    if cancelled:
         noun = fleet().noun
         held = f"its {noun}s are released" if holding else f"it held no {noun}s"
         messages.success(request, f"Job {job.pk} is cancelled; {held}.")
+        if unsent:
+            messages.warning(request, f"{enqueue.UNREACHABLE}; the cancel stands.")
     else:
         job.refresh_from_db()
         messages.info(request, f"Job {job.pk} is {job.get_state_display().lower()} and can no longer be cancelled.")

@@ -26,7 +26,7 @@ from django.core.files.storage import default_storage
 from django.db.models import F, Q
 from django.utils import timezone
 
-from jobs import lifecycle, processors
+from jobs import enqueue, lifecycle, processors
 from jobs.models import Allocation, Gpu, Job, Shard, State
 from jobs.outputs import RECORD_COLUMN, REJECT_SCHEMA, context_for, output_schema
 from jobs.staging import archives, parquet, ranged
@@ -61,9 +61,7 @@ def run_slot(job_id: int, allocation_id: int, runner: str = "") -> str:
             held = Allocation.objects.filter(pk=allocation_id, held_to__isnull=True).exists()
             return "superseded" if held else "released"
         if time.monotonic() > deadline:
-            from jobs import tasks
-
-            tasks.run_slot.apply_async((job_id, allocation_id, runner), queue=gpu.queue)
+            enqueue.run_slot(job_id, allocation_id, runner, gpu.queue)
             return "continued"
         if job.kind == Job.Kind.SAMPLE:
             skip_past_budget(job)

@@ -39,7 +39,7 @@ def test_a_cancel_is_told_unless_the_submitter_cancelled_it(
             state=State.QUEUED, queued_at=timezone.now(),
         )  # fmt: skip
 
-    def notifies(callbacks) -> bool:  # what the commit would send: delay_on_commit queues the task's delay
+    def notifies(callbacks) -> bool:  # what the commit would send: each callback names its task
         return any("notify_ended" in repr(callback) for callback in callbacks)
 
     own, theirs = waiting(), waiting()

@@ -79,22 +79,3 @@ def test_it_refuses_a_binary_file(fleet, organisation, tmp_path):
     )
     assert result.returncode != 0
     assert "This is a binary file, not CSV or JSONL text." in result.stderr
-
-
-def test_it_fails_the_job_at_once_when_the_queue_is_unreachable(organisation, tmp_path):
-    from django.utils import timezone
-
-    from jobs.models import Gpu, Node
-
-    node = Node.objects.create(name="lonely", hostname="lonely", last_seen=timezone.now())
-    Gpu.objects.create(node=node, index=0, kind="cpu", name="CPU slot", queue="slot.lonely.0", last_seen=timezone.now())
-    command = manage(
-        "submit", "--org", "partner-lab", "--data", str(EXAMPLE), "--work", "clean-table", "--gpus", "1", "--hours", "1"
-    )  # fmt: skip
-    dead_broker = process_env(REDIS_URL="redis://127.0.0.1:9/0")
-    result = subprocess.run(command, check=False, env=dead_broker, capture_output=True, text=True, timeout=120)
-    assert result.returncode != 0
-    assert "the job queue was unreachable" in result.stderr
-    job = Job.objects.get()
-    assert job.state == State.FAILED
-    assert not job.allocations.exists()

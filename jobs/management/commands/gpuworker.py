@@ -24,7 +24,7 @@ from django.core.management.base import BaseCommand
 from django.db import DatabaseError, close_old_connections
 from kombu.exceptions import OperationalError
 
-from jobs import processors
+from jobs import enqueue, processors
 from jobs.workers import node as nodes
 from jobs.workers import nvml
 from portal.procs import KEEP_FREED_MEMORY, Child, Children, StopRequested
@@ -119,10 +119,7 @@ class Command(BaseCommand):
                     nodes.take_silent_nodes_offline()
                     nodes.serve_held_slots(name, ready)
                     if not scheduled or nodes.waited_for(name):
-                        from jobs import tasks
-
-                        # Fail at once if the broker is away: the next beat tries again, on time.
-                        tasks.schedule.apply_async(retry=False)
+                        enqueue.schedule()  # a broker that is away is logged: the next beat asks again
                         scheduled = True
                 except (DatabaseError, OperationalError) as error:
                     # The database or the broker is away for a while: the next beat tries again.

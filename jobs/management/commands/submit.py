@@ -1,7 +1,8 @@
 """`manage.py submit`: a job from the terminal, through the same path as the browser form.
 
 Exit 0 when the job is accepted (or, with --wait, when it succeeds); otherwise a one-line reason
-and a non-zero exit.
+and a non-zero exit. A job accepted while the job queue is unreachable is recorded, and says so:
+it is staged once the queue is back, and --wait waits for that.
 """
 
 import json
@@ -15,7 +16,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from billing.metering import ledger_row
 from billing.models import LedgerEntry
-from jobs import services
+from jobs import enqueue, services
 from jobs.models import Job, State
 from jobs.outputs.assemble import open_output_file
 from jobs.scheduling import fleet, sizing
@@ -109,19 +110,25 @@ class Command(BaseCommand):
         opts["deadline"] = parse_deadline(opts["deadline"])
         self.check_options(opts)
         try:
-            job = self.submit_pass(organisation, opts) if opts["from_sample"] else self.submit(organisation, opts)
+            with enqueue.unsent() as unsent:
+                job = self.submit_pass(organisation, opts) if opts["from_sample"] else self.submit(organisation, opts)
         except services.SubmitError as error:
             raise CommandError(f"Refused: {error}") from None
         job.refresh_from_db()
-        if job.state == State.FAILED:
-            raise CommandError(f"Job {job.pk} failed: {job.error}")
         self.stderr.write(
             f"Job {job.pk} submitted: {job.gpus} × {float(job.hours):g} h of {job.work} over {job.source_name}"
         )
+        if unsent:
+            # The job is recorded and the safety net stages it once the broker is back: --wait waits on.
+            self.stderr.write(f"{enqueue.UNREACHABLE}: the job is staged once it is back.")
         if not opts["wait"]:
             self.stdout.write(json.dumps({"job": job.pk, "state": job.state}))
             return
-        job = self.wait(job)
+        try:
+            job = self.wait(job)
+        except KeyboardInterrupt:
+            # Waiting is only watching: the job goes on without the terminal.
+            raise CommandError(f"Stopped waiting; job {job.pk} goes on (it is {job.state}).") from None
         if job.state != State.SUCCEEDED:
             raise CommandError(f"Job {job.pk} {job.get_state_display().lower()}: {job.error or 'no output'}")
         if opts["output"]:

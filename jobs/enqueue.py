@@ -1,0 +1,93 @@
+"""Sending work to the workers: each task by name, after the transaction commits, never raising.
+
+Nothing here imports `jobs.tasks`, so the domain (lifecycle, services, views) never imports back up
+into the worker code. A send runs once the database has committed; outside a transaction, at once.
+A broker that is unreachable then cannot undo what was committed: the send is logged, one line
+naming the task and the job, and dropped. The safety net sends each kind again:
+
+- stage: reconcile (beat) sends a job left submitted to staging again;
+- schedule: beat asks every 5 s and every gpuworker heartbeat asks too;
+- run_slot: the node's heartbeat sends a new task for a hold nobody reports on
+  (jobs.workers.node.serve_held_slots), and reconcile for a running job no slot works on;
+- assemble: reconcile sends a finishing job without output its assembly again, and a job that
+  ended early with finished shards and no output, for ten minutes after its end;
+- purge_staged_copy_if_due: the retention beat (purge_expired) purges what is due;
+- notify_ended: not sent again yet, so a lost one is an email never sent.
+
+A caller that answers a person (a page, the CLI) wraps its action in `unsent()` to learn whether
+the queue took everything, and says so."""
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from contextvars import ContextVar
+from functools import partial
+
+from django.db import transaction
+from kombu.exceptions import OperationalError
+
+from portal.celery import app
+
+log = logging.getLogger(__name__)
+
+# How a page or the CLI begins to say that something it did waits for the broker.
+UNREACHABLE = "The job queue is unreachable just now"
+
+_watching: ContextVar[list[str] | None] = ContextVar("unsent", default=None)
+
+
+def stage(job_id: int) -> None:
+    """Stage a submitted job's data (control queue)."""
+    _send_on_commit("jobs.tasks.stage", job_id)
+
+
+def schedule() -> None:
+    """Start the queued jobs whose GPUs are free (control queue)."""
+    _send_on_commit("jobs.tasks.schedule")
+
+
+def run_slot(job_id: int, allocation_id: int, runner: str, queue: str) -> None:
+    """Work a held slot's share of the job, as the hold's task `runner`: sent to that slot's own queue."""
+    _send_on_commit("jobs.tasks.run_slot", job_id, allocation_id, runner, queue=queue)
+
+
+def assemble(job_id: int) -> None:
+    """Assemble a job's output from its finished shards (control queue)."""
+    _send_on_commit("jobs.tasks.assemble", job_id)
+
+
+def notify_ended(job_id: int) -> None:
+    """Email whoever submitted a job that it ended (control queue)."""
+    _send_on_commit("jobs.tasks.notify_ended", job_id)
+
+
+def purge_staged_copy_if_due(job_id: int) -> None:
+    """Delete an ended job's staged copy if its retention is up (control queue)."""
+    _send_on_commit("jobs.tasks.purge_staged_copy_if_due", job_id)
+
+
+@contextlib.contextmanager
+def unsent() -> Iterator[list[str]]:
+    """The names of the tasks sent within that the broker did not take, to tell a person so."""
+    names: list[str] = []
+    token = _watching.set(names)
+    try:
+        yield names
+    finally:
+        _watching.reset(token)
+
+
+def _send_on_commit(name: str, *args: int | str, queue: str | None = None) -> None:
+    # The watcher is taken now: the commit may come after the caller's `unsent()` block has closed.
+    transaction.on_commit(partial(_send, name, args, queue, _watching.get()))
+
+
+def _send(name: str, args: tuple[int | str, ...], queue: str | None, watcher: list[str] | None) -> None:
+    options = {"queue": queue} if queue else {}
+    try:
+        app.send_task(name, args=args, **options)
+    except OperationalError as error:
+        about = f"job {args[0]}: " if args else ""
+        log.warning("%s%s was not sent, the job queue is unreachable (%s)", about, name, error)
+        if watcher is not None:
+            watcher.append(name)
