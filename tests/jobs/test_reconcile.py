@@ -57,7 +57,9 @@ def test_it_finishes_a_running_job_whose_shards_are_all_done(stalled_job):
     assert LedgerEntry.objects.filter(job=stalled_job, kind=LedgerEntry.Kind.HOLD).exists()
 
 
-def test_a_job_left_submitted_without_its_staging_message_is_sent_to_staging_again(organisation, redis_server):
+def test_a_job_left_submitted_without_its_staging_message_is_sent_to_staging_again(
+    organisation, redis_server, django_capture_on_commit_callbacks
+):
     """Its message was lost with Redis: without the safety net it would stay submitted for ever."""
     old = timezone.now() - timedelta(hours=1)
     lost = Job.objects.create(organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1)
@@ -65,9 +67,10 @@ def test_a_job_left_submitted_without_its_staging_message_is_sent_to_staging_aga
     Job.objects.filter(pk=lost.pk).update(modified=old)
     redis_server.delete("control")
     try:
-        assert reconcile() == [lost.pk], "a job submitted a moment ago still has its message on its way"
+        with django_capture_on_commit_callbacks(execute=True):  # beat runs it outside a transaction
+            assert reconcile() == [lost.pk], "a job submitted a moment ago still has its message on its way"
+            assert reconcile() == [], "one spare message, not one every half minute"
         assert redis_server.llen("control") == 1
-        assert reconcile() == [], "one spare message, not one every half minute"
         assert redis_server.llen("control") == 1
     finally:
         redis_server.delete("control")
@@ -83,5 +86,23 @@ def test_a_lost_staging_message_is_sent_again_after_one_staging_lease(organisati
     redis_server.delete("control")
     try:
         assert reconcile() == [lost.pk], "a lease, not ten"
+    finally:
+        redis_server.delete("control")
+
+
+def test_a_job_that_ended_early_gets_its_partial_outputs_assembly_again_for_a_while(
+    stalled_job, redis_server, django_capture_on_commit_callbacks
+):
+    """Its assembly's message was lost with Redis: the finished shards would never become its output."""
+    Shard.objects.filter(job=stalled_job, index=0).update(status=Shard.Status.DONE, finished_at=timezone.now())
+    assert lifecycle.cancel(stalled_job)
+    redis_server.delete("control")
+    try:
+        Job.objects.filter(pk=stalled_job.pk).update(ended_at=timezone.now() - timedelta(minutes=1))
+        with django_capture_on_commit_callbacks(execute=True):
+            assert reconcile() == [stalled_job.pk]
+        assert redis_server.llen("control") == 1
+        Job.objects.filter(pk=stalled_job.pk).update(ended_at=timezone.now() - timedelta(hours=1))
+        assert reconcile() == [], "not for ever: an assembly that fails for good is not sent again and again"
     finally:
         redis_server.delete("control")
