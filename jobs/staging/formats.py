@@ -1,7 +1,9 @@
 """Reading a dataset: detect CSV or JSONL from its first bytes, then read records with their positions.
 
-Every record carries its input position (1-based, blank lines are not records), the lines it spans
-and its byte range, so a shard can be cut at a record boundary and re-read on its own.
+Every record carries its input position (1-based), the lines it spans and its byte range, so a
+shard can be cut at a record boundary and re-read on its own. A blank line (nothing on it, or only
+whitespace) is no record; a line holding a quoted field is one, even an empty one (`""`), as Python's
+csv module reads it.
 """
 
 import codecs
@@ -93,8 +95,9 @@ def _detect_csv(text: str, *, at_eof: bool, name: str) -> dict:
         lines = lines[:-1]  # the sample may end mid-line
     best = None
     for delimiter in DELIMITERS:
+        reader = csv.reader(lines, delimiter=delimiter)
         try:
-            rows = [row for row in csv.reader(lines, delimiter=delimiter) if is_record(row)]
+            rows = [row for row in reader if is_record(row, lines[reader.line_num - 1])]
         except csv.Error:
             continue
         if not rows:
@@ -112,9 +115,11 @@ def _detect_csv(text: str, *, at_eof: bool, name: str) -> dict:
     return {"format": "csv", "delimiter": best[1], "quotechar": '"'}
 
 
-def is_record(row: list[str]) -> bool:
-    """A blank or whitespace-only line is no record."""
-    return len(row) > 1 or (len(row) == 1 and bool(row[0].strip()))
+def is_record(row: list[str], line: str) -> bool:
+    """Whether a row the csv module read is a record, given the last line it was read from: a line
+    with nothing but whitespace on it is none; a quoted field (`""` too) is one, and so is a row of
+    two fields or more."""
+    return len(row) > 1 or bool(line.strip())
 
 
 class _Lines:
@@ -125,6 +130,7 @@ class _Lines:
         self.pos = start
         self.end = end
         self.line = first_line - 1
+        self.text = ""  # the last line handed out
 
     def __iter__(self) -> Iterator[str]:
         # readline, not iteration: iterating a Django File rewinds it to the start first.
@@ -137,9 +143,10 @@ class _Lines:
             self.pos += len(raw)
             self.line += 1
             try:
-                yield raw.decode("utf-8")
+                self.text = raw.decode("utf-8")
             except UnicodeDecodeError as error:
                 raise FormatError(f"Line {self.line} is not UTF-8 text (byte 0x{raw[error.start]:02x}).") from None
+            yield self.text
 
 
 def read_header(stream: BinaryIO, layout: dict) -> tuple[list[str], int, int]:
@@ -148,7 +155,7 @@ def read_header(stream: BinaryIO, layout: dict) -> tuple[list[str], int, int]:
     reader = csv.reader(iter(lines), delimiter=layout["delimiter"], quotechar=layout["quotechar"], strict=True)
     try:
         for row in reader:
-            if is_record(row):
+            if is_record(row, lines.text):
                 return column_names(row), lines.pos, lines.line
     except csv.Error as error:
         raise FormatError(f"Line {lines.line}: {error}.") from None
@@ -195,7 +202,7 @@ def _csv_records(stream, layout, start, end, position, first_line) -> Iterator[R
             raise FormatError(f"Line {record_line}: {error}.") from None
         if row is None:
             return
-        if is_record(row):
+        if is_record(row, lines.text):
             error = None if len(row) == width else f"expected {width} fields, found {len(row)}"
             yield Record(position, record_line, row, error, record_start, lines.pos, lines.line)
             position += 1
