@@ -7,8 +7,10 @@ csv module reads it.
 """
 
 import codecs
+import contextlib
 import csv
 import json
+import re
 from collections.abc import Iterator
 from typing import BinaryIO, NamedTuple
 
@@ -95,11 +97,11 @@ def _detect_csv(text: str, *, at_eof: bool, name: str) -> dict:
         lines = lines[:-1]  # the sample may end mid-line
     best = None
     for delimiter in DELIMITERS:
-        reader = csv.reader(lines, delimiter=delimiter)
-        try:
-            rows = [row for row in reader if is_record(row, lines[reader.line_num - 1])]
-        except csv.Error:
-            continue
+        reader, rows = csv.reader(lines, delimiter=delimiter, strict=True), []
+        with contextlib.suppress(csv.Error):  # the rows before it tell the delimiter; the read names its line
+            for row in reader:
+                if is_record(row, lines[reader.line_num - 1]):
+                    rows.append(row)
         if not rows:
             continue
         width = len(rows[0])
@@ -130,7 +132,9 @@ class _Lines:
         self.pos = start
         self.end = end
         self.line = first_line - 1
+        self.origin = stream.tell() - start  # where offset 0 of the data is in the stream
         self.text = ""  # the last line handed out
+        self.ended = False  # every line up to `end` (or the file's end) handed out
 
     def __iter__(self) -> Iterator[str]:
         # readline, not iteration: iterating a Django File rewinds it to the start first.
@@ -147,19 +151,62 @@ class _Lines:
             except UnicodeDecodeError as error:
                 raise FormatError(f"Line {self.line} is not UTF-8 text (byte 0x{raw[error.start]:02x}).") from None
             yield self.text
+        self.ended = True
 
 
 def read_header(stream: BinaryIO, layout: dict) -> tuple[list[str], int, int]:
     """The CSV header's column names, the byte offset after it, and the number of lines it took."""
     lines = _Lines(stream, 0, None, 1)
     reader = csv.reader(iter(lines), delimiter=layout["delimiter"], quotechar=layout["quotechar"], strict=True)
-    try:
-        for row in reader:
-            if is_record(row, lines.text):
-                return column_names(row), lines.pos, lines.line
-    except csv.Error as error:
-        raise FormatError(f"Line {lines.line}: {error}.") from None
-    raise FormatError("The CSV file has no header row.")
+    record_start, record_line = 0, 1
+    while True:
+        try:
+            row = next(reader, None)
+        except csv.Error as error:
+            raise _csv_error(error, lines, record_start, record_line, layout) from None
+        if row is None:
+            raise FormatError("The CSV file has no header row.")
+        if is_record(row, lines.text):
+            return column_names(row), lines.pos, lines.line
+        record_start, record_line = lines.pos, lines.line + 1
+
+
+def _csv_error(error: csv.Error, lines: _Lines, start: int, line: int, layout: dict) -> FormatError:
+    """What went wrong reading the record that starts at byte `start`, on `line`: an unclosed quote is
+    named on the line where it opened, which may be past the record's first."""
+    lines.stream.seek(lines.origin + start)
+    text = lines.stream.read(lines.pos - start).decode("utf-8", "replace")
+    opened = open_quote_line(text, layout["delimiter"], layout["quotechar"])
+    if opened is None:
+        return FormatError(f"Line {line}: {error}.")
+    if lines.ended:
+        return FormatError(f"Line {line + opened}: a quote opened here is never closed.")
+    return FormatError(
+        f"Line {line + opened}: a quote opened here is not closed within {csv.field_size_limit():,} characters."
+    )
+
+
+def open_quote_line(text: str, delimiter: str, quotechar: str) -> int | None:
+    """The line, counted from 0, on which a quoted field still open at the end of `text` opened; None
+    when none is. Quotes are read as the csv module reads them: a quote opens a field only at its
+    start, and two in a quoted field stand for one."""
+    separator = re.compile(f"[{re.escape(delimiter)}\n]")
+    line, at = 0, 0
+    while at < len(text):
+        if text.startswith(quotechar, at):
+            close = at + 1
+            while (close := text.find(quotechar, close)) != -1 and text.startswith(quotechar, close + 1):
+                close += 2
+            if close == -1:
+                return line
+            line += text.count("\n", at, close)
+            at = close + 1
+        found = separator.search(text, at)
+        if found is None:
+            return None
+        line += found.group() == "\n"
+        at = found.end()
+    return None
 
 
 def column_names(header: list[str]) -> list[str]:
@@ -199,7 +246,7 @@ def _csv_records(stream, layout, start, end, position, first_line) -> Iterator[R
         try:
             row = next(reader, None)
         except csv.Error as error:
-            raise FormatError(f"Line {record_line}: {error}.") from None
+            raise _csv_error(error, lines, record_start, record_line, layout) from None
         if row is None:
             return
         if is_record(row, lines.text):
