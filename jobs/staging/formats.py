@@ -140,7 +140,7 @@ class _Lines:
         # readline, not iteration: iterating a Django File rewinds it to the start first.
         for raw in iter(self.stream.readline, b""):
             if self.end is not None and self.pos >= self.end:
-                return
+                break
             if self.pos == 0 and raw.startswith(codecs.BOM_UTF8):
                 raw = raw[3:]
                 self.pos += 3

@@ -46,12 +46,15 @@ def test_an_unclosed_quote_in_the_first_bytes_does_not_hide_that_it_is_csv(name)
         read(data)
 
 
-def test_it_names_it_in_a_shard_read_as_a_slot_reads_it():
-    data = b"id,name,amount\n" + rows(1, 10) + b'11,"never closed,1.5\n' + rows(12, 3)
+@pytest.mark.parametrize("after", [0, 3], ids=["at the end of the data", "at the end of the shard"])
+def test_it_names_it_in_a_shard_read_as_a_slot_reads_it(after):
+    shard = b'6,name 6,6.5\n11,"never closed,1.5\n12,name 12,12.5\n'
+    data = b"id,name,amount\n" + rows(1, 5) + shard + rows(13, after)
     start = len(b"id,name,amount\n" + rows(1, 5))
     layout = {**COMMAS, "columns": ["id", "name", "amount"]}
-    records = iter_records(io.BytesIO(data[start:]), layout, start=start, end=len(data), first_position=6, first_line=7)
-    with pytest.raises(FormatError, match=f"^Line 12: {NEVER_CLOSED}$"):
+    stream = io.BytesIO(data[start:])  # the data past the shard too, as staging reads it
+    records = iter_records(stream, layout, start=start, end=start + len(shard), first_position=6, first_line=7)
+    with pytest.raises(FormatError, match=f"^Line 8: {NEVER_CLOSED}$"):
         list(records)
 
 
