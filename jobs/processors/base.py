@@ -117,7 +117,23 @@ class Processor:
         raise NotImplementedError
 
     def process_batch(self, records: list[Record], context: Context) -> Batch:
+        """The batch's readable records (never none) processed: each one kept or rejected."""
         raise NotImplementedError
+
+    def run_batch(self, records: list[Record], context: Context) -> Batch:
+        """A batch as a slot reads it, unreadable records included: those rejected with their error,
+        the rest processed; checked to keep or reject every record once, its table in the output
+        schema. A batch with nothing left to keep (all unreadable, all rejected) is a valid one."""
+        schema = self.output_schema(context)
+        readable = [record for record in records if record.error is None]
+        unreadable = [(record, record.error) for record in records if record.error is not None]
+        result = self.process_batch(readable, context) if readable else Batch(table=schema.empty_table())
+        accounted = sorted([*result.kept, *(record.position for record, _ in result.rejects)])
+        if accounted != sorted(record.position for record in readable):
+            raise RuntimeError(f"{self.name} lost records: every record must be kept or rejected, once")
+        if not self.reduces and result.table.num_rows != len(result.kept):
+            raise RuntimeError(f"{self.name} gave {result.table.num_rows} rows for {len(result.kept)} records kept")
+        return Batch(table=_conform(result.table, schema), kept=result.kept, rejects=unreadable + result.rejects)
 
     def merge(self, partials: Iterable[pa.Table], context: Context) -> pa.Table:
         """A reducing processor's output from the partial summaries of every batch, in input order."""
@@ -127,3 +143,12 @@ class Processor:
         """Once output.parquet is assembled at `output_path`: write any further output files into
         `scratch` (and rewrite output.parquet if need be); their paths. None by default."""
         return []
+
+
+def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """The table in the output schema: an empty one built from no values has columns of no type."""
+    if table.schema == schema:
+        return table
+    if not table.num_rows:
+        return schema.empty_table()
+    return table.select(schema.names).cast(schema)

@@ -7,9 +7,9 @@ one compiled pass over its bytes (scankernel) that reads quotes as Python's csv 
 checks on the way what it depends on. Whatever it cannot vouch for — bytes that are not UTF-8, a
 carriage return alone, a closing quote followed by more of the field, an unmatched quote, a
 one-column file — raises `Unsure`, and staging reads the file again the exact, slower way, which
-also words the error. A line no delimiter splits is a record unless its one field is blank, which
-the csv module itself decides. Staging runs the scan on a thread beside the copy (ScanAlong), so the
-data is read once.
+also words the error. A line no delimiter splits is a record unless it is blank (whitespace only);
+a quoted field alone on a line, even an empty one, is a record. Staging runs the scan on a thread
+beside the copy (ScanAlong), so the data is read once.
 
 A scanner that may work from a sample (clean-table's type count) sees about TYPE_SAMPLE_BYTES of
 records from across the file, parsed by pyarrow; one that needs every record (column-stats' ranges)
@@ -54,7 +54,8 @@ class Unsure(Exception):
 
 def _parse(block: bytes, columns: list[str], delimiter: str) -> tuple[pa.Table, int]:
     """The block's rows as a table, and how many rows it holds that have the wrong number of fields
-    (records all the same: the pass rejects them); blank and whitespace-only lines are no records."""
+    (records all the same: the pass rejects them, `""` alone on a line too); blank and whitespace-only
+    lines are no records."""
     malformed = 0
 
     def invalid(row) -> str:
@@ -95,7 +96,7 @@ def read(
     and how many records `add_table` saw: a sample of them, or every one with `every_record`.
     `scanned` is what a ScanAlong found while the file was copied, which spares the scan here."""
     if len(layout["columns"]) < 2:
-        raise Unsure  # with one column, telling a blank line from a record takes Python's rules
+        raise Unsure  # with one column, every line is one field: the exact read decides each
     if size < BLOCKS_PER_FILE * MIN_BLOCK:
         raise Unsure  # too small for enough blocks to cut shards from; the exact read is quick here
     if scanned is not None and scanned.matches(layout, data_offset, header_lines):
@@ -199,7 +200,7 @@ class _Scan:
 
     def _one_field_lines_decided(self, view: np.ndarray, data: bytearray, ends: np.ndarray, record: np.ndarray):
         """`record` with each line that no delimiter split marked a record or not, as the exact read
-        would: an empty line is none, and the csv module says whether a lone field is blank."""
+        would: an empty line is none, nor is a line of whitespace; a quoted field alone is one."""
         starts = np.concatenate(([0], ends[:-1] + 1))
         lengths = ends - starts
         empty = (lengths == 0) | ((lengths == 1) & (view[ends - 1] == RETURN))
@@ -208,10 +209,10 @@ class _Scan:
         return record
 
     def _one_field_record(self, line: bytearray) -> bool:
-        """Whether the exact read takes this line, which no delimiter splits, for a record: a blank
-        field, quoted or not, is none."""
-        row = next(csv.reader(io.StringIO(line.decode(), newline=""), delimiter=self.delimiter.decode()), [])
-        return is_record(row)
+        """Whether the exact read takes this line, which no delimiter splits, for a record."""
+        text = line.decode()
+        row = next(csv.reader(io.StringIO(text, newline=""), delimiter=self.delimiter.decode()), [])
+        return is_record(row, text)
 
 
 class Scanned(NamedTuple):

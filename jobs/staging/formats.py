@@ -1,12 +1,16 @@
 """Reading a dataset: detect CSV or JSONL from its first bytes, then read records with their positions.
 
-Every record carries its input position (1-based, blank lines are not records), the lines it spans
-and its byte range, so a shard can be cut at a record boundary and re-read on its own.
+Every record carries its input position (1-based), the lines it spans and its byte range, so a
+shard can be cut at a record boundary and re-read on its own. A blank line (nothing on it, or only
+whitespace) is no record; a line holding a quoted field is one, even an empty one (`""`), as Python's
+csv module reads it.
 """
 
 import codecs
+import contextlib
 import csv
 import json
+import re
 from collections.abc import Iterator
 from typing import BinaryIO, NamedTuple
 
@@ -93,10 +97,11 @@ def _detect_csv(text: str, *, at_eof: bool, name: str) -> dict:
         lines = lines[:-1]  # the sample may end mid-line
     best = None
     for delimiter in DELIMITERS:
-        try:
-            rows = [row for row in csv.reader(lines, delimiter=delimiter) if is_record(row)]
-        except csv.Error:
-            continue
+        reader, rows = csv.reader(lines, delimiter=delimiter, strict=True), []
+        with contextlib.suppress(csv.Error):  # the rows before it tell the delimiter; the read names its line
+            for row in reader:
+                if is_record(row, lines[reader.line_num - 1]):
+                    rows.append(row)
         if not rows:
             continue
         width = len(rows[0])
@@ -112,9 +117,11 @@ def _detect_csv(text: str, *, at_eof: bool, name: str) -> dict:
     return {"format": "csv", "delimiter": best[1], "quotechar": '"'}
 
 
-def is_record(row: list[str]) -> bool:
-    """A blank or whitespace-only line is no record."""
-    return len(row) > 1 or (len(row) == 1 and bool(row[0].strip()))
+def is_record(row: list[str], line: str) -> bool:
+    """Whether a row the csv module read is a record, given the last line it was read from: a line
+    with nothing but whitespace on it is none; a quoted field (`""` too) is one, and so is a row of
+    two fields or more."""
+    return len(row) > 1 or bool(line.strip())
 
 
 class _Lines:
@@ -125,34 +132,81 @@ class _Lines:
         self.pos = start
         self.end = end
         self.line = first_line - 1
+        self.origin = stream.tell() - start  # where offset 0 of the data is in the stream
+        self.text = ""  # the last line handed out
+        self.ended = False  # every line up to `end` (or the file's end) handed out
 
     def __iter__(self) -> Iterator[str]:
         # readline, not iteration: iterating a Django File rewinds it to the start first.
         for raw in iter(self.stream.readline, b""):
             if self.end is not None and self.pos >= self.end:
-                return
+                break
             if self.pos == 0 and raw.startswith(codecs.BOM_UTF8):
                 raw = raw[3:]
                 self.pos += 3
             self.pos += len(raw)
             self.line += 1
             try:
-                yield raw.decode("utf-8")
+                self.text = raw.decode("utf-8")
             except UnicodeDecodeError as error:
                 raise FormatError(f"Line {self.line} is not UTF-8 text (byte 0x{raw[error.start]:02x}).") from None
+            yield self.text
+        self.ended = True
 
 
 def read_header(stream: BinaryIO, layout: dict) -> tuple[list[str], int, int]:
     """The CSV header's column names, the byte offset after it, and the number of lines it took."""
     lines = _Lines(stream, 0, None, 1)
     reader = csv.reader(iter(lines), delimiter=layout["delimiter"], quotechar=layout["quotechar"], strict=True)
-    try:
-        for row in reader:
-            if is_record(row):
-                return column_names(row), lines.pos, lines.line
-    except csv.Error as error:
-        raise FormatError(f"Line {lines.line}: {error}.") from None
-    raise FormatError("The CSV file has no header row.")
+    record_start, record_line = 0, 1
+    while True:
+        try:
+            row = next(reader, None)
+        except csv.Error as error:
+            raise _csv_error(error, lines, record_start, record_line, layout) from None
+        if row is None:
+            raise FormatError("The CSV file has no header row.")
+        if is_record(row, lines.text):
+            return column_names(row), lines.pos, lines.line
+        record_start, record_line = lines.pos, lines.line + 1
+
+
+def _csv_error(error: csv.Error, lines: _Lines, start: int, line: int, layout: dict) -> FormatError:
+    """What went wrong reading the record that starts at byte `start`, on `line`: an unclosed quote is
+    named on the line where it opened, which may be past the record's first."""
+    lines.stream.seek(lines.origin + start)
+    text = lines.stream.read(lines.pos - start).decode("utf-8", "replace")
+    opened = open_quote_line(text, layout["delimiter"], layout["quotechar"])
+    if opened is None:
+        return FormatError(f"Line {line}: {error}.")
+    if lines.ended:
+        return FormatError(f"Line {line + opened}: a quote opened here is never closed.")
+    return FormatError(
+        f"Line {line + opened}: a quote opened here is not closed within {csv.field_size_limit():,} characters."
+    )
+
+
+def open_quote_line(text: str, delimiter: str, quotechar: str) -> int | None:
+    """The line, counted from 0, on which a quoted field still open at the end of `text` opened; None
+    when none is. Quotes are read as the csv module reads them: a quote opens a field only at its
+    start, and two in a quoted field stand for one."""
+    separator = re.compile(f"[{re.escape(delimiter)}\n]")
+    line, at = 0, 0
+    while at < len(text):
+        if text.startswith(quotechar, at):
+            close = at + 1
+            while (close := text.find(quotechar, close)) != -1 and text.startswith(quotechar, close + 1):
+                close += 2
+            if close == -1:
+                return line
+            line += text.count("\n", at, close)
+            at = close + 1
+        found = separator.search(text, at)
+        if found is None:
+            return None
+        line += found.group() == "\n"
+        at = found.end()
+    return None
 
 
 def column_names(header: list[str]) -> list[str]:
@@ -192,10 +246,10 @@ def _csv_records(stream, layout, start, end, position, first_line) -> Iterator[R
         try:
             row = next(reader, None)
         except csv.Error as error:
-            raise FormatError(f"Line {record_line}: {error}.") from None
+            raise _csv_error(error, lines, record_start, record_line, layout) from None
         if row is None:
             return
-        if is_record(row):
+        if is_record(row, lines.text):
             error = None if len(row) == width else f"expected {width} fields, found {len(row)}"
             yield Record(position, record_line, row, error, record_start, lines.pos, lines.line)
             position += 1

@@ -231,17 +231,13 @@ def process_shard(job: Job, shard: Shard, token: str, gpu: Gpu) -> None:
         part = os.path.join(scratch, "part.parquet")
         with pq.ParquetWriter(part, schema) as writer:
             for batch in batched(records, processor.batch_size):
-                readable = [record for record in batch if record.error is None]
-                rejects += [(record, record.error) for record in batch if record.error is not None]
-                result = processor.process_batch(readable, context)
+                result = processor.run_batch(batch, context)
                 # A reducing processor's table is a partial summary: its rows are not the kept records.
-                rows_fit = processor.reduces or len(result.kept) == result.table.num_rows
-                if not rows_fit or len(result.kept) + len(result.rejects) != len(readable):
-                    raise RuntimeError(f"{processor.name} lost records: every record must be kept or rejected")
                 if processor.reduces:
                     writer.write_table(result.table)
                 else:
-                    writer.write_table(result.table.add_column(0, schema.field(RECORD_COLUMN), [result.kept]))
+                    kept = pa.array(result.kept, pa.int64())  # typed: no kept record leaves no type to infer
+                    writer.write_table(result.table.add_column(0, schema.field(RECORD_COLUMN), kept))
                 rejects += result.rejects
                 kept_total += len(result.kept)
                 if job.time_limit_passed():

@@ -260,7 +260,7 @@ def test_it_stops_at_the_end_of_the_byte_range():
 
 
 def test_it_raises_on_an_unmatched_quote_with_the_line_of_its_record():
-    with pytest.raises(FormatError, match=r"^Line 3: unexpected end of data"):
+    with pytest.raises(FormatError, match=r"^Line 3: a quote opened here is never closed\.$"):
         read(b'a,b\n1,2\n"3,4\n5,6\n', COMMAS)
 
 
