@@ -8,6 +8,8 @@ from django.conf import settings
 from django.http import HttpRequest
 from django_ratelimit.core import get_usage
 
+from portal.text import ascii_count
+
 log = logging.getLogger(__name__)
 
 
@@ -42,7 +44,7 @@ def _without_port(entry: str) -> str:
     if entry.startswith("["):
         return entry[1:].partition("]")[0]
     host, colon, port = entry.rpartition(":")
-    return host if colon and "." in host and port.isdigit() else entry
+    return host if colon and "." in host and ascii_count(port) is not None else entry
 
 
 def intake_wait(request: HttpRequest) -> int:
