@@ -1,5 +1,8 @@
+"""The design-partner intake form: what an applicant types, cleaned of invisible characters."""
+
 from django import forms
 
+from portal import text
 from portal.models import Application
 
 MOST_GPU_HOURS = 1_000_000
@@ -9,9 +12,16 @@ class ApplicationForm(forms.ModelForm):
     class Meta:
         model = Application
         fields = ["name", "email", "organisation", "dataset", "work", "gpu_hours"]
+        field_classes = {
+            "name": text.NameField,
+            "email": text.EmailField,
+            "organisation": text.NameField,
+            "dataset": text.TextField,
+            "work": text.TextField,
+        }
         widgets = {"dataset": forms.Textarea(attrs={"rows": 3}), "work": forms.Textarea(attrs={"rows": 3})}
 
-    gpu_hours = forms.IntegerField(
+    gpu_hours = text.CountField(
         label="GPU-hours you expect",
         required=False,
         min_value=1,
