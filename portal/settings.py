@@ -165,6 +165,8 @@ CACHES = {
 # The intake form takes E31_INTAKE_POSTS_PER_HOUR posts from one address (portal.throttling.client_ip) in an
 # hour (django-ratelimit's: a fixed hour per address); the next ones are answered 429 with the form kept.
 E31_INTAKE_POSTS_PER_HOUR = env_int("E31_INTAKE_POSTS_PER_HOUR", 10, minimum=1)
+# The same for asking a password reset: each ask emails an address that may not be the asker's.
+E31_PASSWORD_RESETS_PER_HOUR = env_int("E31_PASSWORD_RESETS_PER_HOUR", 5, minimum=1)
 # A count the cache lost lets the post through, as a Redis that is down does (portal.throttling).
 RATELIMIT_FAIL_OPEN = True
 # Django's own RedisCache is not on django-ratelimit's list, but its add (SET NX) and incr (INCRBY) are as
