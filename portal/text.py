@@ -73,7 +73,11 @@ class EmailField(_Cleaned, forms.EmailField):
 
 class CountField(forms.IntegerField):
     """A whole number typed in ASCII digits (surrounding spaces and a minus aside): IntegerField also reads "١٢٣"
-    and "5.0"."""
+    and "5.0". At most what the database holds, unless the field says less: past a float's range, arithmetic
+    with it raises."""
+
+    def __init__(self, *, max_value: int = 2**63 - 1, **kwargs):
+        super().__init__(max_value=max_value, **kwargs)
 
     def to_python(self, value):
         if isinstance(value, str) and value.strip() and ascii_count(value.strip(), signed=True) is None:

@@ -7,6 +7,7 @@ from django.core.management import CommandError, call_command
 
 from jobs.models import Job
 from tests.conftest import EXAMPLE, job_form
+from tests.jobs.test_sample import finished_sample
 
 pytestmark = pytest.mark.django_db
 
@@ -49,3 +50,11 @@ def test_it_refuses_huge_hours_on_the_command_line(organisation, online_slots, h
         submit("--gpus", "1", "--hours", hours)
     assert str(refused.value).startswith("Refused: A job can run at most 72 hours; this asks for ")
     assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize("gpus", ["9" * 400, "²", "١", "+1"])
+def test_it_gives_no_estimate_for_a_sample_s_pass_on_a_count_that_is_not_one(partner_client, organisation, gpus):
+    sample = finished_sample(organisation)
+    response = partner_client.get(f"/jobs/{sample.pk}/estimate/", {"gpus": gpus})
+    assert response.status_code == 200
+    assert "Give a whole number" in response.content.decode()
