@@ -47,8 +47,7 @@ def make_csv(rows: int) -> Path:
     import generate
 
     path = SCRATCH / "rows.csv"
-    sys.argv = ["generate", str(rows), str(path)]
-    generate.main()
+    generate.main([str(path), "--rows", str(rows), "--force"])
     return path
 
 

@@ -1,11 +1,13 @@
-"""Writes examples/customers.csv: a raw customer dump with the usual dirt, for a first clean-table job.
+"""Writes a raw customer dump with the usual dirt, for a first clean-table job (examples/customers.csv).
 
-    python examples/generate.py [ROWS] [PATH]
+    python examples/generate.py PATH [--rows ROWS] [--force]
 
-Deterministic (seeded). Besides clean rows it has padded and decomposed-Unicode names, empty cells,
-quoted notes with commas and newlines, a few malformed numbers and rows with a field missing.
+An existing file is kept unless --force says to write over it. Deterministic (seeded). Besides clean
+rows it has padded and decomposed-Unicode names, empty cells, quoted notes with commas and newlines, a
+few malformed numbers and rows with a field missing.
 """
 
+import argparse
 import csv
 import random
 import sys
@@ -47,15 +49,32 @@ def rows(count: int, rng: random.Random):
         yield row
 
 
-def main() -> None:
-    count = int(sys.argv[1]) if len(sys.argv) > 1 else 5000
-    path = sys.argv[2] if len(sys.argv) > 2 else "examples/customers.csv"
-    with open(path, "w", newline="", encoding="utf-8") as handle:
+def arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="Write a raw customer dump (CSV) for a first clean-table job.")
+    parser.add_argument("path", help="the CSV file to write, e.g. examples/customers.csv")
+    parser.add_argument("--rows", type=int, default=5000, help="customer rows to write (default 5000)")
+    parser.add_argument("--force", action="store_true", help="write over the file if it exists")
+    options = parser.parse_args(argv)
+    if options.rows < 0:
+        parser.error(f"--rows must be 0 or more, not {options.rows}")
+    return options
+
+
+def main(argv: list[str] | None = None) -> None:
+    options = arguments(argv)
+    # "x" refuses an existing file in the same call that creates it: no window for another writer.
+    try:
+        handle = open(options.path, "w" if options.force else "x", newline="", encoding="utf-8")  # noqa: SIM115
+    except FileExistsError:
+        sys.exit(f"{options.path} exists; give --force to write over it.")
+    except OSError as error:
+        sys.exit(f"Cannot write {options.path}: {error.strerror}.")
+    with handle:
         writer = csv.writer(handle)
         writer.writerow(
             ["id", "name", "email", "signup_date", "last_seen", "lifetime_value", "active", "country", "notes"]
         )
-        writer.writerows(rows(count, random.Random(31)))
+        writer.writerows(rows(options.rows, random.Random(31)))
 
 
 if __name__ == "__main__":

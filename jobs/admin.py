@@ -8,6 +8,7 @@ from django.urls import path
 
 from jobs import enqueue, lifecycle, scheduling
 from jobs.models import ENDED, Allocation, Gpu, Job, JobEvent, Node, Shard, State
+from portal.text import NameField
 
 
 class ReadOnlyInline(admin.TabularInline):
@@ -37,7 +38,7 @@ class EventInline(ReadOnlyInline):
 
 
 class HoldForm(forms.Form):
-    reason = forms.CharField(
+    reason = NameField(
         max_length=Job._meta.get_field("on_hold_reason").max_length,
         required=False,
         help_text="Shown to the partner on the job's page, e.g. “maintenance of the fleet until 14:00 UTC”.",

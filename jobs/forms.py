@@ -10,6 +10,7 @@ from django.template.defaultfilters import pluralize
 from billing.models import RetentionPolicy
 from jobs import processors
 from jobs.models import Job
+from portal.text import CountField, NameField
 
 
 def param_field_name(processor: processors.Processor, param: processors.Param) -> str:
@@ -20,7 +21,7 @@ class RequestForm(forms.Form):
     """GPUs × hours, what becomes of the staged copy, and whether a partial output will do: the part
     of the job form that the full pass of a sample asks again (pre-filled from the sample's estimate)."""
 
-    gpus = forms.IntegerField(label="GPUs", min_value=1, initial=2)
+    gpus = CountField(label="GPUs", min_value=1, initial=2)
     hours = forms.DecimalField(label="Hours", min_value=Decimal("0.01"), decimal_places=2, initial=1)
     deadline = forms.DateTimeField(
         label="Deadline (UTC, optional)",
@@ -45,8 +46,8 @@ class RequestForm(forms.Form):
             "rejects. Otherwise the job fails."
         ),
     )
-    keep_days = forms.IntegerField(label="days", min_value=1, initial=7, required=False)
-    output_days = forms.IntegerField(label="The job's output is", min_value=1, required=False)  # blank: the default
+    keep_days = CountField(label="days", min_value=1, initial=7, required=False)
+    output_days = CountField(label="The job's output is", min_value=1, required=False)  # blank: the default
 
     def __init__(self, *args, policy: RetentionPolicy, **kwargs):
         """`policy`: the retention policy in force for the organisation, whose limits the days keep to."""
@@ -96,13 +97,13 @@ class JobForm(RequestForm):
         required=False,
         help_text="The model the work runs: checked when you submit (it must load), kept with the staged copy.",
     )
-    sha256 = forms.CharField(
+    sha256 = NameField(
         label="SHA-256 of the data (optional)",
         required=False,
         max_length=100,
         help_text="Staging checks the data against it and fails the job if they differ.",
     )
-    location = forms.CharField(
+    location = NameField(
         label="or a URL, s3:// URI or server path",
         required=False,
         max_length=2000,
@@ -111,11 +112,11 @@ class JobForm(RequestForm):
             "or a file in your organisation's staging folder on the server."
         ),
     )
-    s3_access_key_id = forms.CharField(label="S3 access key ID", required=False, max_length=128)
+    s3_access_key_id = NameField(label="S3 access key ID", required=False, max_length=128)
     s3_secret_access_key = forms.CharField(
         label="S3 secret access key", required=False, max_length=256, widget=forms.PasswordInput
     )
-    s3_region = forms.CharField(label="S3 region", required=False, max_length=40, help_text="e.g. eu-west-1")
+    s3_region = NameField(label="S3 region", required=False, max_length=40, help_text="e.g. eu-west-1")
     work = forms.ChoiceField(label="Work", widget=forms.RadioSelect)
     shape = forms.ChoiceField(
         label="Shape", choices=Job.Shape.choices, initial=Job.Shape.SHORT_WIDE, widget=forms.RadioSelect
@@ -148,7 +149,7 @@ class JobForm(RequestForm):
         self.fields["work"].initial = "clean-table" if any(p.name == "clean-table" for p in kinds) else None
         for processor in kinds:
             for param in processor.params:
-                self.fields[param_field_name(processor, param)] = forms.CharField(
+                self.fields[param_field_name(processor, param)] = NameField(
                     label=param.name, required=False, initial=param.default, help_text=param.help
                 )
 

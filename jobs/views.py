@@ -6,6 +6,7 @@ from functools import partial, wraps
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
 from django.http import FileResponse, Http404, HttpResponse, HttpResponseNotAllowed, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
@@ -150,10 +151,10 @@ def _sizing_context(job, pass_form: RequestForm | None = None) -> dict:
 
 def _pass_estimate(job, pass_form: RequestForm):
     try:
-        gpus = int(pass_form["gpus"].value())
-    except (TypeError, ValueError):
+        gpus = pass_form.fields["gpus"].clean(pass_form["gpus"].value())
+    except ValidationError:
         return None
-    return sizing.estimate(job.sample_result, gpus) if gpus >= 1 else None
+    return sizing.estimate(job.sample_result, gpus)
 
 
 def _detail_context(job, pass_form: RequestForm | None = None) -> dict:

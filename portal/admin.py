@@ -1,7 +1,8 @@
+from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
 
-from portal import onboarding
+from portal import onboarding, text
 from portal.models import Application, Membership, Organisation
 
 
@@ -27,8 +28,29 @@ class MembershipInline(admin.TabularInline):
     autocomplete_fields = ["user"]
 
 
+class OrganisationForm(forms.ModelForm):
+    """An organisation's name, as an operator types it, cleaned as a partner's names are."""
+
+    class Meta:  # the admin names the model and its fields
+        field_classes = {"name": text.NameField}
+
+
+class ApplicationForm(forms.ModelForm):
+    """An application, as an operator edits it, cleaned as the intake form cleans it."""
+
+    class Meta:  # the admin names the model and its fields
+        field_classes = {
+            "name": text.NameField,
+            "email": text.EmailField,
+            "organisation": text.NameField,
+            "dataset": text.TextField,
+            "work": text.TextField,
+        }
+
+
 @admin.register(Organisation)
 class OrganisationAdmin(admin.ModelAdmin):
+    form = OrganisationForm
     list_display = ["name", "slug", "created"]
     prepopulated_fields = {"slug": ["name"]}
     search_fields = ["name", "slug"]
@@ -37,6 +59,7 @@ class OrganisationAdmin(admin.ModelAdmin):
 
 @admin.register(Application)
 class ApplicationAdmin(admin.ModelAdmin):
+    form = ApplicationForm
     list_display = ["organisation", "applicant", "email", "gpu_hours", "status", "created"]
     list_filter = ["status"]
     search_fields = ["organisation", "name", "email"]

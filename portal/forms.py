@@ -1,6 +1,16 @@
-from django import forms
+"""The design-partner intake form and the password reset's, what people type cleaned of invisible characters."""
 
+import logging
+
+from django import forms
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.forms import PasswordResetForm
+
+from portal import text
 from portal.models import Application
+
+log = logging.getLogger(__name__)
 
 MOST_GPU_HOURS = 1_000_000
 
@@ -9,12 +19,45 @@ class ApplicationForm(forms.ModelForm):
     class Meta:
         model = Application
         fields = ["name", "email", "organisation", "dataset", "work", "gpu_hours"]
+        field_classes = {
+            "name": text.NameField,
+            "email": text.EmailField,
+            "organisation": text.NameField,
+            "dataset": text.TextField,
+            "work": text.TextField,
+        }
         widgets = {"dataset": forms.Textarea(attrs={"rows": 3}), "work": forms.Textarea(attrs={"rows": 3})}
 
-    gpu_hours = forms.IntegerField(
+    gpu_hours = text.CountField(
         label="GPU-hours you expect",
         required=False,
         min_value=1,
         max_value=MOST_GPU_HOURS,
         error_messages={"max_value": f"We plan passes of up to {MOST_GPU_HOURS:,} GPU-hours; say more under work."},
     )
+
+
+class ResetForm(PasswordResetForm):
+    """Django's password reset, with the portal's address in its link and no link where it would be logged."""
+
+    email = text.EmailField(label="Email", max_length=254, widget=forms.EmailInput(attrs={"autocomplete": "email"}))
+
+    def get_users(self, email):
+        """Accounts with this address, those that never set a password too: an accepted applicant who lost the
+        first link sets one this way."""
+        users = get_user_model()._default_manager.filter(email__iexact=email, is_active=True)
+        return (user for user in users if user.email.casefold() == email.casefold())
+
+    def send_mail(self, subject_template_name, email_template_name, context, from_email, to_email, **kwargs):
+        if not settings.E31_EMAIL_HOST:
+            # Without a mail server an email goes to the process's output, where a working link is anyone's
+            # who reads the logs: the operator is told who asked instead, and sets the password.
+            user = context["user"].get_username()
+            log.warning(
+                "%s asked for a password reset; with no mail server (E31_EMAIL_HOST) no link is sent. Give them "
+                "a password with `manage.py changepassword %s` (or in the admin console) if they asked you.",
+                user,
+                user,
+            )
+            return
+        super().send_mail(subject_template_name, email_template_name, context, from_email, to_email, **kwargs)

@@ -7,6 +7,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
 from portal.env import env_bool, env_choice, env_int, env_list, env_str
@@ -35,11 +36,18 @@ SECRET_KEY = _secret_key()
 DEBUG = env_bool("E31_DEBUG", False)
 ALLOWED_HOSTS = env_list("E31_ALLOWED_HOSTS", "127.0.0.1,localhost")
 CSRF_TRUSTED_ORIGINS = env_list("E31_CSRF_TRUSTED_ORIGINS", "")
-# Behind an HTTPS proxy in production: cookies only over HTTPS, and the proxy's word on the scheme.
+# Behind an HTTPS proxy in production: cookies only over HTTPS, the proxy's word on the scheme, plain HTTP
+# redirected to HTTPS, and browsers told to use nothing but HTTPS (HSTS) for E31_HSTS_SECONDS.
 E31_HTTPS = env_bool("E31_HTTPS", False)
-SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = E31_HTTPS
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = SECURE_SSL_REDIRECT = E31_HTTPS
 if E31_HTTPS:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# A year, the least the browsers' preload lists take; 0 turns HSTS off. A browser that saw it refuses plain
+# HTTP for that long, so an operator trying HTTPS out sets a few minutes first.
+SECURE_HSTS_SECONDS = env_int("E31_HSTS_SECONDS", 31_536_000 if E31_HTTPS else 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_PRELOAD = SECURE_HSTS_SECONDS > 0
+if SECURE_HSTS_SECONDS and not E31_HTTPS:
+    raise ImproperlyConfigured("E31_HSTS_SECONDS needs E31_HTTPS: browsers take HSTS only from an HTTPS answer.")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -53,6 +61,7 @@ INSTALLED_APPS = [
     "template_partials",
     "axes",
     "django_ratelimit",
+    "csp",
     "portal",
     "jobs",
     "billing",
@@ -67,10 +76,28 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     # Last, as axes asks: it turns a login refused for a lockout into the locked-out page.
     "axes.middleware.AxesMiddleware",
 ]
+
+# Content-Security-Policy (django-csp): scripts, styles, images and fetches from the portal itself only, so an
+# injected <script>, inline handler or style attribute does nothing. The pages keep to it: scripts and styles
+# are static files, htmx is told not to add its inline style (templates/htmx_head.html), bars are <progress>.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "img-src": [SELF, "data:"],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [NONE],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    }
+}
 
 ROOT_URLCONF = "portal.urls"
 WSGI_APPLICATION = "portal.wsgi.application"
@@ -138,6 +165,8 @@ CACHES = {
 # The intake form takes E31_INTAKE_POSTS_PER_HOUR posts from one address (portal.throttling.client_ip) in an
 # hour (django-ratelimit's: a fixed hour per address); the next ones are answered 429 with the form kept.
 E31_INTAKE_POSTS_PER_HOUR = env_int("E31_INTAKE_POSTS_PER_HOUR", 10, minimum=1)
+# The same for asking a password reset: each ask emails an address that may not be the asker's.
+E31_PASSWORD_RESETS_PER_HOUR = env_int("E31_PASSWORD_RESETS_PER_HOUR", 5, minimum=1)
 # A count the cache lost lets the post through, as a Redis that is down does (portal.throttling).
 RATELIMIT_FAIL_OPEN = True
 # Django's own RedisCache is not on django-ratelimit's list, but its add (SET NX) and incr (INCRBY) are as

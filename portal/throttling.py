@@ -1,4 +1,5 @@
-"""Who a request comes from, for the login lockout (django-axes) and the intake form's limit."""
+"""Who a request comes from, for the login lockout (django-axes) and the limits on the intake form and the
+password reset."""
 
 import ipaddress
 import logging
@@ -7,6 +8,8 @@ import redis
 from django.conf import settings
 from django.http import HttpRequest
 from django_ratelimit.core import get_usage
+
+from portal.text import ascii_count
 
 log = logging.getLogger(__name__)
 
@@ -42,25 +45,35 @@ def _without_port(entry: str) -> str:
     if entry.startswith("["):
         return entry[1:].partition("]")[0]
     host, colon, port = entry.rpartition(":")
-    return host if colon and "." in host and port.isdigit() else entry
+    return host if colon and "." in host and ascii_count(port) is not None else entry
 
 
 def intake_wait(request: HttpRequest) -> int:
     """Count this post of the intake form against its client's hour; the seconds until that hour is out if the
     client has sent more than E31_INTAKE_POSTS_PER_HOUR in it, else 0."""
+    return _posts_wait(request, "intake", settings.E31_INTAKE_POSTS_PER_HOUR)
+
+
+def password_reset_wait(request: HttpRequest) -> int:
+    """Count this ask for a password reset against its client's hour, as intake_wait does, with
+    E31_PASSWORD_RESETS_PER_HOUR: each ask sends an email to someone who may not have asked."""
+    return _posts_wait(request, "password-reset", settings.E31_PASSWORD_RESETS_PER_HOUR)
+
+
+def _posts_wait(request: HttpRequest, group: str, per_hour: int) -> int:
     try:
         usage = get_usage(
             request,
-            group="intake",
+            group=group,
             # An IPv6 /56: a home or office is often given one, and could send from each of its /64s.
             key=lambda group, request: client_ip(request, ipv6_prefix=56) or "unknown",
-            rate=f"{settings.E31_INTAKE_POSTS_PER_HOUR}/h",
+            rate=f"{per_hour}/h",
             method="POST",
             increment=True,
         )
     except redis.RedisError as error:
-        # An application is worth more than the limit: without the cache it is taken unlimited.
-        log.warning("The intake form's limit is not counted, the cache is unreachable: %s", error)
+        # The form is worth more than the limit: without the cache it is taken unlimited.
+        log.warning("The %s form's limit is not counted, the cache is unreachable: %s", group, error)
         return 0
     if usage is None or not usage["should_limit"]:
         return 0

@@ -8,6 +8,8 @@ urlpatterns = [
     path("design-partners/", views.design_partners, name="design_partners"),
     path("design-partners/apply/", views.apply, name="apply"),
     path("design-partners/apply/thanks/", views.applied, name="applied"),
+    # Before Django's own, which it replaces: throttled, in the portal's words, with the portal's address.
+    path("accounts/password_reset/", views.PasswordReset.as_view(), name="password_reset"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("jobs/", include("jobs.urls")),
     path("billing/", include("billing.urls")),

@@ -1,13 +1,15 @@
-"""The landing page, the design-partner program with its intake form, and the locked-out login."""
+"""The landing page, the design-partner program with its intake form, the locked-out login and the password
+reset's first step."""
 
 from math import ceil
 
 from django.conf import settings
+from django.contrib.auth import views as auth_views
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
 
 from portal import throttling
-from portal.forms import ApplicationForm
+from portal.forms import ApplicationForm, ResetForm
 from portal.models import Application
 
 
@@ -49,3 +51,31 @@ def locked_out(request, original_response: HttpResponse | None, credentials: dic
         "minutes": settings.E31_LOGIN_LOCKOUT_MINUTES,
     }
     return render(request, "registration/locked_out.html", context, status=429)
+
+
+class PasswordReset(auth_views.PasswordResetView):
+    """Ask for a link to set a new password: so many asks an hour from one address, then 429 with the form as
+    typed. A known address and an unknown one get the same answer, so the form tells nobody who has an account."""
+
+    form_class = ResetForm
+    template_name = "registration/password_reset_form.html"
+    subject_template_name = "portal/email/password_reset_subject.txt"
+    email_template_name = "portal/email/password_reset.txt"
+
+    @property
+    def extra_email_context(self) -> dict:
+        # The link leads to E31_PUBLIC_URL, not to whatever Host the request named.
+        return {"public_url": settings.E31_PUBLIC_URL, "days": _reset_days()}
+
+    def post(self, request, *args, **kwargs):
+        if wait := throttling.password_reset_wait(request):
+            context = self.get_context_data(form=self.get_form(), wait_minutes=ceil(wait / 60))
+            return self.render_to_response(context, status=429)
+        return super().post(request, *args, **kwargs)
+
+    def get_context_data(self, **kwargs):
+        return {**super().get_context_data(**kwargs), "days": _reset_days()}
+
+
+def _reset_days() -> int:
+    return round(settings.PASSWORD_RESET_TIMEOUT / 86400)

@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from jobs import lifecycle, processors
 from jobs.models import Gpu, Job, Node, State
+from portal.text import ascii_count, shown
 
 log = logging.getLogger(__name__)
 
@@ -80,18 +81,20 @@ def fleet() -> Fleet:
 def parse_request(gpus, hours, shape: str = Job.Shape.SHORT_WIDE, work: str = "") -> tuple[int, Decimal]:
     """GPUs and hours laid out in the chosen shape, checked against the fleet (its slots that can run
     `work`, when it is given); RequestError names the field."""
-    try:
-        gpus = int(str(gpus).strip())
-    except ValueError:
-        raise RequestError("gpus", f"GPUs must be a whole number, not {gpus!r}.") from None
+    given = gpus
+    gpus = ascii_count(str(given).strip(), signed=True)
+    if gpus is None:
+        raise RequestError("gpus", f"GPUs must be a whole number, not {shown(given)}.")
     try:
         hours = Decimal(str(hours).strip())
     except InvalidOperation:
-        raise RequestError("hours", f"Hours must be a number, not {hours!r}.") from None
+        raise RequestError("hours", f"Hours must be a number, not {shown(hours)}.") from None
     if gpus < 1:
         raise RequestError("gpus", f"Ask for at least one GPU, not {gpus}.")
     if not hours.is_finite() or hours <= 0:
         raise RequestError("hours", f"Hours must be more than zero, not {hours}.")
+    if hours > settings.E31_MAX_HOURS:  # before the decimals are counted: quantize raises past 28 digits
+        raise RequestError("hours", f"A job can run at most {settings.E31_MAX_HOURS} hours; this asks for {hours}.")
     if hours != hours.quantize(Decimal("0.01")):
         raise RequestError("hours", f"Hours can have at most two decimals, not {hours}.")
     if shape == Job.Shape.LONG_NARROW:

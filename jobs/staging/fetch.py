@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from typing import BinaryIO
 from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 
+from portal.text import ascii_count
+
 REDIRECTS = {301, 302, 303, 307, 308}
 # NAT64 (RFC 6052) and 6to4 addresses carry an IPv4 address; they are judged by that address.
 NAT64 = ipaddress.ip_network("64:ff9b::/96")
@@ -28,7 +30,7 @@ NAT64 = ipaddress.ip_network("64:ff9b::/96")
 # (RFC 8215: it leads into the operator's own networks) and site-local (fec0::/10, deprecated).
 NEVER_PUBLIC = tuple(ipaddress.ip_network(net) for net in ("::/96", "::ffff:0:0:0/96", "64:ff9b:1::/48", "fec0::/10"))
 END_GRACE = 1.0  # seconds to wait for the close we asked for once Content-Length bytes are in
-CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
+CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)", re.ASCII)  # \d alone also takes "١٢٣"
 URL_SAFE = "/%:@!$&'()*+,;=-._~?"  # what a URL may already hold as is: only the rest is percent-encoded
 HEADERS = {"Accept-Encoding": "identity", "Connection": "close", "User-Agent": "e31-portal-staging"}
 
@@ -193,9 +195,10 @@ def _length(response: http.client.HTTPResponse, host: str) -> int | None:
     declared = response.getheader("Content-Length")
     if response.chunked or declared is None:
         return None
-    if not declared.strip().isdigit():
+    length = ascii_count(declared.strip())
+    if length is None:
         raise FetchError(f"{host} sent an invalid Content-Length ({declared!r}).")
-    return int(declared)
+    return length
 
 
 def _resumed(response: http.client.HTTPResponse, host: str, written: int, total: int | None) -> tuple[int | None, int]:

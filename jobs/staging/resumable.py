@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from jobs.models import Upload
 from jobs.staging.uploads import over_dataset_limit, safe_name
+from portal.text import ascii_count, shown
 
 VERSION = "1.0.0"
 EXTENSIONS = "creation,termination,expiration,checksum"
@@ -70,9 +71,10 @@ def parse_checksum(header: str) -> tuple[str, bytes] | None:
 
 
 def _count(value: str | None, what: str) -> int:
-    if value is None or not value.isdigit():
-        raise UploadError(400, f"{what} must be a whole number of bytes, not {value!r}.")
-    return int(value)
+    count = ascii_count(value)
+    if count is None:
+        raise UploadError(400, f"{what} must be a whole number of bytes, not {shown(value)}.")
+    return count
 
 
 def renewed_expiry():

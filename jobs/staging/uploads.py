@@ -18,6 +18,7 @@ from django.utils.text import get_valid_filename
 
 from jobs.staging.formats import SAMPLE_BYTES, FormatError, detect
 from portal import units
+from portal.text import clean_name
 
 
 def over_dataset_limit(what: str, size: int) -> str:
@@ -57,8 +58,10 @@ def inspect(stream: BinaryIO, name: str) -> dict:
 
 
 def safe_name(name: str) -> str:
+    """A file's name as it may be stored and shown: no folders, no invisible characters, composed (NFC) so an
+    accent typed as a combining mark is kept."""
     try:
-        return get_valid_filename(PurePath(name).name)[:200]
+        return get_valid_filename(PurePath(clean_name(name)).name)[:200]
     except SuspiciousFileOperation:  # nothing usable is left of it: "", "..", "/"
         return "data"
 

@@ -8,7 +8,7 @@
   const input = form.elements.data;
   const hidden = form.elements.upload;
   const panel = document.getElementById("upload-status");
-  const bar = panel.querySelector(".bar > div");
+  const bar = panel.querySelector("progress.bar");
   const text = panel.querySelector(".upload-text");
   const endpoint = form.dataset.uploads;
   const chunkBytes = Number(form.dataset.chunkBytes);
@@ -36,7 +36,7 @@
     panel.hidden = false;
     panel.dataset.state = state;
     text.textContent = message;
-    bar.style.width = `${Math.round(100 * fraction)}%`;
+    bar.value = Math.round(100 * fraction);
   }
 
   async function create(file) {

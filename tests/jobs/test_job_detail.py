@@ -101,7 +101,7 @@ def test_it_shows_how_far_staging_has_got(organisation, partner_client, online_s
     )
     html = partner_client.get(f"/jobs/{job.pk}/progress/").content.decode()
     assert re.search(r"Copying the data: 500.0\xa0MB of 2.0\xa0GB at (49|50)\.\d MB/s, 3\d s left\.", html)
-    assert 'aria-valuenow="25"' in html
+    assert 'max="100" value="25"' in html
     assert "No CPU slot is held yet." in html
 
 

@@ -61,7 +61,8 @@ class Network:
 
 
 def state_is(page, state: str, timeout: float = 60_000):
-    page.wait_for_function(f"document.getElementById('upload-status').dataset.state === '{state}'", timeout=timeout)
+    # A selector, not wait_for_function: the page's Content-Security-Policy refuses the eval that one takes.
+    page.wait_for_selector(f"#upload-status[data-state='{state}']", state="attached", timeout=timeout)
 
 
 def test_an_upload_survives_a_dropped_network_and_a_reload(

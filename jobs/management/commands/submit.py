@@ -22,15 +22,17 @@ from jobs.outputs.assemble import open_output_file
 from jobs.scheduling import fleet, sizing
 from jobs.staging import sources
 from portal.models import Organisation
+from portal.text import clean_name
 
 
 def parse_params(pairs: list[str]) -> dict[str, str]:
+    """--param name=value pairs, cleaned as the job form cleans its fields."""
     params = {}
     for pair in pairs:
         name, sep, value = pair.partition("=")
-        if not sep or not name:
+        if not sep or not clean_name(name):
             raise CommandError(f"--param takes name=value, not {pair!r}")
-        params[name] = value
+        params[clean_name(name)] = clean_name(value)
     return params
 
 
@@ -231,7 +233,7 @@ class Command(BaseCommand):
             "deadline": opts["deadline"],
             "retention_days": opts["keep_days"],
             "output_keep_days": opts["keep_output_days"],
-            "expected_sha256": opts["sha256"],
+            "expected_sha256": clean_name(opts["sha256"]),
             "allow_partial": opts["allow_partial"],
             "sample": opts["sample"],
         }

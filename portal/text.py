@@ -1,0 +1,85 @@
+"""What people and peers type, read safely: names and texts without the invisible characters that let a name
+disguise itself on a page or in a console, and counts in protocol headers read as ASCII digits only."""
+
+import re
+import unicodedata
+
+from django import forms
+
+# Cf holds the bidi overrides, embeddings, isolates and marks (U+202A to 202E, U+2066 to 2069, U+200E to 200F,
+# U+061C), zero-width spaces and joiners (U+200B to 200D), the BOM (U+FEFF), the soft hyphen and tag characters;
+# Cc the C0 and C1 controls; Cs lone surrogates. None of them is seen, and each can change what is.
+_HIDDEN = frozenset({"Cc", "Cf", "Cs"})
+# Characters that break a line: in a one-line name they become a space, in a text a newline.
+_BREAKS = re.compile(r"\r\n|[\r\n\v\f\x1c-\x1e\x85\u2028\u2029]")
+# A count in a header: ASCII digits alone. str.isdigit() also takes "²" (which int() refuses) and "١٢٣"
+# (which int() reads as 123). Past 4,000 digits int() refuses it too; callers compare the rest to their limits.
+_COUNT = re.compile(r"[0-9]{1,4000}")
+
+
+def _visible(text: str, keep: str) -> str:
+    return "".join(char for char in text if char in keep or unicodedata.category(char) not in _HIDDEN)
+
+
+def clean_name(text: str) -> str:
+    """A one-line name (a person's, an organisation's, a file's, a parameter's value) as it shows: line
+    breaks and tabs become spaces, invisible characters go, then NFC and trimmed."""
+    return unicodedata.normalize("NFC", _visible(_BREAKS.sub(" ", text).replace("\t", " "), keep="")).strip()
+
+
+def clean_text(text: str) -> str:
+    """A text of several lines, cleaned as a name is but keeping its newlines (as \\n) and tabs."""
+    return unicodedata.normalize("NFC", _visible(_BREAKS.sub("\n", text), keep="\n\t")).strip()
+
+
+def ascii_count(text: str | None, *, signed: bool = False) -> int | None:
+    """A whole number written as ASCII digits only (no space, exponent, plus sign or other script's digits;
+    a minus sign when `signed`, so that a form can say the number is too small), or None for anything else."""
+    if text is None or not _COUNT.fullmatch(text.removeprefix("-") if signed else text):
+        return None
+    return int(text)
+
+
+def shown(value, limit: int = 40) -> str:
+    """A value as an error message quotes it: its repr, cut to `limit` characters (one can be megabytes)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 1]}…"
+
+
+class _Cleaned:
+    """A form field whose value is cleaned before it is checked: a name made only of invisible characters
+    is an empty one, and its length is counted without them."""
+
+    cleaner = staticmethod(clean_name)
+
+    def to_python(self, value):
+        value = super().to_python(value)
+        return (self.cleaner(value) or self.empty_value) if isinstance(value, str) else value
+
+
+class NameField(_Cleaned, forms.CharField):
+    """A one-line text field, cleaned by clean_name."""
+
+
+class TextField(_Cleaned, forms.CharField):
+    """A text field of several lines, cleaned by clean_text."""
+
+    cleaner = staticmethod(clean_text)
+
+
+class EmailField(_Cleaned, forms.EmailField):
+    """An email address, cleaned by clean_name before it is validated."""
+
+
+class CountField(forms.IntegerField):
+    """A whole number typed in ASCII digits (surrounding spaces and a minus aside): IntegerField also reads "١٢٣"
+    and "5.0". At most what the database holds, unless the field says less: past a float's range, arithmetic
+    with it raises."""
+
+    def __init__(self, *, max_value: int = 2**63 - 1, **kwargs):
+        super().__init__(max_value=max_value, **kwargs)
+
+    def to_python(self, value):
+        if isinstance(value, str) and value.strip() and ascii_count(value.strip(), signed=True) is None:
+            raise forms.ValidationError(self.error_messages["invalid"], code="invalid")
+        return super().to_python(value)

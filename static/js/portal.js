@@ -1,0 +1,8 @@
+// What the pages once did in inline handlers, which the Content-Security-Policy refuses: a button with
+// data-confirm asks first, a button with data-print prints. Listening on the document also covers the
+// fragments htmx swaps in.
+document.addEventListener("click", (event) => {
+  const asking = event.target.closest("[data-confirm]");
+  if (asking && !window.confirm(asking.dataset.confirm)) event.preventDefault();
+  if (event.target.closest("[data-print]")) window.print();
+});

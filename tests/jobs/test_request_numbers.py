@@ -1,0 +1,60 @@
+"""The numbers of a request, typed in the job form or given to `manage.py submit`: ASCII digits only, and
+whatever else arrives (other scripts' digits, signs, exponents, huge values) is a clear refusal, never a
+crash, with nothing stored."""
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from jobs.models import Job
+from tests.conftest import EXAMPLE, job_form
+from tests.jobs.test_sample import finished_sample
+
+pytestmark = pytest.mark.django_db
+
+ODD = ["²", "١", "٢", "+2", "- 1", "1e1", "0x2", "1_0", "2.0", "9" * 5000]
+
+
+@pytest.mark.parametrize("value", ODD)
+@pytest.mark.parametrize("field", ["gpus", "keep_days", "output_days"])
+def test_it_refuses_a_count_in_the_job_form_that_is_not_ascii_digits(partner_client, online_slots, field, value):
+    response = partner_client.post("/jobs/new/", job_form(**{field: value, "retention": "keep"}))
+    assert response.status_code == 400
+    assert "Enter a whole number." in response.content.decode()
+    assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize(("hours", "message"), [("1e30", "at most 72 hours"), ("9" * 5000, "at most 72 hours")])
+def test_it_refuses_huge_hours_in_the_job_form(partner_client, online_slots, hours, message):
+    response = partner_client.post("/jobs/new/", job_form(hours=hours))
+    assert response.status_code == 400
+    assert message in response.content.decode()
+    assert not Job.objects.exists()
+
+
+def submit(*args: str) -> None:
+    call_command("submit", "--org", "partner-lab", "--data", str(EXAMPLE), "--work", "clean-table", *args)
+
+
+@pytest.mark.parametrize("gpus", ODD)
+def test_it_refuses_gpus_on_the_command_line_that_are_not_ascii_digits(organisation, online_slots, gpus):
+    with pytest.raises(CommandError) as refused:
+        submit("--gpus", gpus, "--hours", "1")
+    assert str(refused.value).startswith("Refused: GPUs must be a whole number, not '")
+    assert len(str(refused.value)) < 100
+    assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize("hours", ["1e30", "9" * 5000, "1" + "0" * 40 + ".5"])
+def test_it_refuses_huge_hours_on_the_command_line(organisation, online_slots, hours):
+    with pytest.raises(CommandError) as refused:
+        submit("--gpus", "1", "--hours", hours)
+    assert str(refused.value).startswith("Refused: A job can run at most 72 hours; this asks for ")
+    assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize("gpus", ["9" * 400, "²", "١", "+1"])
+def test_it_gives_no_estimate_for_a_sample_s_pass_on_a_count_that_is_not_one(partner_client, organisation, gpus):
+    sample = finished_sample(organisation)
+    response = partner_client.get(f"/jobs/{sample.pk}/estimate/", {"gpus": gpus})
+    assert response.status_code == 200
+    assert "Give a whole number" in response.content.decode()

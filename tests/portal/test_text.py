@@ -1,0 +1,61 @@
+"""portal.text: names without the characters that disguise them, and counts in ASCII digits only."""
+
+import pytest
+from django.test import RequestFactory
+
+from portal.text import ascii_count, clean_name, clean_text, shown
+from portal.throttling import client_ip
+
+# Right-to-left override, zero-width space, left-to-right isolate, byte-order mark, Arabic letter mark,
+# soft hyphen, zero-width joiner, a tag character and a C1 control: none of them is seen.
+HIDDEN = ["\u202e", "\u200b", "\u2066", "\ufeff", "\u061c", "\u00ad", "\u200d", "\U000e0041", "\x9b"]
+
+
+@pytest.mark.parametrize("hidden", HIDDEN)
+def test_it_removes_invisible_and_direction_changing_characters_from_a_name(hidden):
+    assert clean_name(f"invoice{hidden}gnp.exe") == "invoicegnp.exe"
+    assert clean_name(f"{hidden} Ada Lovelace {hidden}") == "Ada Lovelace"
+
+
+def test_it_turns_line_breaks_and_tabs_in_a_name_into_spaces_and_composes_accents():
+    assert clean_name("Ada\r\nLovelace\u2028of\tLab") == "Ada Lovelace of Lab"
+    assert clean_name("Chloe\u0301") == "Chloé" and len(clean_name("Chloe\u0301")) == 5
+    assert clean_name("\u2067\u2069") == ""
+
+
+def test_it_keeps_the_lines_and_tabs_of_a_text():
+    assert clean_text("12M cards\r\n\u202escanned\tby hand\u200b\n") == "12M cards\nscanned\tby hand"
+
+
+@pytest.mark.parametrize("text", ["0", "5", "0042", "9" * 4000])
+def test_it_reads_counts_in_ascii_digits(text):
+    assert ascii_count(text) == int(text)
+
+
+@pytest.mark.parametrize("text", [None, "", "²", "١٢٣", "+5", " 5", "5 ", "5\n", "-1", "1e3", "0x1", "1_0", "9" * 4001])
+def test_it_reads_nothing_else_as_a_count(text):
+    assert ascii_count(text) is None
+
+
+def test_it_takes_a_minus_only_when_asked():
+    assert (ascii_count("-3", signed=True), ascii_count("-3"), ascii_count("--3", signed=True)) == (-3, None, None)
+
+
+def test_it_quotes_a_long_value_cut_short():
+    assert shown("abc") == "'abc'"
+    assert shown("9" * 5000) == "'" + "9" * 38 + "…"
+
+
+@pytest.mark.parametrize(
+    ("forwarded", "client"),
+    [
+        ("203.0.113.5:8080", "203.0.113.5"),
+        ("203.0.113.5:²", None),
+        ("203.0.113.5:١٢", None),
+        ("203.0.113.5", "203.0.113.5"),
+    ],
+)
+def test_it_reads_a_proxy_s_port_only_in_ascii_digits(settings, forwarded, client):
+    settings.E31_TRUSTED_PROXIES = 1
+    request = RequestFactory().get("/", REMOTE_ADDR="10.0.0.9", HTTP_X_FORWARDED_FOR=forwarded)
+    assert client_ip(request) == client
