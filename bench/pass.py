@@ -29,6 +29,7 @@ import scratch
 
 scratch.setup()
 
+import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 
@@ -146,9 +147,9 @@ def bare_loop(job_id: int) -> float:
         for shard in shards:
             records, _ = read_shard(job, shard)
             for batch in batched(records, processor.batch_size):
-                readable = [record for record in batch if record.error is None]
-                result = processor.process_batch(readable, context)
-                writer.write_table(result.table.add_column(0, schema.field(RECORD_COLUMN), [result.kept]))
+                result = processor.run_batch(batch, context)  # as the slot runs it
+                kept = pa.array(result.kept, pa.int64())
+                writer.write_table(result.table.add_column(0, schema.field(RECORD_COLUMN), kept))
                 count += len(batch)
     return count / (time.perf_counter() - began)
 

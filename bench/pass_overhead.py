@@ -20,6 +20,7 @@ import scratch
 scratch.as_a_worker()  # the bare loop runs with a slot's memory settings
 scratch.setup()
 
+import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 
@@ -47,9 +48,9 @@ def bare_loop(path: Path, job: Job) -> float:
     schema = output_schema(job)
     with pq.ParquetWriter(SCRATCH / "bare.parquet", schema) as writer:
         for batch in batched(records, processor.batch_size):
-            readable = [record for record in batch if record.error is None]
-            result = processor.process_batch(readable, context)
-            writer.write_table(result.table.add_column(0, schema.field("_record"), [result.kept]))
+            result = processor.run_batch(batch, context)  # as the slot runs it
+            kept = pa.array(result.kept, pa.int64())
+            writer.write_table(result.table.add_column(0, schema.field("_record"), kept))
             count += len(batch)
     return count / (time.perf_counter() - began)
 
