@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 UNREACHABLE = "The job queue is unreachable just now"
 
 _watching: ContextVar[list[str] | None] = ContextVar("unsent", default=None)
+_hurried: ContextVar[list[str] | None] = ContextVar("hurried", default=None)
 
 
 def stage(job_id: int) -> None:
@@ -77,17 +78,37 @@ def unsent() -> Iterator[list[str]]:
         _watching.reset(token)
 
 
+@contextlib.contextmanager
+def without_waiting() -> Iterator[None]:
+    """Sends within are tried once, and once one fails the rest are dropped without trying: a
+    gpuworker's heartbeat must not be held up past a node's timeout by a broker that is away."""
+    failed: list[str] = []
+    token = _hurried.set(failed)
+    try:
+        yield
+    finally:
+        _hurried.reset(token)
+
+
 def _send_on_commit(name: str, *args: int | str, queue: str | None = None) -> None:
-    # The watcher is taken now: the commit may come after the caller's `unsent()` block has closed.
-    transaction.on_commit(partial(_send, name, args, queue, _watching.get()))
+    # Taken now: the commit may come after the caller's `unsent()` or `without_waiting()` has closed.
+    transaction.on_commit(partial(_send, name, args, queue, _watching.get(), _hurried.get()))
 
 
-def _send(name: str, args: tuple[int | str, ...], queue: str | None, watcher: list[str] | None) -> None:
-    options = {"queue": queue} if queue else {}
+def _send(
+    name: str, args: tuple[int | str, ...], queue: str | None, watcher: list[str] | None, hurried: list[str] | None
+) -> None:
+    about = f"job {args[0]}: " if args else ""
+    options: dict = {"queue": queue} if queue else {}
+    if hurried is not None:
+        if hurried:
+            log.info("%s%s was not sent, the job queue was unreachable a moment ago", about, name)
+            return
+        options["retry"] = False
     try:
         app.send_task(name, args=args, **options)
     except OperationalError as error:
-        about = f"job {args[0]}: " if args else ""
         log.warning("%s%s was not sent, the job queue is unreachable (%s)", about, name, error)
-        if watcher is not None:
-            watcher.append(name)
+        for names in (watcher, hurried):
+            if names is not None:
+                names.append(name)

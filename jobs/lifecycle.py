@@ -153,13 +153,13 @@ def release(job: Job, at=None) -> bool:
     return bool(open_holds)
 
 
-def lose_slots(job: Job, gpus: list[Gpu], at, node: str, cause: str = "") -> int:
+def lose_slots(job: Job, allocations: list[Allocation], at, node: str, cause: str = "") -> int:
     """Slots of a running job went offline with their node (or their worker stopped, the `cause`):
-    their holds end at `at`, when they were last seen (a dead GPU is not metered), and their running
-    shards go back to pending at once for the job's other slots. With no slot left the job goes back
-    to the head of the queue, its meter stopped, and is held again when GPUs are free; unless its hours
-    were up by then: it has timed out. No hold ends after the time limit. Returns how many holds
-    ended."""
+    these holds end at `at`, when the slots were last seen (a dead GPU is not metered), and their
+    running shards go back to pending at once for the job's other slots. Only these holds: one that
+    started since the caller read them is not lost. With no slot left the job goes back to the head
+    of the queue, its meter stopped, and is held again when GPUs are free; unless its hours were up
+    by then: it has timed out. No hold ends after the time limit. Returns how many holds ended."""
     now = timezone.now()
     with transaction.atomic():
         # The job's row first, as finish_pass and cancel lock it before its allocations.
@@ -167,11 +167,13 @@ def lose_slots(job: Job, gpus: list[Gpu], at, node: str, cause: str = "") -> int
         if job is None:
             return 0
         ended = min(at, job.time_limit_at())
-        lost = list(Allocation.objects.select_for_update().filter(job=job, gpu__in=gpus, held_to__isnull=True))
+        held = Allocation.objects.select_for_update().filter(job=job, pk__in=[a.pk for a in allocations])
+        lost = list(held.filter(held_to__isnull=True).select_related("gpu"))
         for allocation in lost:
             Allocation.objects.filter(pk=allocation.pk).update(held_to=max(ended, allocation.held_from), modified=now)
         if not lost:
             return 0
+        gpus = [allocation.gpu for allocation in lost]
         returned = Shard.objects.filter(job=job, gpu__in=gpus, status=Shard.Status.RUNNING).update(
             status=Shard.Status.PENDING, claim="", lease_until=None
         )
@@ -195,15 +197,20 @@ def lose_slots(job: Job, gpus: list[Gpu], at, node: str, cause: str = "") -> int
 
 def rejoin(job_id: int, gpu: Gpu) -> Allocation | None:
     """A slot the running job lost (its worker or its node stopped) is back: the job holds it again
-    from now, and a slot task serves it, while the job runs on fewer slots than it asked for and has
-    hours left. None when it does not, or another job took the slot first."""
+    from now, and a slot task serves it, while the job runs on fewer slots than it asked for, has
+    shards nobody has taken and hours left. None when it does not, or another job took the slot."""
     now = timezone.now()
+    job = Job.objects.filter(pk=job_id, state=State.RUNNING).first()
+    if job is None or not _short_of_slots(job):
+        return None  # looked at before taking any lock: a heartbeat asks every beat
     try:
         with transaction.atomic():
-            job = Job.objects.select_for_update().filter(pk=job_id, state=State.RUNNING).first()
-            if job is None or job.time_limit_passed():
+            # The slot's row, then the job's, as the scheduler locks them: on PostgreSQL a scheduler
+            # holding the slot would otherwise wait on this insert while this waits on its lock.
+            if not Gpu.objects.select_for_update(skip_locked=True).filter(pk=gpu.pk).exists():
                 return None
-            if Allocation.objects.filter(job=job, held_to__isnull=True).count() >= job.gpus:
+            job = Job.objects.select_for_update().filter(pk=job_id, state=State.RUNNING).first()
+            if job is None or job.time_limit_passed() or not _short_of_slots(job):
                 return None
             allocation = Allocation.objects.create(job=job, gpu=gpu, held_from=now)
             noun = "CPU slot" if gpu.kind == Gpu.Kind.CPU else "GPU"
@@ -214,6 +221,12 @@ def rejoin(job_id: int, gpu: Gpu) -> Allocation | None:
         return None  # the slot went to another job meanwhile
     log.warning("job %s: %s", job_id, message)
     return allocation
+
+
+def _short_of_slots(job: Job) -> bool:
+    """Whether the job holds fewer slots than it asked for while shards wait that nobody has taken."""
+    waiting = Shard.objects.filter(job=job, status=Shard.Status.PENDING).exists()
+    return waiting and Allocation.objects.filter(job=job, held_to__isnull=True).count() < job.gpus
 
 
 def send_runner(allocation: Allocation) -> None:

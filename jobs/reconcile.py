@@ -63,12 +63,14 @@ def reconcile() -> list[int]:
         enqueue.assemble(job.pk)
         touched.append(job.pk)
     # A job that ended early keeps its finished shards as a partial output; its assembly's message
-    # lost with Redis is sent again for a while (an assembly that fails for good is not retried for ever).
+    # lost with Redis is sent again for a while (an assembly that fails for good is not retried for
+    # ever), once a quiet spell (one still running is not sent a second).
     recently = Q(ended_at__gt=now - PARTIAL_OUTPUT_RETRY, ended_at__lt=quiet)
     partial = Job.objects.filter(recently, state__in=ENDED, output_path="", shards__status=Shard.Status.DONE)
     for job_id in partial.values_list("pk", flat=True).distinct():
-        enqueue.assemble(job_id)
-        touched.append(job_id)
+        if Job.objects.filter(pk=job_id, modified__lt=quiet).update(modified=now):
+            enqueue.assemble(job_id)
+            touched.append(job_id)
     # Staging deletes a partner's upload and wipes their secrets when it ends; a job that ended before
     # staging ever ran (its message lost with Redis) is cleared here. A batch at a time: each job
     # cleared leaves the filter, and after an upgrade older jobs' upload paths are cleared over a few runs.

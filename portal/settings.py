@@ -325,10 +325,10 @@ E31_SAMPLE_KEEP_DAYS = env_int("E31_SAMPLE_KEEP_DAYS", 7, minimum=1)
 E31_SLOT_SLICE_SECONDS = env_int("E31_SLOT_SLICE_SECONDS", 300, minimum=1)
 E31_HEARTBEAT_SECONDS = env_int("E31_HEARTBEAT_SECONDS", 5, minimum=1)
 E31_NODE_TIMEOUT_SECONDS = env_int("E31_NODE_TIMEOUT_SECONDS", 3 * E31_HEARTBEAT_SECONDS, minimum=1)
-if E31_NODE_TIMEOUT_SECONDS <= E31_HEARTBEAT_SECONDS:
+if E31_NODE_TIMEOUT_SECONDS < 2 * E31_HEARTBEAT_SECONDS:
     raise ImproperlyConfigured(
-        f"E31_NODE_TIMEOUT_SECONDS ({E31_NODE_TIMEOUT_SECONDS}) must be longer than a heartbeat "
-        f"(E31_HEARTBEAT_SECONDS, {E31_HEARTBEAT_SECONDS}), or every node is offline between two beats."
+        f"E31_NODE_TIMEOUT_SECONDS ({E31_NODE_TIMEOUT_SECONDS}) must be at least two heartbeats "
+        f"(E31_HEARTBEAT_SECONDS, {E31_HEARTBEAT_SECONDS}), or one slow beat takes a live node offline."
     )
 E31_NVML_MODULE = env_str("E31_NVML_MODULE", "pynvml")
 
@@ -338,8 +338,14 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_DEFAULT_QUEUE = "control"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-# Above the longest slot slice plus a shard, so Redis never hands a running task to a second worker.
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": E31_SLOT_SLICE_SECONDS * 4 + 600}
+# The visibility timeout is above the longest slot slice plus a shard, so Redis never hands a running
+# task to a second worker. A broker that does not answer (its host gone, the server hung) fails a
+# send in seconds rather than never.
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": E31_SLOT_SLICE_SECONDS * 4 + 600,
+    "socket_connect_timeout": 5,
+    "socket_timeout": 15,
+}
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE = {
     "schedule-queued-jobs": {"task": "jobs.tasks.schedule", "schedule": 5.0},

@@ -9,7 +9,7 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from jobs import lifecycle, scheduling
+from jobs import enqueue, lifecycle, scheduling
 from jobs.models import Allocation, Gpu, Node, Shard, State
 from jobs.workers.nvml import GpuInfo, Reading
 
@@ -47,8 +47,9 @@ def register(
     work_kinds: list[str] | None = None,
 ) -> list[Gpu]:
     """Create or refresh the node and its slots; slots in `alive` (all by default) are seen now, with
-    their GPU's utilisation and memory in use when NVML gave `readings`. `work_kinds`, when given, are
-    the kinds the node's slots can run."""
+    their GPU's utilisation and memory in use when NVML gave `readings`; the others keep when they
+    were last seen (slot_stopped, which ends their holds then, clears it). `work_kinds`, when given,
+    are the kinds the node's slots can run."""
     now = timezone.now()
     defaults = {"hostname": socket.gethostname(), "driver": driver, "last_seen": now}
     if work_kinds is not None:
@@ -56,23 +57,20 @@ def register(
     node, _ = Node.objects.update_or_create(name=node_name, defaults=defaults)
     slots = []
     for spec in specs:
-        seen = now if alive is None or spec.index in alive else None
         reading = (readings or {}).get(spec.index)
-        slot, _ = Gpu.objects.update_or_create(
-            node=node,
-            index=spec.index,
-            defaults={
-                "kind": spec.kind,
-                "name": spec.name,
-                "uuid": spec.uuid,
-                "memory_mb": spec.memory_mb,
-                "compute_capability": spec.compute_capability,
-                "queue": queue_name(node_name, spec.index),
-                "last_seen": seen,
-                "utilisation": reading.utilisation if reading else None,
-                "memory_used_mb": reading.memory_used_mb if reading else None,
-            },
-        )
+        fields = {
+            "kind": spec.kind,
+            "name": spec.name,
+            "uuid": spec.uuid,
+            "memory_mb": spec.memory_mb,
+            "compute_capability": spec.compute_capability,
+            "queue": queue_name(node_name, spec.index),
+            "utilisation": reading.utilisation if reading else None,
+            "memory_used_mb": reading.memory_used_mb if reading else None,
+        }
+        if alive is None or spec.index in alive:
+            fields["last_seen"] = now
+        slot, _ = Gpu.objects.update_or_create(node=node, index=spec.index, defaults=fields)
         slots.append(slot)
     Gpu.objects.filter(node=node).exclude(index__in=[spec.index for spec in specs]).update(last_seen=None)
     return slots
@@ -84,6 +82,12 @@ def go_offline(node_name: str) -> None:
     Node.objects.filter(name=node_name).update(last_seen=None)
     Gpu.objects.filter(node__name=node_name).update(last_seen=None)
     take_offline(Allocation.objects.filter(gpu__node__name=node_name), now)
+
+
+def ask_for_a_schedule(node_name: str, first: bool) -> None:
+    """Send the scheduler on the node's first beat, and while a job waits that it has a slot for."""
+    if first or waited_for(node_name):
+        enqueue.schedule()
 
 
 def waited_for(node_name: str) -> bool:
@@ -108,9 +112,8 @@ def restarted(node_name: str) -> list[int]:
     """The node's gpuworker starts: a hold its slots still have is from before it died, and ends when
     the node was last seen, before the node registers again and would look alive throughout. Its
     slots are offline until their workers are ready. Returns the jobs that lost slots."""
-    lost = take_offline(Allocation.objects.filter(gpu__node__name=node_name), timezone.now())
-    Gpu.objects.filter(node__name=node_name).update(last_seen=None)
-    return lost
+    Gpu.objects.filter(node__name=node_name).update(last_seen=None)  # first: no hold starts on them meanwhile
+    return take_offline(Allocation.objects.filter(gpu__node__name=node_name), timezone.now())
 
 
 def slot_stopped(node_name: str, index: int) -> list[int]:
@@ -120,11 +123,10 @@ def slot_stopped(node_name: str, index: int) -> list[int]:
     if slot is None:
         return []
     now = timezone.now()
+    Gpu.objects.filter(pk=slot.pk).update(last_seen=None)  # first: no hold starts on it meanwhile
     noun = "CPU slot" if slot.kind == Gpu.Kind.CPU else "GPU"
     cause = f"the worker of {noun} {index} on node {node_name} stopped"
-    lost = take_offline(Allocation.objects.filter(gpu=slot), now, at=slot.last_seen or now, cause=cause)
-    Gpu.objects.filter(pk=slot.pk).update(last_seen=None)
-    return lost
+    return take_offline(Allocation.objects.filter(gpu=slot), now, at=slot.last_seen or now, cause=cause)
 
 
 def serve_held_slots(node_name: str, ready: set[int]) -> list[int]:
@@ -147,9 +149,8 @@ def serve_held_slots(node_name: str, ready: set[int]) -> list[int]:
         Q(runner_seen__lt=quiet) | Q(runner_seen__isnull=True, held_from__lt=quiet)
     )
     for allocation in silent.select_related("gpu"):
-        working = Shard.objects.filter(
-            job_id=allocation.job_id, gpu=allocation.gpu, status=Shard.Status.RUNNING, lease_until__gte=now
-        )
+        # A live lease on the slot, for this job or one before, means its worker is busy, not lost.
+        working = Shard.objects.filter(gpu=allocation.gpu, status=Shard.Status.RUNNING, lease_until__gte=now)
         if not working.exists():
             lifecycle.send_runner(allocation)
             sent.append(allocation.pk)
@@ -167,6 +168,6 @@ def take_offline(allocations, now, at=None, cause: str = "") -> list[int]:
     for held in by_node_and_job.values():
         node, job = held[0].gpu.node, held[0].job
         ended = at or node.last_seen or now
-        if lifecycle.lose_slots(job, [a.gpu for a in held], at=ended, node=node.name, cause=cause):
+        if lifecycle.lose_slots(job, held, at=ended, node=node.name, cause=cause):
             jobs.append(job.pk)
     return jobs

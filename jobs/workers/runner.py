@@ -61,8 +61,7 @@ def run_slot(job_id: int, allocation_id: int, runner: str = "") -> str:
             held = Allocation.objects.filter(pk=allocation_id, held_to__isnull=True).exists()
             return "superseded" if held else "released"
         if time.monotonic() > deadline:
-            enqueue.run_slot(job_id, allocation_id, runner, gpu.queue)
-            return "continued"
+            return _hand_over(job_id, allocation_id, runner, gpu.queue)
         if job.kind == Job.Kind.SAMPLE:
             skip_past_budget(job)
         claimed = claim_next(job, gpu)
@@ -93,12 +92,20 @@ def run_slot(job_id: int, allocation_id: int, runner: str = "") -> str:
 
 def _report(allocation_id: int, runner: str) -> bool:
     """This task still serves the hold: say so (the node sends a new task for a hold nobody reports
-    on). False when the hold ended, or a newer task serves it. A task sent without a token, before
-    tokens, serves the hold as long as it is open."""
-    serving = Allocation.objects.filter(pk=allocation_id, held_to__isnull=True)
-    if runner:
-        serving = serving.filter(runner=runner)
+    on). False when the hold ended, or a newer task serves it."""
+    serving = Allocation.objects.filter(pk=allocation_id, held_to__isnull=True, runner=runner)
     return bool(serving.update(runner_seen=timezone.now()))
+
+
+def _hand_over(job_id: int, allocation_id: int, runner: str, queue: str) -> str:
+    """End the slice: the hold's next task gets a token of its own, so a copy of this task's message
+    (restored by the broker after an acknowledgement lost) stops rather than run beside it."""
+    successor = uuid.uuid4().hex
+    serving = Allocation.objects.filter(pk=allocation_id, held_to__isnull=True, runner=runner)
+    if not serving.update(runner=successor, runner_seen=timezone.now()):
+        return "superseded"
+    enqueue.run_slot(job_id, allocation_id, successor, queue)
+    return "continued"
 
 
 def skip_past_budget(job: Job) -> int:

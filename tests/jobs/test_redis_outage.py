@@ -153,19 +153,14 @@ def this_process_on(server: PrivateRedis) -> Iterator[None]:
         _point_celery_at(before)
 
 
-# A heartbeat that sends its schedule while the broker is down can take seconds: beats as in
-# production keep the node's slots online through the outage, here and in the CLI.
-BEAT = {"E31_HEARTBEAT_SECONDS": "5"}
-
-
 @pytest.fixture
 def outage(redis_server, settings):
     """A worker on a Redis of its own, this process on it too; reconcile sends a job left submitted
-    again after 10 staging leases of a second (the worker's own lease stays as it is)."""
+    again after a staging lease of a second (the worker's own lease stays as it is). The worker
+    beats every second as in the other tests: a broker that is away must not hold its beats up."""
     server = PrivateRedis("outage-redis")
-    worker = Worker("outage-node", slots=2, REDIS_URL=server.url, **BEAT)
+    worker = Worker("outage-node", slots=2, REDIS_URL=server.url)
     settings.E31_STAGING_LEASE_SECONDS = 1
-    settings.E31_HEARTBEAT_SECONDS = int(BEAT["E31_HEARTBEAT_SECONDS"])
     try:
         with this_process_on(server):
             wait_for_slots(worker)
@@ -256,7 +251,7 @@ def test_it_records_a_submit_while_redis_is_down_and_waits_until_the_job_runs(ou
     command = manage(
         "submit", "--org", "partner-lab", "--data", str(data), "--work", "test-slow-echo", "--gpus", "1", "--hours", "1"
     )  # fmt: skip
-    env = process_env(REDIS_URL=server.url, **BEAT)
+    env = process_env(REDIS_URL=server.url)
     server.stop()
 
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=False)

@@ -100,7 +100,7 @@ def test_a_slot_whose_worker_is_killed_is_billed_until_last_seen_and_rejoins_its
     name = f"faults-{uuid.uuid4().hex[:8]}"
     workers.append(wait_for_slots(Worker(name, slots=2)))
     rows = 8000
-    job = submit_slow(partner_client, rows, "0.2")
+    job = submit_slow(partner_client, rows, "0.3")  # ~40 s on one slot: it outlasts the slot's restart
     shard = wait_for(
         lambda: Shard.objects.filter(job=job, status=Shard.Status.RUNNING, gpu__index=0, gpu__node__name=name).first(),
         timeout=60,
@@ -160,6 +160,7 @@ def test_a_hold_whose_slot_task_went_silent_gets_a_new_one_and_the_old_one_stops
     silent.refresh_from_db()
     assert silent.runner not in ("", "old") and silent.runner_seen > quiet
     assert run_slot(held.pk, silent.pk, "old") == "superseded", "a message restored late does not run beside it"
+    assert run_slot(held.pk, silent.pk, "") == "superseded", "nor one sent before tokens"
 
 
 @pytest.mark.django_db
@@ -167,6 +168,7 @@ def test_a_slot_that_stops_ends_its_hold_when_last_seen_and_rejoins_when_back(
     held, online_slots, redis_server, django_capture_on_commit_callbacks, rate_card
 ):
     first, other = online_slots[:2]
+    Shard.objects.create(job=held, index=0, first_record=1, record_count=5, first_line=2, start_byte=0, end_byte=50)
     last_seen = timezone.now() - timedelta(seconds=4)
     Gpu.objects.filter(pk=first.pk).update(last_seen=last_seen)
     assert slot_stopped("fake-node", first.index) == [held.pk]
@@ -185,6 +187,9 @@ def test_a_slot_that_stops_ends_its_hold_when_last_seen_and_rejoins_when_back(
         redis_server.delete(first.queue)
     assert Allocation.objects.get(pk=rejoined).gpu == first
     assert Allocation.objects.filter(job=held, held_to__isnull=True).count() == 2, "never more than it asked for"
+    Allocation.objects.filter(pk=rejoined).update(held_to=timezone.now())
+    Shard.objects.filter(job=held).update(status=Shard.Status.DONE)
+    assert serve_held_slots("fake-node", {first.index}) == [], "nor a slot when no shard is left to take"
 
     assert lifecycle.cancel(held)
     entry = LedgerEntry.objects.get(job=held, kind=LedgerEntry.Kind.HOLD)

@@ -12,6 +12,7 @@ Slot workers die with the gpuworker (SIGKILL from the kernel, their pool process
 restarted gpuworker never runs a GPU beside its predecessor's workers, and their shards are taken back.
 """
 
+import logging
 import os
 import shutil
 import signal
@@ -28,6 +29,8 @@ from jobs import enqueue, processors
 from jobs.workers import node as nodes
 from jobs.workers import nvml
 from portal.procs import KEEP_FREED_MEMORY, Child, Children, StopRequested
+
+log = logging.getLogger(__name__)
 
 # Each slot's share of the cores, for every math library's thread pool (RAYON: Hugging Face's tokenizers).
 THREAD_VARIABLES = (
@@ -105,30 +108,53 @@ class Command(BaseCommand):
                 for child in children.children:
                     if child.process.poll() is not None and not stop.requested:
                         self.stderr.write(f"{child.name} exited with {child.process.returncode}; restarting it")
-                        child.kill_leftovers()
                         stopped |= {index for index, slot in by_index.items() if slot is child}
-                        Path(child.env.get("E31_READY_FILE", os.devnull)).unlink(missing_ok=True)
-                        child.restarts += 1
-                        child.start()
+                        self.attempt(f"restarting {child.name}", restart, child)
                 ready = {index for index, child in by_index.items() if is_ready(child)}
-                try:
-                    for index in sorted(stopped):
-                        nodes.slot_stopped(name, index)
+                self.attempt("the heartbeat", heartbeat, name, specs, driver, ready, gpus, work_kinds)
+                for index in sorted(stopped):
+                    if self.attempt(f"ending slot {index}'s holds", nodes.slot_stopped, name, index):
                         stopped.discard(index)
-                    nodes.register(name, specs, driver, ready, nvml.readings() if gpus else None, work_kinds)
-                    nodes.take_silent_nodes_offline()
-                    nodes.serve_held_slots(name, ready)
-                    if not scheduled or nodes.waited_for(name):
-                        enqueue.schedule()  # a broker that is away is logged: the next beat asks again
+                self.attempt("taking silent nodes offline", nodes.take_silent_nodes_offline)
+                # A broker that is away costs a beat one refused send, not a retry per message.
+                with enqueue.without_waiting():
+                    self.attempt("serving held slots", nodes.serve_held_slots, name, ready)
+                    if self.attempt("asking for a schedule", nodes.ask_for_a_schedule, name, not scheduled):
                         scheduled = True
-                except (DatabaseError, OperationalError) as error:
-                    # The database or the broker is away for a while: the next beat tries again.
-                    self.stderr.write(f"heartbeat of {name} failed: {type(error).__name__}: {error}")
                 stop.sleep(settings.E31_HEARTBEAT_SECONDS)
         finally:
-            nodes.go_offline(name)
+            self.attempt("going offline", nodes.go_offline, name)
             children.stop_all()
             shutil.rmtree(ready_dir, ignore_errors=True)
+
+    def attempt(self, what: str, step, *args) -> bool:
+        """Run one step of a beat; one that fails (the database or the broker away, or any other
+        error) is reported and the next beat tries again: the supervisor itself never stops on it,
+        since its slot workers die with it."""
+        try:
+            step(*args)
+        except (DatabaseError, OperationalError) as error:
+            self.stderr.write(f"{what} failed: {type(error).__name__}: {error}")
+            return False
+        except Exception:
+            log.exception("%s failed", what)
+            return False
+        return True
+
+
+def heartbeat(name: str, specs, driver: str, ready: set[int], gpus: list, work_kinds: list[str]) -> None:
+    """The node and its ready slots are seen now, with their GPUs' readings."""
+    nodes.register(name, specs, driver, ready, nvml.readings() if gpus else None, work_kinds)
+
+
+def restart(child: Child) -> None:
+    """Start an exited worker again, once what is left of its session is gone and its slot's ready
+    file (if it is a slot) no longer says it is ready."""
+    child.kill_leftovers()
+    if ready_file := child.env.get("E31_READY_FILE"):
+        Path(ready_file).unlink(missing_ok=True)
+    child.restarts += 1
+    child.start()
 
 
 def is_ready(child: Child) -> bool:
