@@ -39,6 +39,16 @@ def clean_text(text: str) -> str:
     return _cleaned(_BREAKS.sub("\n", text), keep=f"\n\t{_JOINERS}")
 
 
+def hidden_character(text: str) -> str | None:
+    """The first character of `text` that clean_name would remove or make a space, as "U+202E RIGHT-TO-LEFT
+    OVERRIDE", or None. A value used exactly as typed (a URL, a path) is refused for one, not cleaned: the
+    cleaned value would name something else."""
+    for char in text:
+        if _BREAKS.match(char) or (char not in _JOINERS and unicodedata.category(char) in _HIDDEN):
+            return f"U+{ord(char):04X} {unicodedata.name(char, '')}".strip()
+    return None
+
+
 def ascii_count(text: str | None, *, signed: bool = False) -> int | None:
     """A whole number written as ASCII digits only (no space, exponent, plus sign or other script's digits;
     a minus sign when `signed`, so that a form can say the number is too small), or None for anything else."""

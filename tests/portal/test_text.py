@@ -3,7 +3,7 @@
 import pytest
 from django.test import RequestFactory
 
-from portal.text import ascii_count, clean_name, clean_text, shown
+from portal.text import ascii_count, clean_name, clean_text, hidden_character, shown
 from portal.throttling import client_ip
 
 # Right-to-left override, zero-width space, left-to-right isolate, byte-order mark, Arabic letter mark, left-to-right
@@ -32,6 +32,17 @@ def test_it_keeps_the_joiners_that_spell_a_word_between_letters():
 def test_it_drops_joiners_that_join_nothing_at_either_end_of_a_name():
     assert clean_name("\u200d Ada \u200c") == "Ada"
     assert clean_name("\u200c\u200d") == ""
+
+
+@pytest.mark.parametrize("hidden", HIDDEN)
+def test_it_names_the_first_character_a_value_used_as_typed_must_not_hold(hidden):
+    found = hidden_character(f"s3://bucket/a{hidden}b\u202e.csv")
+    assert found == hidden_character(hidden) and found.startswith(f"U+{ord(hidden):04X}")
+
+
+def test_it_finds_nothing_hidden_in_joiners_accents_and_spaces():
+    assert hidden_character("/srv/cafe\u0301 \u0645\u06cc\u200c\u062e \U0001f469\u200d\U0001f467.csv") is None
+    assert hidden_character("a\u2028b") == "U+2028 LINE SEPARATOR"
 
 
 def test_it_keeps_the_lines_and_tabs_of_a_text():
