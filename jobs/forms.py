@@ -103,7 +103,7 @@ class JobForm(RequestForm):
         max_length=100,
         help_text="Staging checks the data against it and fails the job if they differ.",
     )
-    location = NameField(
+    location = forms.CharField(  # used as typed: submit refuses one with invisible characters, never cleans it
         label="or a URL, s3:// URI or server path",
         required=False,
         max_length=2000,

@@ -358,9 +358,32 @@ CELERY_BEAT_SCHEDULE = {
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # The request loggers write paths, and a password-reset path holds a working token until it is used.
+    "filters": {"reset_tokens": {"()": "portal.logfilters.RedactResetTokens"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "django.server": {
+            "()": "django.utils.log.ServerFormatter",
+            "format": "[{server_time}] {message}",
+            "style": "{",
+        },
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "plain"},
+        "django.server": {"class": "logging.StreamHandler", "formatter": "django.server"},
+    },
     "root": {"handlers": ["console"], "level": env_str("E31_LOG_LEVEL", "INFO")},
-    # axes says INFO about every login; its warnings (failures, lockouts) are what an operator needs.
-    "loggers": {"django.db.backends": {"level": "WARNING"}, "axes": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        # axes says INFO about every login; its warnings (failures, lockouts) are what an operator needs.
+        "axes": {"level": "WARNING"},
+        # Django's own set-up for the dev server's request lines (naming a logger here replaces it), filtered.
+        "django.server": {
+            "handlers": ["django.server"],
+            "level": "INFO",
+            "propagate": False,
+            "filters": ["reset_tokens"],
+        },
+        "django.request": {"filters": ["reset_tokens"]},
+    },
 }

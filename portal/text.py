@@ -7,9 +7,13 @@ import unicodedata
 from django import forms
 
 # Cf holds the bidi overrides, embeddings, isolates and marks (U+202A to 202E, U+2066 to 2069, U+200E to 200F,
-# U+061C), zero-width spaces and joiners (U+200B to 200D), the BOM (U+FEFF), the soft hyphen and tag characters;
-# Cc the C0 and C1 controls; Cs lone surrogates. None of them is seen, and each can change what is.
+# U+061C), the zero-width space (U+200B), the word joiner (U+2060), the BOM (U+FEFF), the soft hyphen and tag
+# characters; Cc the C0 and C1 controls; Cs lone surrogates. None of them is seen, and each can change what is.
 _HIDDEN = frozenset({"Cc", "Cf", "Cs"})
+# The zero-width non-joiner and joiner are Cf too, but they spell words: Persian "می‌خواهم", Indic conjuncts, emoji
+# sequences. Between letters they stay; at either end of a name they join nothing, and go with the spaces.
+_JOINERS = "\u200c\u200d"
+_EDGES = re.compile(rf"^[\s{_JOINERS}]+|[\s{_JOINERS}]+$")
 # Characters that break a line: in a one-line name they become a space, in a text a newline.
 _BREAKS = re.compile(r"\r\n|[\r\n\v\f\x1c-\x1e\x85\u2028\u2029]")
 # A count in a header: ASCII digits alone. str.isdigit() also takes "²" (which int() refuses) and "١٢٣"
@@ -17,19 +21,32 @@ _BREAKS = re.compile(r"\r\n|[\r\n\v\f\x1c-\x1e\x85\u2028\u2029]")
 _COUNT = re.compile(r"[0-9]{1,4000}")
 
 
-def _visible(text: str, keep: str) -> str:
-    return "".join(char for char in text if char in keep or unicodedata.category(char) not in _HIDDEN)
+def _cleaned(text: str, keep: str) -> str:
+    """`text` without its hidden characters (but those in `keep`), in NFC, trimmed of spaces and joiners."""
+    kept = "".join(char for char in text if char in keep or unicodedata.category(char) not in _HIDDEN)
+    return _EDGES.sub("", unicodedata.normalize("NFC", kept))
 
 
 def clean_name(text: str) -> str:
     """A one-line name (a person's, an organisation's, a file's, a parameter's value) as it shows: line
-    breaks and tabs become spaces, invisible characters go, then NFC and trimmed."""
-    return unicodedata.normalize("NFC", _visible(_BREAKS.sub(" ", text).replace("\t", " "), keep="")).strip()
+    breaks and tabs become spaces, invisible characters go (the joiners stay between letters), then NFC and
+    trimmed."""
+    return _cleaned(_BREAKS.sub(" ", text).replace("\t", " "), keep=_JOINERS)
 
 
 def clean_text(text: str) -> str:
     """A text of several lines, cleaned as a name is but keeping its newlines (as \\n) and tabs."""
-    return unicodedata.normalize("NFC", _visible(_BREAKS.sub("\n", text), keep="\n\t")).strip()
+    return _cleaned(_BREAKS.sub("\n", text), keep=f"\n\t{_JOINERS}")
+
+
+def hidden_character(text: str) -> str | None:
+    """The first character of `text` that clean_name would remove or make a space, as "U+202E RIGHT-TO-LEFT
+    OVERRIDE", or None. A value used exactly as typed (a URL, a path) is refused for one, not cleaned: the
+    cleaned value would name something else."""
+    for char in text:
+        if _BREAKS.match(char) or (char not in _JOINERS and unicodedata.category(char) in _HIDDEN):
+            return f"U+{ord(char):04X} {unicodedata.name(char, '')}".strip()
+    return None
 
 
 def ascii_count(text: str | None, *, signed: bool = False) -> int | None:

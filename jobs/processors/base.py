@@ -2,7 +2,8 @@
 
 import importlib.util
 import math
-from collections.abc import Iterable, Mapping
+import unicodedata
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +14,17 @@ from jobs.staging.formats import Record
 
 class ParamError(ValueError):
     """A work parameter the user gave is not acceptable; the message names it."""
+
+
+def data_column(name: str, columns: Sequence[str]) -> str | None:
+    """The data's own spelling of the column a parameter names, or None when it has no such column.
+
+    Names are compared in NFC: a parameter is typed composed (its field cleans it to NFC) while a header
+    keeps its bytes, so "café" finds a header written "cafe" + U+0301, and the reverse. The same spelling wins."""
+    if name in columns:
+        return name
+    wanted = unicodedata.normalize("NFC", name)
+    return next((column for column in columns if unicodedata.normalize("NFC", column) == wanted), None)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from decimal import Decimal
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs.processors.base import Batch, Context, Param, ParamError, Processor, Scanner
+from jobs.processors.base import Batch, Context, Param, ParamError, Processor, Scanner, data_column
 from jobs.staging.formats import Record
 
 TYPES = ("bool", "int", "float", "date", "datetime", "string")
@@ -277,16 +277,18 @@ class TypeScanner(Scanner):
             counter.update(count_kinds(column))
 
     def plan(self, columns: list[str]) -> dict:
-        missing = sorted(set(self.declared) - set(columns))
+        found = {name: data_column(name, columns) for name in self.declared}
+        missing = sorted(name for name, column in found.items() if column is None)
         if missing:
             raise ParamError(f"types names a column the data does not have: {missing[0]!r}")
+        declared = {found[name]: kind for name, kind in self.declared.items()}
         planned = []
         for index, name in enumerate(columns):
             if self.by_name:
                 counts = self.by_name.get(name, Counter())
             else:
                 counts = self.by_index[index] if index < len(self.by_index) else Counter()
-            kind = self.declared.get(name) or self._infer(counts)
+            kind = declared.get(name) or self._infer(counts)
             column = {"name": name, "type": kind, "values": sum(counts.values())}
             if kind == "datetime":
                 column["aware"] = counts["datetime_tz"] > 0

@@ -46,7 +46,7 @@ from datetime import date, datetime
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs.processors.base import Batch, Context, Param, ParamError, Processor
+from jobs.processors.base import Batch, Context, Param, ParamError, Processor, data_column
 from jobs.processors.clean_table import (
     FLOAT_PATTERN,
     CleanTable,
@@ -373,13 +373,14 @@ class StatsScanner(TypeScanner):
                 self._widen(index, float(extremes["min"].as_py()), float(extremes["max"].as_py()))
 
     def plan(self, columns: list[str]) -> dict:
-        unknown = [name for name in self.selected if name not in columns]
+        selected = [data_column(name, columns) for name in self.selected]
+        unknown = [name for name, column in zip(self.selected, selected, strict=True) if column is None]
         if unknown:
             raise ParamError(f"columns names a column the data does not have: {unknown[0]!r}")
         plan = super().plan(columns)
         planned = []
         for index, column in enumerate(plan["columns"]):
-            if self.selected and column["name"] not in self.selected:
+            if selected and column["name"] not in selected:
                 continue
             column["index"] = index
             if column["type"] in NUMERIC:

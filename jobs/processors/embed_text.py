@@ -15,7 +15,7 @@ from functools import cache
 
 import pyarrow as pa
 
-from jobs.processors.base import Batch, Context, Param, ParamError, Processor
+from jobs.processors.base import Batch, Context, Param, ParamError, Processor, data_column
 from jobs.staging.formats import Record
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
@@ -94,10 +94,11 @@ class EmbedText(Processor):
 
     def prepare(self, plan: dict, layout: dict, params: dict, model: str) -> dict:
         """Staging's check that the text column exists, once the data's columns are known."""
-        column, columns = params["column"], layout["columns"]
-        if column not in columns:
+        columns = layout["columns"]
+        column = data_column(params["column"], columns)
+        if column is None:
             raise ParamError(
-                f"embed-text reads the column {column!r}, which the data does not have; "
+                f"embed-text reads the column {params['column']!r}, which the data does not have; "
                 f"its columns are: {', '.join(columns) or 'none'}. Set the column parameter to one of them."
             )
         return {**plan, "column": column, "index": columns.index(column), "model": MODEL, "dimension": DIMENSION}

@@ -23,7 +23,7 @@ from functools import lru_cache
 import pyarrow as pa
 from django.core.files.storage import default_storage
 
-from jobs.processors.base import Batch, Context, Param, ParamError, Processor
+from jobs.processors.base import Batch, Context, Param, ParamError, Processor, data_column
 from jobs.staging.formats import Record
 
 # ONNX tensor element types this reads: the numpy dtype a batch is built in, the Arrow type output.
@@ -225,8 +225,9 @@ class OnnxInfer(Processor):
         available = layout["columns"]
         specs = []
         for node in found["inputs"]:
-            columns = mapping.get(node["name"], [node["name"]])
-            missing = [column for column in columns if column not in available]
+            named = mapping.get(node["name"], [node["name"]])
+            columns = [data_column(name, available) for name in named]
+            missing = [name for name, column in zip(named, columns, strict=True) if column is None]
             if missing:
                 raise ParamError(
                     f"the model's input {node['name']!r} reads column {missing[0]!r}, which the data does not have "

@@ -19,6 +19,7 @@ from django.core.files.storage import default_storage
 from jobs.models import Job
 from jobs.staging import fetch, s3
 from jobs.staging.progress import StagingProgress
+from portal.text import hidden_character
 
 log = logging.getLogger(__name__)
 
@@ -226,7 +227,12 @@ def _download_s3(job: Job, progress: StagingProgress) -> Iterator[BinaryIO]:
 
 def check(location: str, slug: str, s3_credentials: dict | None = None) -> None:
     """At submit time: a URL's scheme and address, an S3 URI and who may read it, or a server path's
-    place under the roots."""
+    place under the roots. A location is used as typed: one with a character that does not show is refused."""
+    if hidden := hidden_character(location):
+        raise SourceError(
+            f"The location contains {hidden}, an invisible or control character; "
+            "a location is used exactly as typed, so type it again without it."
+        )
     if s3_credentials and kind_of(location) != Job.Source.S3:
         raise SourceError("S3 credentials go with an s3:// location only.")
     if kind_of(location) == Job.Source.S3:

@@ -152,6 +152,11 @@ def test_it_uses_declared_types_over_inferred_ones():
     assert plan["columns"][1]["aware"] is False
 
 
+def test_it_takes_a_declared_type_for_a_column_however_its_name_is_composed():
+    plan = scan([["1", "2"]], ["cafe\u0301", "caf\u00e9s"], types="caf\u00e9:string, cafe\u0301s:string")
+    assert types_of(plan) == {"cafe\u0301": "string", "caf\u00e9s": "string"}
+
+
 def test_it_refuses_a_declared_type_for_a_column_the_data_lacks():
     with pytest.raises(ParamError, match="types names a column the data does not have: 'age'"):
         scan([["1"]], ["n"], types="age:int")

@@ -286,6 +286,13 @@ def test_it_summarises_only_the_columns_asked_for():
     assert [(column["name"], column["index"]) for column in plan["columns"]] == [("n", 0), ("t", 2)]
 
 
+def test_it_summarises_a_column_however_its_name_is_composed_under_the_data_s_spelling():
+    plan = plan_of(
+        [["1", "a", "b"]], ["cafe\u0301", "s", "\u0645\u06cc\u200c\u062e"], columns="caf\u00e9,\u0645\u06cc\u200c\u062e"
+    )
+    assert [column["name"] for column in plan["columns"]] == ["cafe\u0301", "\u0645\u06cc\u200c\u062e"]
+
+
 def test_it_refuses_a_column_the_data_does_not_have():
     with pytest.raises(ParamError, match="columns names a column the data does not have: 'nope'"):
         plan_of([["1"]], ["n"], columns="n,nope")

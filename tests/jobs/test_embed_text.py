@@ -21,6 +21,7 @@ from jobs.processors import Context, ParamError
 from jobs.processors.embed_text import DIMENSION, EmbedText
 from jobs.scheduling import fleet, node_runs, schedule
 from jobs.staging.formats import Record
+from portal.text import clean_name
 from tests.conftest import EXAMPLE, ROOT, job_form, wait_for_end
 
 EMBED = EmbedText()
@@ -111,6 +112,21 @@ def test_staging_refuses_data_without_the_column_naming_the_columns_it_has():
     )
     plan = plan_for(["id", "body"], "body")
     assert plan == {"column": "body", "index": 1, "model": "sentence-transformers/all-MiniLM-L6-v2", "dimension": 384}
+
+
+@pytest.mark.parametrize(
+    ("header", "typed"),
+    [
+        ("cafe\u0301", clean_name("cafe\u0301")),  # decomposed in the data, composed as the form cleans it
+        ("caf\u00e9", "cafe\u0301"),  # composed in the data, decomposed by a caller that does not clean it
+        ("\u0645\u06cc\u200c\u062e", clean_name("\u0645\u06cc\u200c\u062e")),  # Persian, with its non-joiner
+    ],
+)
+def test_it_finds_a_column_however_its_name_is_composed_and_reads_it_as_the_data_spells_it(header, typed):
+    plan = plan_for(["id", header], typed)
+    assert (plan["column"], plan["index"]) == (header, 1)
+    batch = EMBED.process_batch(records([{header: ""}]), csv_context(["id", header], typed))
+    assert [reason for _, reason in batch.rejects] == [f"column {header!r} is empty"]
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ import numpy as np
 import onnx
 import pyarrow.parquet as pq
 import pytest
+from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import call_command
@@ -18,7 +19,7 @@ from onnx import TensorProto, helper
 
 from jobs import processors, services
 from jobs.models import Allocation, Job, State
-from jobs.processors.onnx_infer import describe, parse_inputs
+from jobs.processors.onnx_infer import OnnxInfer, describe, parse_inputs
 from tests.conftest import job_form, wait_for_end
 
 WEIGHTS = np.array([[0.5, -1.0], [2.0, 0.25], [-0.75, 1.5]], dtype=np.float32)
@@ -133,6 +134,14 @@ def test_it_names_a_bad_inputs_entry(text):
 def test_the_inputs_parameter_maps_inputs_to_columns():
     assert parse_inputs(" features = a+b + c , age=years") == {"features": ["a", "b", "c"], "age": ["years"]}
     assert parse_inputs("") == {}
+
+
+def test_it_maps_an_input_to_a_column_however_its_name_is_composed():
+    model = default_storage.save("models/linear.onnx", ContentFile(linear_model()))
+    processor, columns = OnnxInfer(), ["id", "cafe\u0301", "b", "c"]
+    params = processor.validate_params({"inputs": "features=caf\u00e9+b+c"})
+    plan = processor.prepare({}, {"columns": columns}, params, model)
+    assert plan["inputs"][0]["columns"] == ["cafe\u0301", "b", "c"]
 
 
 def submit(organisation, model: bytes | None, work: str = "onnx-infer", **extra):

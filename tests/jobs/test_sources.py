@@ -90,6 +90,10 @@ def test_it_refuses_server_paths_when_no_root_is_set():
         ("s3://Bucket_1/data.csv", "is not an S3 URI"),
         ("s3://bucket", "names a bucket but no object"),
         ("/etc/passwd", "is not a readable file in your staging folders"),
+        ("https://data.example/\u202evsc.csv", "The location contains U+202E RIGHT-TO-LEFT OVERRIDE"),
+        ("s3://bucket/data\u200b.csv", "The location contains U+200B ZERO WIDTH SPACE"),
+        ("/srv/e31/partner-lab/a\u2066.csv", "The location contains U+2066 LEFT-TO-RIGHT ISOLATE"),
+        ("https://data.example/a\tb.csv", "The location contains U+0009, an invisible or control character"),
     ],
 )
 @pytest.mark.django_db
@@ -100,6 +104,14 @@ def test_it_refuses_a_location_in_the_form(partner_client, online_slots, locatio
     assert response.status_code == 400
     assert message in response.content.decode()
     assert not Job.objects.exists()
+
+
+def test_it_keeps_a_location_as_typed_and_refuses_one_with_a_hidden_character_rather_than_clean_it(root):
+    (root / "cafe\u0301 \u0645\u06cc\u200c\u062e.csv").write_bytes(b"a,b\n1,2\n")
+    sources.check(str(root / "cafe\u0301 \u0645\u06cc\u200c\u062e.csv"), "partner-lab")
+    (root / "data.csv").write_bytes(b"a,b\n1,2\n")
+    with pytest.raises(sources.SourceError, match=r"contains U\+FEFF ZERO WIDTH NO-BREAK SPACE"):
+        sources.check(str(root / "data.csv\ufeff"), "partner-lab")
 
 
 @pytest.mark.django_db

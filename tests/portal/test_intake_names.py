@@ -14,7 +14,7 @@ def test_it_stores_an_application_without_invisible_or_direction_changing_charac
         "email": "ada@lab\u200b.example",
         "organisation": "\u2066Lab\u2069 of \ufeffEngines\u061c",
         "dataset": "12M cards\r\n\u00adscanned",
-        "work": "a clean\u200d table",
+        "work": "a clean\u2060 table",
     }
     assert client.post("/design-partners/apply/", typed).status_code == 302
     application = Application.objects.get()

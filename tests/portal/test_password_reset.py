@@ -6,6 +6,10 @@ import re
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.contrib.auth.tokens import default_token_generator
+from django.urls import reverse
+from django.utils.encoding import force_bytes
+from django.utils.http import urlsafe_base64_encode
 
 from tests.conftest import wait_for
 
@@ -98,3 +102,38 @@ def test_it_writes_no_working_link_to_the_log_without_a_mail_server(client, part
     assert "/accounts/reset/" not in everything
     assert "partner asked for a password reset; with no mail server (E31_EMAIL_HOST) no link is sent" in caplog.text
     assert "manage.py changepassword partner" in caplog.text
+
+
+class Recorder(logging.Handler):
+    """The messages of the records a logger's handlers would write, after its filters."""
+
+    def __init__(self):
+        super().__init__()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@pytest.mark.parametrize(
+    ("logger", "message"),
+    [
+        ("django.server", ('"%s" %s %s', "GET {path} HTTP/1.1", "302", "0")),  # as runserver writes its lines
+        ("django.request", ("Not Found: %s", "{path}")),
+    ],
+)
+def test_it_redacts_the_token_of_a_reset_link_in_the_request_logs(partner, logger, message):
+    uid = urlsafe_base64_encode(force_bytes(partner.pk))
+    token = default_token_generator.make_token(partner)
+    path = reverse("password_reset_confirm", kwargs={"uidb64": uid, "token": token})
+    recorder, target = Recorder(), logging.getLogger(logger)
+    target.addHandler(recorder)
+    try:
+        template, *args = message
+        target.warning(template, *(arg.format(path=path) for arg in args))
+        target.warning(template, *(arg.format(path="/jobs/7/") for arg in args))
+    finally:
+        target.removeHandler(recorder)
+    written = "\n".join(recorder.messages)
+    assert token not in written and f"/accounts/reset/{uid}/[token]/" in written
+    assert "/jobs/7/" in recorder.messages[1]

@@ -3,12 +3,12 @@
 import pytest
 from django.test import RequestFactory
 
-from portal.text import ascii_count, clean_name, clean_text, shown
+from portal.text import ascii_count, clean_name, clean_text, hidden_character, shown
 from portal.throttling import client_ip
 
-# Right-to-left override, zero-width space, left-to-right isolate, byte-order mark, Arabic letter mark,
-# soft hyphen, zero-width joiner, a tag character and a C1 control: none of them is seen.
-HIDDEN = ["\u202e", "\u200b", "\u2066", "\ufeff", "\u061c", "\u00ad", "\u200d", "\U000e0041", "\x9b"]
+# Right-to-left override, zero-width space, left-to-right isolate, byte-order mark, Arabic letter mark, left-to-right
+# mark, word joiner, soft hyphen, a tag character and a C1 control: none of them is seen.
+HIDDEN = ["\u202e", "\u200b", "\u2066", "\ufeff", "\u061c", "\u200e", "\u2060", "\u00ad", "\U000e0041", "\x9b"]
 
 
 @pytest.mark.parametrize("hidden", HIDDEN)
@@ -21,6 +21,28 @@ def test_it_turns_line_breaks_and_tabs_in_a_name_into_spaces_and_composes_accent
     assert clean_name("Ada\r\nLovelace\u2028of\tLab") == "Ada Lovelace of Lab"
     assert clean_name("Chloe\u0301") == "Chloé" and len(clean_name("Chloe\u0301")) == 5
     assert clean_name("\u2067\u2069") == ""
+
+
+def test_it_keeps_the_joiners_that_spell_a_word_between_letters():
+    persian, family = "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645", "\U0001f469\u200d\U0001f467"
+    assert clean_name(persian) == persian and clean_name(f"{family} team") == f"{family} team"
+    assert clean_text(f"notes on {persian}\n") == f"notes on {persian}"
+
+
+def test_it_drops_joiners_that_join_nothing_at_either_end_of_a_name():
+    assert clean_name("\u200d Ada \u200c") == "Ada"
+    assert clean_name("\u200c\u200d") == ""
+
+
+@pytest.mark.parametrize("hidden", HIDDEN)
+def test_it_names_the_first_character_a_value_used_as_typed_must_not_hold(hidden):
+    found = hidden_character(f"s3://bucket/a{hidden}b\u202e.csv")
+    assert found == hidden_character(hidden) and found.startswith(f"U+{ord(hidden):04X}")
+
+
+def test_it_finds_nothing_hidden_in_joiners_accents_and_spaces():
+    assert hidden_character("/srv/cafe\u0301 \u0645\u06cc\u200c\u062e \U0001f469\u200d\U0001f467.csv") is None
+    assert hidden_character("a\u2028b") == "U+2028 LINE SEPARATOR"
 
 
 def test_it_keeps_the_lines_and_tabs_of_a_text():
