@@ -96,12 +96,65 @@ def raw(sql: str, *params):
         cursor.execute(sql, params)
 
 
+COLUMNS = (
+    "id", "organisation_id", "job_id", "kind", "gpus", "held_from", "held_to", "seconds", "bytes", "source_kind",
+    "gpu_hours", "rate", "currency", "amount", "reason", "recorded_by", "created", "previous_hash", "hash",
+)  # fmt: skip
+# Each unique of the ledger, and what a copy of an entry keeps to clash with it on that one alone.
+UNIQUES = {
+    "id": {"id"},
+    "hash": {"hash"},
+    "(organisation, previous_hash)": {"previous_hash"},
+    "(job, kind)": {"kind"},
+}
+# SQLite runs an upsert's insert trigger first, PostgreSQL only the update trigger of the row it clashes with.
+UPSERT_REFUSED = "replaced" if connection.vendor == "sqlite" else "updated"
+
+
+def insert_clashing(verb: str, entry, unique: str, conflict: str = "") -> None:
+    """A copy of the entry for 0, inserted with `verb` (INSERT, REPLACE, INSERT OR REPLACE) and a
+    `conflict` clause, that clashes with the entry on one unique and is new on the others."""
+    kept = UNIQUES[unique]
+    fresh = {"kind": "'correction'", "previous_hash": "'" + "a" * 64 + "'", "hash": "'" + "b" * 64 + "'", "amount": "0"}
+    columns = [name for name in COLUMNS if name != "id" or name in kept]  # a new id comes from the sequence
+    values = [name if name in kept else fresh.get(name, name) for name in columns]
+    raw(
+        f"{verb} INTO billing_ledgerentry ({', '.join(columns)}) SELECT {', '.join(values)} "
+        f"FROM billing_ledgerentry WHERE id = %s {conflict}",
+        entry.pk,
+    )
+
+
+# The clause that makes an INSERT rewrite the row it clashes with, per unique (the partial one needs its WHERE).
+UPSERTS = {
+    "id": "ON CONFLICT (id) DO UPDATE SET amount = 0",
+    "hash": "ON CONFLICT (hash) DO UPDATE SET amount = 0",
+    "(organisation, previous_hash)": "ON CONFLICT (organisation_id, previous_hash) DO UPDATE SET amount = 0",
+    "(job, kind)": "ON CONFLICT (job_id, kind) WHERE NOT (kind = 'correction') DO UPDATE SET amount = 0",
+}
+UPSERT_ROUTES = {
+    f"raw SQL INSERT ... ON CONFLICT {unique} DO UPDATE": (
+        UPSERT_REFUSED,
+        lambda entry, unique=unique: insert_clashing("INSERT", entry, unique, UPSERTS[unique]),
+    )
+    for unique in UNIQUES
+}
+# SQLite's REPLACE deletes the rows a new one clashes with, without their DELETE trigger (recursive
+# triggers are off), so a rewrite is one statement away. PostgreSQL has no REPLACE.
+REPLACE_ROUTES = {
+    f"raw SQL {verb} on the {unique}": (
+        "replaced",
+        lambda entry, verb=verb, unique=unique: insert_clashing(verb, entry, unique),
+    )
+    for verb in ("REPLACE", "INSERT OR REPLACE")
+    for unique in UNIQUES
+}
 DATABASE_ROUTES = {
     "a plain QuerySet.update()": ("updated", lambda entry: plain().filter(pk=entry.pk).update(amount=0)),
     "a plain QuerySet.delete()": ("deleted", lambda entry: plain().filter(pk=entry.pk).delete()),
     "a plain bulk_update()": ("updated", lambda entry: plain().bulk_update([changed(entry)], ["amount"])),
     "a plain bulk_create(update_conflicts=True)": (
-        "updated",
+        UPSERT_REFUSED,
         lambda entry: plain().bulk_create(
             [copy_of(entry)], update_conflicts=True, unique_fields=["hash"], update_fields=["amount"]
         ),
@@ -112,6 +165,8 @@ DATABASE_ROUTES = {
     ),
     "raw SQL DELETE": ("deleted", lambda entry: raw("DELETE FROM billing_ledgerentry WHERE id = %s", entry.pk)),
     "raw SQL DELETE of every row": ("deleted", lambda entry: raw("DELETE FROM billing_ledgerentry")),
+    **UPSERT_ROUTES,
+    **(REPLACE_ROUTES if connection.vendor == "sqlite" else {}),
 }
 
 

@@ -9,10 +9,10 @@ from billing.chain import first_break
 from billing.models import LedgerEntry
 from portal.models import Organisation
 
-# The triggers of migration billing 0008, per database.
+# The triggers of migrations billing 0008 and 0009, per database.
 TRIGGERS = {
     "postgresql": {"billing_ledger_no_update_or_delete", "billing_ledger_no_truncate"},
-    "sqlite": {"billing_ledger_no_update", "billing_ledger_no_delete"},
+    "sqlite": {"billing_ledger_no_update", "billing_ledger_no_delete", "billing_ledger_no_replace"},
 }
 TRIGGERS_IN_FORCE = {
     "postgresql": (
