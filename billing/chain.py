@@ -29,7 +29,8 @@ def _canonical(entry, name: str):
         return value.astimezone(UTC).isoformat(timespec="microseconds")
     if isinstance(value, Decimal):
         places = entry._meta.get_field(name).decimal_places
-        return f"{value.quantize(Decimal(1).scaleb(-places)):f}"
+        # A zero is plain 0: 0 times a negative rate is -0, which the database keeps, and reads back, as 0.
+        return f"{(value if value else Decimal(0)).quantize(Decimal(1).scaleb(-places)):f}"
     return value
 
 

@@ -15,12 +15,15 @@ from portal.models import Organisation, TimeStamped
 class RateCard(TimeStamped):
     """The price of one GPU-hour from a moment on; the newest card in force prices a hold."""
 
-    rate_per_gpu_hour = models.DecimalField("rate per GPU-hour", max_digits=10, decimal_places=4)
+    rate_per_gpu_hour = models.DecimalField(
+        "rate per GPU-hour", max_digits=10, decimal_places=4, validators=[MinValueValidator(0)]
+    )
     rate_per_staged_gb = models.DecimalField(
         "rate per GB staged",
         max_digits=10,
         decimal_places=4,
         default=0,
+        validators=[MinValueValidator(0)],
         help_text="Charged per GB (10⁹ bytes) staged; 0 stages for free.",
     )
     currency = models.CharField(max_length=3, default="USD")

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from billing.chain import entry_hash
 from billing.metering import record_staging
-from billing.models import LedgerEntry
+from billing.models import LedgerEntry, RateCard
 from jobs.models import Job
 from portal.models import Organisation
 from tests.conftest import ledger_open_for_flush
@@ -312,3 +312,13 @@ def test_the_migration_seals_the_entries_written_before_the_chain(organisation, 
     assert verify() == ("other-lab: 1 entry, chain intact\npartner-lab: 2 entries, chain intact\n", "")
     with pytest.raises(IntegrityError, match="never updated"), transaction.atomic():
         raw("UPDATE billing_ledgerentry SET amount = 0")
+
+
+def test_it_seals_a_zero_priced_at_a_negative_rate_as_it_reads_back(organisation):
+    """0 × a negative rate is -0, which the database keeps as 0: the seal must not tell them apart."""
+    RateCard.objects.create(
+        rate_per_gpu_hour=Decimal(1), rate_per_staged_gb=Decimal(-1), effective_from=timezone.now() - timedelta(days=1)
+    )  # written past the validators, as a card from before they refused it
+    entry = staged_job(organisation, size=0)
+    assert entry.amount.is_zero() and entry.amount.is_signed()
+    assert verify() == ("partner-lab: 1 entry, chain intact\n", "")
