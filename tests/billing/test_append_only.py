@@ -3,11 +3,13 @@ through the ORM and around it, and each is refused; what is written behind the O
 chain, which verify_ledger names."""
 
 import io
+import json
 import threading
 from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from django.core import serializers
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import IntegrityError, connection, connections, models, transaction
@@ -322,3 +324,26 @@ def test_it_seals_a_zero_priced_at_a_negative_rate_as_it_reads_back(organisation
     entry = staged_job(organisation, size=0)
     assert entry.amount.is_zero() and entry.amount.is_signed()
     assert verify() == ("partner-lab: 1 entry, chain intact\n", "")
+
+
+def forged_fixture(entry) -> str:
+    """The entry serialised as a fixture, changed into a new entry of its own."""
+    [fields] = json.loads(serializers.serialize("json", [entry]))
+    fields["pk"] = None
+    fields["fields"].update(kind="correction", amount="-100.0000", hash="0" * 64, previous_hash=entry.hash)
+    return json.dumps([fields])
+
+
+def test_it_refuses_an_entry_deserialised_past_append(entry):
+    [forged] = serializers.deserialize("json", forged_fixture(entry))
+    with pytest.raises(TypeError, match=r"appended through LedgerEntry\.objects\.append"):
+        forged.save()
+    assert list(LedgerEntry.objects.all()) == [entry]
+
+
+def test_it_refuses_an_entry_loaded_from_a_fixture(entry, tmp_path):
+    fixture = tmp_path / "forged.json"
+    fixture.write_text(forged_fixture(entry))
+    with pytest.raises(TypeError, match=r"appended through LedgerEntry\.objects\.append"):
+        call_command("loaddata", str(fixture), verbosity=0)
+    assert list(LedgerEntry.objects.all()) == [entry]
