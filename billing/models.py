@@ -181,7 +181,9 @@ class LedgerEntry(models.Model):
     previous_hash = models.CharField(
         max_length=64, blank=True, editable=False, help_text="The organisation's previous entry's hash; empty first."
     )
-    hash = models.CharField(max_length=64, unique=True, editable=False, help_text="sha256 sealing this entry.")
+    hash = models.CharField(
+        max_length=64, unique=True, editable=False, help_text="HMAC-SHA256 sealing this entry, under E31_LEDGER_KEY."
+    )
 
     objects = LedgerEntryQuerySet.as_manager()
 

@@ -2,11 +2,14 @@
 through the ORM and around it, and each is refused; what is written behind the ORM's back breaks the
 chain, which verify_ledger names."""
 
+import hashlib
+import hmac
 import io
 import json
 import threading
 from datetime import timedelta
 from decimal import Decimal
+from importlib import import_module
 
 import pytest
 from django.core import serializers
@@ -16,7 +19,7 @@ from django.db import IntegrityError, connection, connections, models, transacti
 from django.forms.models import model_to_dict
 from django.utils import timezone
 
-from billing.chain import entry_hash
+from billing.chain import canonical_form, entry_hash
 from billing.metering import record_staging
 from billing.models import LedgerEntry, RateCard
 from jobs.models import Job
@@ -347,3 +350,77 @@ def test_it_refuses_an_entry_loaded_from_a_fixture(entry, tmp_path):
     with pytest.raises(TypeError, match=r"appended through LedgerEntry\.objects\.append"):
         call_command("loaddata", str(fixture), verbosity=0)
     assert list(LedgerEntry.objects.all()) == [entry]
+
+
+def plain_sha256(entry) -> str:
+    return hashlib.sha256(canonical_form(entry).encode()).hexdigest()
+
+
+def another_key(entry) -> str:
+    return hmac.new(b"k" * 32, canonical_form(entry).encode(), hashlib.sha256).hexdigest()
+
+
+@pytest.mark.parametrize("seal", [plain_sha256, another_key])
+def test_it_names_an_entry_sealed_without_the_ledgers_key(entry, seal):
+    """Whoever can write to the database can chain an entry rightly, but cannot seal it without the key."""
+    forged = LedgerEntry.objects.get(pk=entry.pk)
+    forged.kind, forged.amount, forged.previous_hash = "correction", Decimal("-100.0000"), entry.hash
+    raw(INSERT, forged.amount, forged.previous_hash, seal(forged), entry.pk)
+    forged = LedgerEntry.objects.get(previous_hash=entry.hash)
+    out, refusal = verify()
+    assert out.rstrip().endswith(
+        f"broken at entry {forged.pk} (job {entry.job_id}, correction, {entry.held_to:%Y-%m-%d %H:%M:%S}): "
+        "its fields no longer match its hash"
+    )
+    assert refusal
+
+
+def test_it_seals_under_the_ledgers_key(entry, settings):
+    assert verify()[1] == ""
+    settings.E31_LEDGER_KEY = b"k" * 32
+    out, refusal = verify()
+    assert f"partner-lab: broken at entry {entry.pk} " in out and refusal
+
+
+FIRST_FORM = import_module("billing.migrations.0007_ledger_chain_hashes")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_seals_again_under_the_key_only_the_entries_the_old_seals_vouch_for(organisation, other_organisation):
+    from django.db.migrations.executor import MigrationExecutor
+
+    before = [("billing", "0010_rate_card_not_negative")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    Entry, now = executor.loader.project_state(before).apps.get_model("billing", "LedgerEntry"), timezone.now()
+    previous = {}
+
+    def write(org, amount: str, sealed_as: str | None = None):
+        """An entry sealed and chained as the code before the key did, its amount sealed as given."""
+        job = Job.objects.create(organisation=org, work="clean-table", source_name="a.csv", gpus=1, hours=1)
+        entry = Entry(
+            organisation_id=org.pk, job_id=job.pk, kind="staging", gpus=0, held_from=now, held_to=now, seconds=1,
+            gpu_hours=Decimal(0), rate=Decimal(-1), currency="USD", amount=Decimal(sealed_as or amount),
+            previous_hash=previous.get(org.pk, ""),
+        )  # fmt: skip
+        entry.hash = FIRST_FORM.sha256_of(FIRST_FORM.canonical_form(entry))
+        entry.amount = Decimal(amount)
+        entry.save()
+        previous[org.pk] = entry.hash
+        return entry
+
+    write(organisation, "1"), write(organisation, "-0"), write(organisation, "2")
+    write(other_organisation, "1")
+    rewritten = write(other_organisation, "5", sealed_as="3")
+    write(other_organisation, "4")
+
+    executor = MigrationExecutor(connection)
+    executor.migrate(executor.loader.graph.leaf_nodes())
+    assert verify()[0].splitlines() == [
+        f"other-lab: broken at entry {rewritten.pk} (job {rewritten.job_id}, staging, {now:%Y-%m-%d %H:%M:%S}): "
+        f"it is not chained to the entry before it (entry {rewritten.pk - 1})",
+        "partner-lab: 3 entries, chain intact",
+    ], "the old seals vouched for partner-lab's chain and for other-lab's up to the rewritten entry"
+    assert LedgerEntry.objects.get(pk=rewritten.pk).hash == rewritten.hash, "the rewritten entry keeps its old seal"
+    with pytest.raises(IntegrityError, match="never updated"), transaction.atomic():
+        raw("UPDATE billing_ledgerentry SET amount = 0")
