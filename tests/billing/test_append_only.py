@@ -245,17 +245,76 @@ def test_verify_ledger_names_an_entry_not_chained_to_the_one_before(entry):
     assert refusal
 
 
+REFUSE = "SELECT RAISE(ABORT, 'ledger entries are never updated: a correction is a new entry');"
+# Ways to leave a trigger in place, by name, that refuses nothing: what verify_ledger must see through.
+WEAKENED = {
+    "postgresql": {
+        "dropped": ("trigger billing_ledger_no_truncate missing", "DROP TRIGGER billing_ledger_no_truncate ON {t}"),
+        "disabled": (
+            "trigger billing_ledger_no_truncate disabled",
+            "ALTER TABLE {t} DISABLE TRIGGER billing_ledger_no_truncate",
+        ),
+        "enabled for replication only": (
+            "trigger billing_ledger_no_update_or_delete fires only for replication (ENABLE REPLICA)",
+            "ALTER TABLE {t} ENABLE REPLICA TRIGGER billing_ledger_no_update_or_delete",
+        ),
+        "created again WHEN (false)": (
+            "trigger billing_ledger_no_update_or_delete is not as its migration created it",
+            "DROP TRIGGER billing_ledger_no_update_or_delete ON {t}",
+            "CREATE TRIGGER billing_ledger_no_update_or_delete "
+            "BEFORE UPDATE OR DELETE ON {t} FOR EACH ROW WHEN (false) EXECUTE FUNCTION billing_ledger_refuse_rewrite()",
+        ),
+        "its function given a body that refuses nothing": (
+            "function billing_ledger_refuse_rewrite is not as its migration created it",
+            "CREATE OR REPLACE FUNCTION billing_ledger_refuse_rewrite() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN RETURN COALESCE(NEW, OLD); END $$",
+        ),
+    },
+    "sqlite": {
+        "dropped": ("trigger billing_ledger_no_delete missing", "DROP TRIGGER billing_ledger_no_delete"),
+        "created again with a body that refuses nothing": (
+            "trigger billing_ledger_no_update is not as its migration created it",
+            "DROP TRIGGER billing_ledger_no_update",
+            "CREATE TRIGGER billing_ledger_no_update BEFORE UPDATE ON {t} BEGIN SELECT 1; END",
+        ),
+        "created again WHEN 0": (
+            "trigger billing_ledger_no_update is not as its migration created it",
+            "DROP TRIGGER billing_ledger_no_update",
+            f"CREATE TRIGGER billing_ledger_no_update BEFORE UPDATE ON {{t}} WHEN 0 BEGIN {REFUSE} END",
+        ),
+        "created again for one column": (
+            "trigger billing_ledger_no_update is not as its migration created it",
+            "DROP TRIGGER billing_ledger_no_update",
+            f"CREATE TRIGGER billing_ledger_no_update BEFORE UPDATE OF reason ON {{t}} BEGIN {REFUSE} END",
+        ),
+    },
+}[connection.vendor]
+
+
+@pytest.mark.parametrize("weakened", WEAKENED)
 @pytest.mark.django_db(transaction=True)  # committed: PostgreSQL alters no table with checks still pending
-def test_verify_ledger_says_when_the_database_no_longer_refuses_rewrites(entry):
-    trigger = "billing_ledger_no_truncate" if connection.vendor == "postgresql" else "billing_ledger_no_delete"
+def test_it_says_when_a_trigger_no_longer_refuses_rewrites(entry, weakened):
+    problem, *statements = WEAKENED[weakened]
     with transaction.atomic():
-        sql = f"ALTER TABLE billing_ledgerentry DISABLE TRIGGER {trigger}"
-        raw(sql if connection.vendor == "postgresql" else f"DROP TRIGGER {trigger}")
+        for sql in statements:
+            raw(sql.format(t="billing_ledgerentry"))
         out, refusal = verify()
         transaction.set_rollback(True)
-    assert f"the database does not refuse rewrites: trigger {trigger} missing" in out
-    assert "partner-lab: 1 entry, chain intact" in out and refusal
-    assert verify()[1] == ""
+    assert out.splitlines() == [
+        f"the database does not refuse rewrites: {problem}",
+        "partner-lab: 1 entry, chain intact",
+    ]
+    assert refusal == "The ledger does not hold: 1 problem above."
+    assert verify() == ("partner-lab: 1 entry, chain intact\n", "")
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="SQLite's triggers are always enabled")
+@pytest.mark.django_db(transaction=True)
+def test_it_takes_a_trigger_enabled_always(entry):
+    with transaction.atomic():
+        raw("ALTER TABLE billing_ledgerentry ENABLE ALWAYS TRIGGER billing_ledger_no_update_or_delete")
+        assert verify() == ("partner-lab: 1 entry, chain intact\n", "")
+        transaction.set_rollback(True)
 
 
 @pytest.mark.django_db(transaction=True)
