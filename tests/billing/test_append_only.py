@@ -176,7 +176,7 @@ DATABASE_ROUTES = {
 
 
 @pytest.mark.parametrize("route", DATABASE_ROUTES)
-def test_the_database_refuses_every_rewrite_around_the_orm(entry, route):
+def test_it_refuses_every_rewrite_around_the_orm_in_the_database(entry, route):
     refused, rewrite = DATABASE_ROUTES[route]
     before = LedgerEntry.objects.values().get(pk=entry.pk)
     with pytest.raises(IntegrityError, match=f"ledger entries are never {refused}"), transaction.atomic():
@@ -186,7 +186,7 @@ def test_the_database_refuses_every_rewrite_around_the_orm(entry, route):
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="TRUNCATE is PostgreSQL's; SQLite has none")
 @pytest.mark.django_db(transaction=True)  # committed: PostgreSQL truncates no table with checks still pending
-def test_the_database_refuses_truncate(entry):
+def test_it_refuses_truncate_in_the_database(entry):
     for sql in ("TRUNCATE billing_ledgerentry", "TRUNCATE jobs_job, billing_ledgerentry CASCADE"):
         with pytest.raises(IntegrityError, match="ledger entries are never truncated"), transaction.atomic():
             raw(sql)
@@ -219,7 +219,7 @@ def test_it_chains_each_organisations_entries_and_verify_ledger_says_they_hold(o
     assert verify() == ("other-lab: 1 entry, chain intact\npartner-lab: 2 entries, chain intact\n", "")
 
 
-def test_verify_ledger_names_the_first_entry_written_behind_the_orms_back(entry, other_organisation):
+def test_it_names_the_first_entry_written_behind_the_orms_back(entry, other_organisation):
     staged_job(other_organisation)
     raw(INSERT, Decimal(-100), entry.hash, "0" * 64, entry.pk)
     forged = LedgerEntry.objects.get(hash="0" * 64)
@@ -231,7 +231,7 @@ def test_verify_ledger_names_the_first_entry_written_behind_the_orms_back(entry,
     assert refusal == "The ledger does not hold: 1 problem above."
 
 
-def test_verify_ledger_names_an_entry_not_chained_to_the_one_before(entry):
+def test_it_names_an_entry_not_chained_to_the_one_before(entry):
     later = staged_job(entry.organisation)
     forged = LedgerEntry.objects.get(pk=later.pk)
     forged.kind, forged.amount, forged.previous_hash = "correction", Decimal("-1.0000"), "f" * 64
@@ -318,7 +318,7 @@ def test_it_takes_a_trigger_enabled_always(entry):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_two_writers_at_once_for_one_organisation_do_not_fork_its_chain(organisation, rate_card):
+def test_it_keeps_one_chain_for_two_writers_at_once(organisation, rate_card):
     jobs = [
         Job.objects.create(organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1)
         for _ in range(16)
@@ -344,7 +344,7 @@ def test_two_writers_at_once_for_one_organisation_do_not_fork_its_chain(organisa
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_tests_flush_empties_the_ledger_and_leaves_it_guarded(entry):
+def test_it_lets_the_tests_flush_empty_the_ledger_and_leaves_it_guarded(entry):
     with ledger_open_for_flush():
         call_command("flush", verbosity=0, interactive=False)
     assert not LedgerEntry.objects.exists()
@@ -355,7 +355,7 @@ def test_the_tests_flush_empties_the_ledger_and_leaves_it_guarded(entry):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_migration_seals_the_entries_written_before_the_chain(organisation, other_organisation):
+def test_it_seals_the_entries_written_before_the_chain_in_the_migration(organisation, other_organisation):
     from django.db.migrations.executor import MigrationExecutor
 
     executor = MigrationExecutor(connection)
