@@ -1,10 +1,14 @@
 """RateCard, RetentionPolicy and LedgerEntry. Ledger entries are appended to a hash chain per
 organisation and never updated or deleted."""
 
+from contextvars import ContextVar
+
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models, transaction
+from django.db.models.signals import pre_save
+from django.dispatch import receiver
 from django.utils import timezone
 
 from billing.chain import entry_hash
@@ -15,12 +19,15 @@ from portal.models import Organisation, TimeStamped
 class RateCard(TimeStamped):
     """The price of one GPU-hour from a moment on; the newest card in force prices a hold."""
 
-    rate_per_gpu_hour = models.DecimalField("rate per GPU-hour", max_digits=10, decimal_places=4)
+    rate_per_gpu_hour = models.DecimalField(
+        "rate per GPU-hour", max_digits=10, decimal_places=4, validators=[MinValueValidator(0)]
+    )
     rate_per_staged_gb = models.DecimalField(
         "rate per GB staged",
         max_digits=10,
         decimal_places=4,
         default=0,
+        validators=[MinValueValidator(0)],
         help_text="Charged per GB (10⁹ bytes) staged; 0 stages for free.",
     )
     currency = models.CharField(max_length=3, default="USD")
@@ -95,6 +102,10 @@ class RetentionPolicy(TimeStamped):
         return min(settings.E31_SAMPLE_KEEP_DAYS, self.max_staged_days)
 
 
+# The entry LedgerEntry.objects.append is saving in this thread or task, if any.
+_appending: ContextVar["LedgerEntry | None"] = ContextVar("ledger_appending", default=None)
+
+
 class LedgerEntryQuerySet(models.QuerySet):
     """Entries come in one way, `append`; every route that would rewrite or invent one is refused here,
     and the database's triggers refuse the routes around the ORM (migration 0008)."""
@@ -114,8 +125,12 @@ class LedgerEntryQuerySet(models.QuerySet):
             last = self.filter(organisation_id=entry.organisation_id).order_by("-pk").first()
             entry.previous_hash = last.hash if last else ""
             entry.hash = entry_hash(entry)
-            # Past LedgerEntry.save, which refuses every other caller.
-            models.Model.save(entry, force_insert=True, using=self.db)
+            # Past LedgerEntry.save, which refuses every other caller; refuse_saves_but_append lets it by.
+            appending = _appending.set(entry)
+            try:
+                models.Model.save(entry, force_insert=True, using=self.db)
+            finally:
+                _appending.reset(appending)
         return entry, True
 
     def lock_chain(self, organisation_id: int) -> None:
@@ -166,7 +181,9 @@ class LedgerEntry(models.Model):
     previous_hash = models.CharField(
         max_length=64, blank=True, editable=False, help_text="The organisation's previous entry's hash; empty first."
     )
-    hash = models.CharField(max_length=64, unique=True, editable=False, help_text="sha256 sealing this entry.")
+    hash = models.CharField(
+        max_length=64, unique=True, editable=False, help_text="HMAC-SHA256 sealing this entry, under E31_LEDGER_KEY."
+    )
 
     objects = LedgerEntryQuerySet.as_manager()
 
@@ -197,3 +214,11 @@ class LedgerEntry(models.Model):
     def short_hash(self) -> str:
         """Enough of the hash to tell entries apart on a page; the full one goes beside it."""
         return self.hash[:12]
+
+
+@receiver(pre_save, sender=LedgerEntry)
+def refuse_saves_but_append(sender, instance: LedgerEntry, raw: bool, **kwargs) -> None:
+    """Deserialisation (loaddata) saves through Model.save_base, past LedgerEntry.save: any save that
+    is not append's own is refused here, before it reaches the database."""
+    if _appending.get() is not instance:
+        raise TypeError("Ledger entries are appended through LedgerEntry.objects.append, which chains them.")

@@ -9,6 +9,7 @@ from pathlib import Path
 import dj_database_url
 from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
+from django.utils.crypto import salted_hmac
 
 from portal.env import env_bool, env_choice, env_int, env_list, env_str
 
@@ -33,6 +34,25 @@ def _secret_key() -> str:
 
 
 SECRET_KEY = _secret_key()
+
+
+def _ledger_key(secret_key: str) -> bytes:
+    """The key that seals the ledger's entries (billing.chain): E31_LEDGER_KEY, 32 bytes or more in hex,
+    else derived from the secret key, so a local install needs nothing. An entry sealed under another
+    key no longer verifies, so production sets it explicitly, the same everywhere, and never changes it."""
+    configured = env_str("E31_LEDGER_KEY", "")
+    if not configured:
+        return salted_hmac("e31.billing.ledger", "the ledger's seal", secret=secret_key, algorithm="sha256").digest()
+    try:
+        key = bytes.fromhex(configured)
+    except ValueError:
+        raise ImproperlyConfigured("E31_LEDGER_KEY must be hexadecimal digits (secrets.token_hex(32))") from None
+    if len(key) < 32:
+        raise ImproperlyConfigured(f"E31_LEDGER_KEY must be at least 32 bytes (64 hex digits), not {len(key)}")
+    return key
+
+
+E31_LEDGER_KEY = _ledger_key(SECRET_KEY)
 DEBUG = env_bool("E31_DEBUG", False)
 ALLOWED_HOSTS = env_list("E31_ALLOWED_HOSTS", "127.0.0.1,localhost")
 CSRF_TRUSTED_ORIGINS = env_list("E31_CSRF_TRUSTED_ORIGINS", "")

@@ -2,21 +2,26 @@
 through the ORM and around it, and each is refused; what is written behind the ORM's back breaks the
 chain, which verify_ledger names."""
 
+import hashlib
+import hmac
 import io
+import json
 import threading
 from datetime import timedelta
 from decimal import Decimal
+from importlib import import_module
 
 import pytest
+from django.core import serializers
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import IntegrityError, connection, connections, models, transaction
 from django.forms.models import model_to_dict
 from django.utils import timezone
 
-from billing.chain import entry_hash
+from billing.chain import canonical_form, entry_hash
 from billing.metering import record_staging
-from billing.models import LedgerEntry
+from billing.models import LedgerEntry, RateCard
 from jobs.models import Job
 from portal.models import Organisation
 from tests.conftest import ledger_open_for_flush
@@ -96,12 +101,65 @@ def raw(sql: str, *params):
         cursor.execute(sql, params)
 
 
+COLUMNS = (
+    "id", "organisation_id", "job_id", "kind", "gpus", "held_from", "held_to", "seconds", "bytes", "source_kind",
+    "gpu_hours", "rate", "currency", "amount", "reason", "recorded_by", "created", "previous_hash", "hash",
+)  # fmt: skip
+# Each unique of the ledger, and what a copy of an entry keeps to clash with it on that one alone.
+UNIQUES = {
+    "id": {"id"},
+    "hash": {"hash"},
+    "(organisation, previous_hash)": {"previous_hash"},
+    "(job, kind)": {"kind"},
+}
+# SQLite runs an upsert's insert trigger first, PostgreSQL only the update trigger of the row it clashes with.
+UPSERT_REFUSED = "replaced" if connection.vendor == "sqlite" else "updated"
+
+
+def insert_clashing(verb: str, entry, unique: str, conflict: str = "") -> None:
+    """A copy of the entry for 0, inserted with `verb` (INSERT, REPLACE, INSERT OR REPLACE) and a
+    `conflict` clause, that clashes with the entry on one unique and is new on the others."""
+    kept = UNIQUES[unique]
+    fresh = {"kind": "'correction'", "previous_hash": "'" + "a" * 64 + "'", "hash": "'" + "b" * 64 + "'", "amount": "0"}
+    columns = [name for name in COLUMNS if name != "id" or name in kept]  # a new id comes from the sequence
+    values = [name if name in kept else fresh.get(name, name) for name in columns]
+    raw(
+        f"{verb} INTO billing_ledgerentry ({', '.join(columns)}) SELECT {', '.join(values)} "
+        f"FROM billing_ledgerentry WHERE id = %s {conflict}",
+        entry.pk,
+    )
+
+
+# The clause that makes an INSERT rewrite the row it clashes with, per unique (the partial one needs its WHERE).
+UPSERTS = {
+    "id": "ON CONFLICT (id) DO UPDATE SET amount = 0",
+    "hash": "ON CONFLICT (hash) DO UPDATE SET amount = 0",
+    "(organisation, previous_hash)": "ON CONFLICT (organisation_id, previous_hash) DO UPDATE SET amount = 0",
+    "(job, kind)": "ON CONFLICT (job_id, kind) WHERE NOT (kind = 'correction') DO UPDATE SET amount = 0",
+}
+UPSERT_ROUTES = {
+    f"raw SQL INSERT ... ON CONFLICT {unique} DO UPDATE": (
+        UPSERT_REFUSED,
+        lambda entry, unique=unique: insert_clashing("INSERT", entry, unique, UPSERTS[unique]),
+    )
+    for unique in UNIQUES
+}
+# SQLite's REPLACE deletes the rows a new one clashes with, without their DELETE trigger (recursive
+# triggers are off), so a rewrite is one statement away. PostgreSQL has no REPLACE.
+REPLACE_ROUTES = {
+    f"raw SQL {verb} on the {unique}": (
+        "replaced",
+        lambda entry, verb=verb, unique=unique: insert_clashing(verb, entry, unique),
+    )
+    for verb in ("REPLACE", "INSERT OR REPLACE")
+    for unique in UNIQUES
+}
 DATABASE_ROUTES = {
     "a plain QuerySet.update()": ("updated", lambda entry: plain().filter(pk=entry.pk).update(amount=0)),
     "a plain QuerySet.delete()": ("deleted", lambda entry: plain().filter(pk=entry.pk).delete()),
     "a plain bulk_update()": ("updated", lambda entry: plain().bulk_update([changed(entry)], ["amount"])),
     "a plain bulk_create(update_conflicts=True)": (
-        "updated",
+        UPSERT_REFUSED,
         lambda entry: plain().bulk_create(
             [copy_of(entry)], update_conflicts=True, unique_fields=["hash"], update_fields=["amount"]
         ),
@@ -112,11 +170,13 @@ DATABASE_ROUTES = {
     ),
     "raw SQL DELETE": ("deleted", lambda entry: raw("DELETE FROM billing_ledgerentry WHERE id = %s", entry.pk)),
     "raw SQL DELETE of every row": ("deleted", lambda entry: raw("DELETE FROM billing_ledgerentry")),
+    **UPSERT_ROUTES,
+    **(REPLACE_ROUTES if connection.vendor == "sqlite" else {}),
 }
 
 
 @pytest.mark.parametrize("route", DATABASE_ROUTES)
-def test_the_database_refuses_every_rewrite_around_the_orm(entry, route):
+def test_it_refuses_every_rewrite_around_the_orm_in_the_database(entry, route):
     refused, rewrite = DATABASE_ROUTES[route]
     before = LedgerEntry.objects.values().get(pk=entry.pk)
     with pytest.raises(IntegrityError, match=f"ledger entries are never {refused}"), transaction.atomic():
@@ -126,7 +186,7 @@ def test_the_database_refuses_every_rewrite_around_the_orm(entry, route):
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="TRUNCATE is PostgreSQL's; SQLite has none")
 @pytest.mark.django_db(transaction=True)  # committed: PostgreSQL truncates no table with checks still pending
-def test_the_database_refuses_truncate(entry):
+def test_it_refuses_truncate_in_the_database(entry):
     for sql in ("TRUNCATE billing_ledgerentry", "TRUNCATE jobs_job, billing_ledgerentry CASCADE"):
         with pytest.raises(IntegrityError, match="ledger entries are never truncated"), transaction.atomic():
             raw(sql)
@@ -159,7 +219,7 @@ def test_it_chains_each_organisations_entries_and_verify_ledger_says_they_hold(o
     assert verify() == ("other-lab: 1 entry, chain intact\npartner-lab: 2 entries, chain intact\n", "")
 
 
-def test_verify_ledger_names_the_first_entry_written_behind_the_orms_back(entry, other_organisation):
+def test_it_names_the_first_entry_written_behind_the_orms_back(entry, other_organisation):
     staged_job(other_organisation)
     raw(INSERT, Decimal(-100), entry.hash, "0" * 64, entry.pk)
     forged = LedgerEntry.objects.get(hash="0" * 64)
@@ -171,7 +231,7 @@ def test_verify_ledger_names_the_first_entry_written_behind_the_orms_back(entry,
     assert refusal == "The ledger does not hold: 1 problem above."
 
 
-def test_verify_ledger_names_an_entry_not_chained_to_the_one_before(entry):
+def test_it_names_an_entry_not_chained_to_the_one_before(entry):
     later = staged_job(entry.organisation)
     forged = LedgerEntry.objects.get(pk=later.pk)
     forged.kind, forged.amount, forged.previous_hash = "correction", Decimal("-1.0000"), "f" * 64
@@ -185,21 +245,80 @@ def test_verify_ledger_names_an_entry_not_chained_to_the_one_before(entry):
     assert refusal
 
 
+REFUSE = "SELECT RAISE(ABORT, 'ledger entries are never updated: a correction is a new entry');"
+# Ways to leave a trigger in place, by name, that refuses nothing: what verify_ledger must see through.
+WEAKENED = {
+    "postgresql": {
+        "dropped": ("trigger billing_ledger_no_truncate missing", "DROP TRIGGER billing_ledger_no_truncate ON {t}"),
+        "disabled": (
+            "trigger billing_ledger_no_truncate disabled",
+            "ALTER TABLE {t} DISABLE TRIGGER billing_ledger_no_truncate",
+        ),
+        "enabled for replication only": (
+            "trigger billing_ledger_no_update_or_delete fires only for replication (ENABLE REPLICA)",
+            "ALTER TABLE {t} ENABLE REPLICA TRIGGER billing_ledger_no_update_or_delete",
+        ),
+        "created again WHEN (false)": (
+            "trigger billing_ledger_no_update_or_delete is not as its migration created it",
+            "DROP TRIGGER billing_ledger_no_update_or_delete ON {t}",
+            "CREATE TRIGGER billing_ledger_no_update_or_delete "
+            "BEFORE UPDATE OR DELETE ON {t} FOR EACH ROW WHEN (false) EXECUTE FUNCTION billing_ledger_refuse_rewrite()",
+        ),
+        "its function given a body that refuses nothing": (
+            "function billing_ledger_refuse_rewrite is not as its migration created it",
+            "CREATE OR REPLACE FUNCTION billing_ledger_refuse_rewrite() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN RETURN COALESCE(NEW, OLD); END $$",
+        ),
+    },
+    "sqlite": {
+        "dropped": ("trigger billing_ledger_no_delete missing", "DROP TRIGGER billing_ledger_no_delete"),
+        "created again with a body that refuses nothing": (
+            "trigger billing_ledger_no_update is not as its migration created it",
+            "DROP TRIGGER billing_ledger_no_update",
+            "CREATE TRIGGER billing_ledger_no_update BEFORE UPDATE ON {t} BEGIN SELECT 1; END",
+        ),
+        "created again WHEN 0": (
+            "trigger billing_ledger_no_update is not as its migration created it",
+            "DROP TRIGGER billing_ledger_no_update",
+            f"CREATE TRIGGER billing_ledger_no_update BEFORE UPDATE ON {{t}} WHEN 0 BEGIN {REFUSE} END",
+        ),
+        "created again for one column": (
+            "trigger billing_ledger_no_update is not as its migration created it",
+            "DROP TRIGGER billing_ledger_no_update",
+            f"CREATE TRIGGER billing_ledger_no_update BEFORE UPDATE OF reason ON {{t}} BEGIN {REFUSE} END",
+        ),
+    },
+}[connection.vendor]
+
+
+@pytest.mark.parametrize("weakened", WEAKENED)
 @pytest.mark.django_db(transaction=True)  # committed: PostgreSQL alters no table with checks still pending
-def test_verify_ledger_says_when_the_database_no_longer_refuses_rewrites(entry):
-    trigger = "billing_ledger_no_truncate" if connection.vendor == "postgresql" else "billing_ledger_no_delete"
+def test_it_says_when_a_trigger_no_longer_refuses_rewrites(entry, weakened):
+    problem, *statements = WEAKENED[weakened]
     with transaction.atomic():
-        sql = f"ALTER TABLE billing_ledgerentry DISABLE TRIGGER {trigger}"
-        raw(sql if connection.vendor == "postgresql" else f"DROP TRIGGER {trigger}")
+        for sql in statements:
+            raw(sql.format(t="billing_ledgerentry"))
         out, refusal = verify()
         transaction.set_rollback(True)
-    assert f"the database does not refuse rewrites: trigger {trigger} missing" in out
-    assert "partner-lab: 1 entry, chain intact" in out and refusal
-    assert verify()[1] == ""
+    assert out.splitlines() == [
+        f"the database does not refuse rewrites: {problem}",
+        "partner-lab: 1 entry, chain intact",
+    ]
+    assert refusal == "The ledger does not hold: 1 problem above."
+    assert verify() == ("partner-lab: 1 entry, chain intact\n", "")
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="SQLite's triggers are always enabled")
+@pytest.mark.django_db(transaction=True)
+def test_it_takes_a_trigger_enabled_always(entry):
+    with transaction.atomic():
+        raw("ALTER TABLE billing_ledgerentry ENABLE ALWAYS TRIGGER billing_ledger_no_update_or_delete")
+        assert verify() == ("partner-lab: 1 entry, chain intact\n", "")
+        transaction.set_rollback(True)
 
 
 @pytest.mark.django_db(transaction=True)
-def test_two_writers_at_once_for_one_organisation_do_not_fork_its_chain(organisation, rate_card):
+def test_it_keeps_one_chain_for_two_writers_at_once(organisation, rate_card):
     jobs = [
         Job.objects.create(organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1)
         for _ in range(16)
@@ -225,7 +344,7 @@ def test_two_writers_at_once_for_one_organisation_do_not_fork_its_chain(organisa
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_tests_flush_empties_the_ledger_and_leaves_it_guarded(entry):
+def test_it_lets_the_tests_flush_empty_the_ledger_and_leaves_it_guarded(entry):
     with ledger_open_for_flush():
         call_command("flush", verbosity=0, interactive=False)
     assert not LedgerEntry.objects.exists()
@@ -236,7 +355,7 @@ def test_the_tests_flush_empties_the_ledger_and_leaves_it_guarded(entry):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_migration_seals_the_entries_written_before_the_chain(organisation, other_organisation):
+def test_it_seals_the_entries_written_before_the_chain_in_the_migration(organisation, other_organisation):
     from django.db.migrations.executor import MigrationExecutor
 
     executor = MigrationExecutor(connection)
@@ -255,5 +374,112 @@ def test_the_migration_seals_the_entries_written_before_the_chain(organisation, 
     first, elsewhere, second = LedgerEntry.objects.order_by("pk")
     assert (first.previous_hash, second.previous_hash, elsewhere.previous_hash) == ("", first.hash, "")
     assert verify() == ("other-lab: 1 entry, chain intact\npartner-lab: 2 entries, chain intact\n", "")
+    with pytest.raises(IntegrityError, match="never updated"), transaction.atomic():
+        raw("UPDATE billing_ledgerentry SET amount = 0")
+
+
+def test_it_seals_a_zero_priced_at_a_negative_rate_as_it_reads_back(organisation):
+    """0 × a negative rate is -0, which the database keeps as 0: the seal must not tell them apart."""
+    RateCard.objects.create(
+        rate_per_gpu_hour=Decimal(1), rate_per_staged_gb=Decimal(-1), effective_from=timezone.now() - timedelta(days=1)
+    )  # written past the validators, as a card from before they refused it
+    entry = staged_job(organisation, size=0)
+    assert entry.amount.is_zero() and entry.amount.is_signed()
+    assert verify() == ("partner-lab: 1 entry, chain intact\n", "")
+
+
+def forged_fixture(entry) -> str:
+    """The entry serialised as a fixture, changed into a new entry of its own."""
+    [fields] = json.loads(serializers.serialize("json", [entry]))
+    fields["pk"] = None
+    fields["fields"].update(kind="correction", amount="-100.0000", hash="0" * 64, previous_hash=entry.hash)
+    return json.dumps([fields])
+
+
+def test_it_refuses_an_entry_deserialised_past_append(entry):
+    [forged] = serializers.deserialize("json", forged_fixture(entry))
+    with pytest.raises(TypeError, match=r"appended through LedgerEntry\.objects\.append"):
+        forged.save()
+    assert list(LedgerEntry.objects.all()) == [entry]
+
+
+def test_it_refuses_an_entry_loaded_from_a_fixture(entry, tmp_path):
+    fixture = tmp_path / "forged.json"
+    fixture.write_text(forged_fixture(entry))
+    with pytest.raises(TypeError, match=r"appended through LedgerEntry\.objects\.append"):
+        call_command("loaddata", str(fixture), verbosity=0)
+    assert list(LedgerEntry.objects.all()) == [entry]
+
+
+def plain_sha256(entry) -> str:
+    return hashlib.sha256(canonical_form(entry).encode()).hexdigest()
+
+
+def another_key(entry) -> str:
+    return hmac.new(b"k" * 32, canonical_form(entry).encode(), hashlib.sha256).hexdigest()
+
+
+@pytest.mark.parametrize("seal", [plain_sha256, another_key])
+def test_it_names_an_entry_sealed_without_the_ledgers_key(entry, seal):
+    """Whoever can write to the database can chain an entry rightly, but cannot seal it without the key."""
+    forged = LedgerEntry.objects.get(pk=entry.pk)
+    forged.kind, forged.amount, forged.previous_hash = "correction", Decimal("-100.0000"), entry.hash
+    raw(INSERT, forged.amount, forged.previous_hash, seal(forged), entry.pk)
+    forged = LedgerEntry.objects.get(previous_hash=entry.hash)
+    out, refusal = verify()
+    assert out.rstrip().endswith(
+        f"broken at entry {forged.pk} (job {entry.job_id}, correction, {entry.held_to:%Y-%m-%d %H:%M:%S}): "
+        "its fields no longer match its hash"
+    )
+    assert refusal
+
+
+def test_it_seals_under_the_ledgers_key(entry, settings):
+    assert verify()[1] == ""
+    settings.E31_LEDGER_KEY = b"k" * 32
+    out, refusal = verify()
+    assert f"partner-lab: broken at entry {entry.pk} " in out and refusal
+
+
+FIRST_FORM = import_module("billing.migrations.0007_ledger_chain_hashes")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_seals_again_under_the_key_only_the_entries_the_old_seals_vouch_for(organisation, other_organisation):
+    from django.db.migrations.executor import MigrationExecutor
+
+    before = [("billing", "0010_rate_card_not_negative")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    Entry, now = executor.loader.project_state(before).apps.get_model("billing", "LedgerEntry"), timezone.now()
+    previous = {}
+
+    def write(org, amount: str, sealed_as: str | None = None):
+        """An entry sealed and chained as the code before the key did, its amount sealed as given."""
+        job = Job.objects.create(organisation=org, work="clean-table", source_name="a.csv", gpus=1, hours=1)
+        entry = Entry(
+            organisation_id=org.pk, job_id=job.pk, kind="staging", gpus=0, held_from=now, held_to=now, seconds=1,
+            gpu_hours=Decimal(0), rate=Decimal(-1), currency="USD", amount=Decimal(sealed_as or amount),
+            previous_hash=previous.get(org.pk, ""),
+        )  # fmt: skip
+        entry.hash = FIRST_FORM.sha256_of(FIRST_FORM.canonical_form(entry))
+        entry.amount = Decimal(amount)
+        entry.save()
+        previous[org.pk] = entry.hash
+        return entry
+
+    write(organisation, "1"), write(organisation, "-0"), write(organisation, "2")
+    write(other_organisation, "1")
+    rewritten = write(other_organisation, "5", sealed_as="3")
+    write(other_organisation, "4")
+
+    executor = MigrationExecutor(connection)
+    executor.migrate(executor.loader.graph.leaf_nodes())
+    assert verify()[0].splitlines() == [
+        f"other-lab: broken at entry {rewritten.pk} (job {rewritten.job_id}, staging, {now:%Y-%m-%d %H:%M:%S}): "
+        f"it is not chained to the entry before it (entry {rewritten.pk - 1})",
+        "partner-lab: 3 entries, chain intact",
+    ], "the old seals vouched for partner-lab's chain and for other-lab's up to the rewritten entry"
+    assert LedgerEntry.objects.get(pk=rewritten.pk).hash == rewritten.hash, "the rewritten entry keeps its old seal"
     with pytest.raises(IntegrityError, match="never updated"), transaction.atomic():
         raw("UPDATE billing_ledgerentry SET amount = 0")

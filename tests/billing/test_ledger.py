@@ -99,7 +99,7 @@ def test_it_shows_and_exports_only_the_organisations_entries(running_job, partne
     entry = LedgerEntry.objects.get()
     page = partner_client.get("/billing/ledger/").content.decode()
     assert f"/jobs/{running_job.pk}/" in page
-    assert f'<code title="sha256 {entry.hash}">{entry.hash[:12]}…</code>' in page, "its hash, in full on hover"
+    assert f'<code title="HMAC-SHA256 {entry.hash}">{entry.hash[:12]}…</code>' in page, "its hash, in full on hover"
 
     rows = list(csv.DictReader(io.StringIO(partner_client.get("/billing/ledger.csv").content.decode())))
     assert rows == [
@@ -243,3 +243,12 @@ def test_operators_are_warned_while_no_rate_card_is_in_force(organisation, onlin
 
     RateCard.objects.create(rate_per_gpu_hour=Decimal("0"), note="a free week")
     assert "No rate card is in force" not in client.get("/admin/").content.decode(), "a card at 0 is a choice"
+
+
+def test_it_refuses_a_negative_rate_on_a_rate_card_in_the_admin(operator):
+    client = client_for(operator)
+    for field in ("rate_per_gpu_hour", "rate_per_staged_gb"):
+        response = client.post("/admin/billing/ratecard/add/", {**card_form(timezone.now()), field: "-0.5"})
+        assert response.status_code == 200
+        assert "Ensure this value is greater than or equal to 0." in response.content.decode()
+    assert not RateCard.objects.exists()

@@ -47,6 +47,8 @@ def test_it_refuses_an_unknown_choice(monkeypatch):
         ("E31_HTTPS", "true", "E31_HTTPS is on: set E31_TRUSTED_PROXIES to the number of proxies"),
         ("E31_EMAIL_HOST", "smtp.example.com", "E31_EMAIL_HOST is set: set E31_PUBLIC_URL to the portal's address"),
         ("E31_PUBLIC_URL", "portal.example.com", "E31_PUBLIC_URL must be an http(s) address"),
+        ("E31_LEDGER_KEY", "not-hex-" * 8, "E31_LEDGER_KEY must be hexadecimal digits"),
+        ("E31_LEDGER_KEY", "ab" * 31, "E31_LEDGER_KEY must be at least 32 bytes (64 hex digits), not 31"),
     ],
 )
 def test_it_stops_the_start_up_on_a_wrong_value(tmp_path, variable, value, message):
