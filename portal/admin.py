@@ -3,6 +3,7 @@ from django.conf import settings
 from django.contrib import admin, messages
 
 from portal import onboarding, text
+from portal.forms import ApplicationForm as IntakeForm
 from portal.models import Application, Membership, Organisation
 
 
@@ -39,13 +40,7 @@ class ApplicationForm(forms.ModelForm):
     """An application, as an operator edits it, cleaned as the intake form cleans it."""
 
     class Meta:  # the admin names the model and its fields
-        field_classes = {
-            "name": text.NameField,
-            "email": text.EmailField,
-            "organisation": text.NameField,
-            "dataset": text.TextField,
-            "work": text.TextField,
-        }
+        field_classes = IntakeForm.Meta.field_classes
 
 
 @admin.register(Organisation)
