@@ -1,7 +1,7 @@
 """Faults while passes run (issue 12): clean-table over generated records on CPU slots with the real
 stack, random faults injected while a job runs, and per job what was lost, duplicated and billed.
 
-    .venv/bin/python bench/faults.py [--records 1000000] [--jobs 4] [--faults 100] [--nodes 1]
+    .venv/bin/python bench/faults.py [--records 4000000] [--jobs 4] [--faults 100] [--nodes 1]
                                      [--slots 2] [--seed 1] [--database-url postgres://…]
 
 The faults, drawn at random while a job holds slots:
@@ -50,7 +50,7 @@ FAULT_KINDS = ("pool", "pool", "slot", "slot", "node", "redis")
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--records", type=int, default=1_000_000, help="records over all jobs (default 1,000,000)")
+    parser.add_argument("--records", type=int, default=4_000_000, help="records over all jobs (default 4,000,000)")
     parser.add_argument("--jobs", type=int, default=4, help="jobs the records are split over (at least)")
     parser.add_argument("--faults", type=int, default=100, help="faults to inject in all")
     parser.add_argument("--nodes", type=int, default=1, help="gpuworker nodes (the slots are split between them)")
@@ -334,18 +334,22 @@ def main() -> None:
             injected_here = 0
             while not Job.objects.get(pk=job.pk).ended:
                 job.refresh_from_db()
-                if job.state == State.RUNNING and injected_here < planned and rng.random() < 0.5:
+                if job.state == State.RUNNING and injected_here < planned and rng.random() < 0.7:
                     inject(rng.choice(FAULT_KINDS), run, job, nodes, redis, rng)
                     injected_here = sum(1 for fault in run.faults if fault.job == job.pk)
-                watch(run, job, rng.uniform(0.4, 3.0))
+                watch(run, job, rng.uniform(0.3, 1.5))
             job.refresh_from_db()
             figures = {"job": job.pk, "state": job.state, "seconds": round(time.monotonic() - started)}
-            figures["faults"] = sum(1 for fault in run.faults if fault.job == job.pk)
+            kinds = [fault.kind for fault in run.faults if fault.job == job.pk]
+            figures["faults"] = len(kinds)
+            figures["kinds"] = ", ".join(f"{kind} {kinds.count(kind)}" for kind in sorted(set(kinds)))
             if job.output_path:
                 figures.update(counts(job, 1, per_job), expected_rejected=expected_rejects)
             figures.update(billing(run, job))
             results.append(figures)
             print_job(figures)
+            if figures["unserved_s"] > GRACE_PER_FAULT * figures["faults"] + START_UP:
+                print_faults(run, job)
             number += 1
     finally:
         for node in nodes:
@@ -364,6 +368,14 @@ def submit(organisation: Organisation, path: Path) -> Job:
         )  # fmt: skip
 
 
+def print_faults(run: Run, job: Job) -> None:
+    """The job's faults, each at its second after the job's first hold started."""
+    start = Allocation.objects.filter(job=job).order_by("held_from").values_list("held_from", flat=True).first()
+    for fault in run.faults:
+        if fault.job == job.pk:
+            print(f"    {fault.kind:<5} at {(fault.at - start).total_seconds():6.1f} s: {fault.detail}")
+
+
 def print_job(figures: dict) -> None:
     bound = GRACE_PER_FAULT * figures["faults"] + START_UP
     verdict = "ok" if figures["unserved_s"] <= bound else "OVER"
@@ -375,7 +387,8 @@ def print_job(figures: dict) -> None:
         f"in {figures.get('in', 0):>7} out {figures.get('out', 0):>7} rejected {figures.get('rejected', 0):>5} "
         f"duplicated {figures.get('duplicated', 0)} missing {figures.get('missing', 0)}  "
         f"ledger {figures['ledger_s']:7.1f} slot-s  served {figures['served_s']:7.1f}  "
-        f"unserved {figures['unserved_s']:5.1f} (≤ {bound:.0f}: {verdict})  records {'exact' if exact else 'WRONG'}",
+        f"unserved {figures['unserved_s']:5.1f} (≤ {bound:.0f}: {verdict})  records {'exact' if exact else 'WRONG'}"
+        f"{'  (' + figures['kinds'] + ')' if figures['kinds'] else ''}",
         flush=True,
     )
 

@@ -90,6 +90,11 @@ def without_waiting() -> Iterator[None]:
         _hurried.reset(token)
 
 
+def refused() -> bool:
+    """Whether, within `without_waiting()`, the broker has refused a send already."""
+    return bool(_hurried.get())
+
+
 def _send_on_commit(name: str, *args: int | str, queue: str | None = None) -> None:
     # Taken now: the commit may come after the caller's `unsent()` or `without_waiting()` has closed.
     transaction.on_commit(partial(_send, name, args, queue, _watching.get(), _hurried.get()))

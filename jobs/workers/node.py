@@ -130,30 +130,35 @@ def slot_stopped(node_name: str, index: int) -> list[int]:
 
 
 def serve_held_slots(node_name: str, ready: set[int]) -> list[int]:
-    """Every hold on this node's ready slots has a slot task serving it, within seconds of a fault: a
-    slot back from a restart rejoins the running job that lost it, and a hold whose task went silent
-    (its message lost with Redis, a continuation that could not be sent) gets a new task. Returns the
-    allocations a task was sent for."""
+    """Every hold on this node's ready slots is served by a live slot task, within seconds of a fault,
+    and billed only while it is. A hold whose task went silent (its message lost with Redis, a
+    continuation that could not be sent), with no live lease on its slot, ends when the task last
+    reported; then a slot that a running job lost (so, or by a restart) rejoins that job with a new
+    hold and a new task, unless the broker refused a task this beat. Returns the allocations a task
+    was sent for."""
     now = timezone.now()
     slots = Gpu.objects.filter(node__name=node_name, index__in=ready, last_seen__isnull=False)
-    sent = []
-    for slot in slots.free():
-        lost = Allocation.objects.filter(gpu=slot, held_to__isnull=False, job__state=State.RUNNING)
-        for job_id in lost.values_list("job_id", flat=True).distinct():
-            allocation = lifecycle.rejoin(job_id, slot)
-            if allocation:
-                sent.append(allocation.pk)
-                break
     quiet = now - timedelta(seconds=settings.E31_NODE_TIMEOUT_SECONDS)
     silent = Allocation.objects.filter(gpu__in=slots, held_to__isnull=True, job__state=State.RUNNING).filter(
         Q(runner_seen__lt=quiet) | Q(runner_seen__isnull=True, held_from__lt=quiet)
     )
     for allocation in silent.select_related("gpu"):
         # A live lease on the slot, for this job or one before, means its worker is busy, not lost.
-        working = Shard.objects.filter(gpu=allocation.gpu, status=Shard.Status.RUNNING, lease_until__gte=now)
-        if not working.exists():
-            lifecycle.send_runner(allocation)
-            sent.append(allocation.pk)
+        if Shard.objects.filter(gpu=allocation.gpu, status=Shard.Status.RUNNING, lease_until__gte=now).exists():
+            continue
+        noun = "CPU slot" if allocation.gpu.kind == Gpu.Kind.CPU else "GPU"
+        cause = f"the task serving {noun} {allocation.gpu.index} on node {node_name} was lost"
+        reported = allocation.runner_seen or allocation.held_from
+        take_offline(Allocation.objects.filter(pk=allocation.pk), now, at=reported, cause=cause)
+    sent = []
+    for slot in slots.free():
+        lost = Allocation.objects.filter(gpu=slot, held_to__isnull=False, job__state=State.RUNNING)
+        for job_id in lost.values_list("job_id", flat=True).distinct():
+            if enqueue.refused():
+                return sent  # a hold now would wait, billed, for a broker that is away
+            if allocation := lifecycle.rejoin(job_id, slot):
+                sent.append(allocation.pk)
+                break
     return sent
 
 

@@ -141,7 +141,7 @@ def held(online_slots, organisation):
 
 
 @pytest.mark.django_db
-def test_a_hold_whose_slot_task_went_silent_gets_a_new_one_and_the_old_one_stops(
+def test_a_hold_whose_slot_task_went_silent_is_billed_until_it_reported_and_served_again(
     held, online_slots, redis_server, django_capture_on_commit_callbacks, settings
 ):
     quiet = timezone.now() - timedelta(seconds=settings.E31_NODE_TIMEOUT_SECONDS + 1)
@@ -150,17 +150,27 @@ def test_a_hold_whose_slot_task_went_silent_gets_a_new_one_and_the_old_one_stops
     Shard.objects.create(job=held, index=0, first_record=1, record_count=5, first_line=2, start_byte=0, end_byte=50,
                          status=Shard.Status.RUNNING,
                          gpu=working.gpu, lease_until=timezone.now() + timedelta(seconds=30))  # fmt: skip
+    Shard.objects.create(job=held, index=1, first_record=6, record_count=5, first_line=7, start_byte=50, end_byte=99)
     redis_server.delete(silent.gpu.queue, working.gpu.queue)
     try:
         with django_capture_on_commit_callbacks(execute=True):
-            assert serve_held_slots("fake-node", {0, 1, 2, 3}) == [silent.pk], "a slot with a live lease works"
+            [rejoined] = serve_held_slots("fake-node", {0, 1, 2, 3})
         assert (redis_server.llen(silent.gpu.queue), redis_server.llen(working.gpu.queue)) == (1, 0)
     finally:
         redis_server.delete(silent.gpu.queue, working.gpu.queue)
     silent.refresh_from_db()
-    assert silent.runner not in ("", "old") and silent.runner_seen > quiet
-    assert run_slot(held.pk, silent.pk, "old") == "superseded", "a message restored late does not run beside it"
-    assert run_slot(held.pk, silent.pk, "") == "superseded", "nor one sent before tokens"
+    assert silent.held_to == quiet, "billed until its task last reported, not while nobody served it"
+    assert Allocation.objects.get(pk=working.pk).held_to is None, "a slot with a live lease works"
+    again = Allocation.objects.get(pk=rejoined)
+    assert again.gpu == silent.gpu and again.held_from > quiet and again.runner not in ("", "old")
+    assert run_slot(held.pk, silent.pk, "old") == "released", "a message restored late does not run beside it"
+    assert run_slot(held.pk, again.pk, "old") == "superseded"
+    assert run_slot(held.pk, again.pk, "") == "superseded", "nor one sent before tokens"
+    assert any(m.startswith("the task serving CPU slot 0 on node fake-node was lost") for m in messages_of(held))
+
+
+def messages_of(job: Job) -> list[str]:
+    return list(JobEvent.objects.filter(job=job).values_list("message", flat=True))
 
 
 @pytest.mark.django_db
