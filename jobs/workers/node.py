@@ -4,6 +4,7 @@ and every hold on its slots served by a live slot task."""
 import socket
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 
 from django.conf import settings
 from django.db.models import Q
@@ -143,8 +144,7 @@ def serve_held_slots(node_name: str, ready: set[int]) -> list[int]:
         Q(runner_seen__lt=quiet) | Q(runner_seen__isnull=True, held_from__lt=quiet)
     )
     for allocation in silent.select_related("gpu"):
-        # A live lease on the slot, for this job or one before, means its worker is busy, not lost.
-        if Shard.objects.filter(gpu=allocation.gpu, status=Shard.Status.RUNNING, lease_until__gte=now).exists():
+        if _busy(allocation.gpu, now):
             continue
         noun = "CPU slot" if allocation.gpu.kind == Gpu.Kind.CPU else "GPU"
         cause = f"the task serving {noun} {allocation.gpu.index} on node {node_name} was lost"
@@ -160,6 +160,24 @@ def serve_held_slots(node_name: str, ready: set[int]) -> list[int]:
                 sent.append(allocation.pk)
                 break
     return sent
+
+
+def _busy(slot: Gpu, now) -> bool:
+    """Whether a live process of this machine runs a shard on the slot under a live lease, for this
+    job or one before. A lease whose process is gone (a pool process killed) does not count: the
+    slot's node sees its own processes, and need not wait a lease to know."""
+    running = Shard.objects.filter(gpu=slot, status=Shard.Status.RUNNING, lease_until__gte=now)
+    return any(pid and process_runs(pid) for pid in running.values_list("worker_pid", flat=True))
+
+
+def process_runs(pid: int) -> bool:
+    """Whether a process with this id runs on this machine (a zombie, dead but not yet reaped, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True  # it cannot be told: the lease stands
 
 
 def take_offline(allocations, now, at=None, cause: str = "") -> list[int]:

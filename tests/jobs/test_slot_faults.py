@@ -4,6 +4,7 @@ beats; a gpuworker's slot workers never outlive it; and a hold whose slot task w
 
 import os
 import signal
+import subprocess
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -147,10 +148,23 @@ def test_a_hold_whose_slot_task_went_silent_is_billed_until_it_reported_and_serv
     quiet = timezone.now() - timedelta(seconds=settings.E31_NODE_TIMEOUT_SECONDS + 1)
     silent, working = Allocation.objects.filter(job=held).order_by("gpu__index")
     Allocation.objects.filter(job=held).update(runner="old", runner_seen=quiet)
+    lease = timezone.now() + timedelta(seconds=30)
     Shard.objects.create(job=held, index=0, first_record=1, record_count=5, first_line=2, start_byte=0, end_byte=50,
-                         status=Shard.Status.RUNNING,
-                         gpu=working.gpu, lease_until=timezone.now() + timedelta(seconds=30))  # fmt: skip
-    Shard.objects.create(job=held, index=1, first_record=6, record_count=5, first_line=7, start_byte=50, end_byte=99)
+                         status=Shard.Status.RUNNING, gpu=working.gpu, lease_until=lease,
+                         worker_pid=os.getpid())  # fmt: skip
+    Shard.objects.create(
+        job=held,
+        index=1,
+        first_record=6,
+        record_count=5,
+        first_line=7,
+        start_byte=50,
+        end_byte=99,
+        status=Shard.Status.RUNNING,
+        gpu=silent.gpu,
+        lease_until=lease,
+        worker_pid=ended_pid(),
+    )  # fmt: skip  (its process gone: its lease proves nothing)
     redis_server.delete(silent.gpu.queue, working.gpu.queue)
     try:
         with django_capture_on_commit_callbacks(execute=True):
@@ -160,13 +174,21 @@ def test_a_hold_whose_slot_task_went_silent_is_billed_until_it_reported_and_serv
         redis_server.delete(silent.gpu.queue, working.gpu.queue)
     silent.refresh_from_db()
     assert silent.held_to == quiet, "billed until its task last reported, not while nobody served it"
-    assert Allocation.objects.get(pk=working.pk).held_to is None, "a slot with a live lease works"
+    assert Allocation.objects.get(pk=working.pk).held_to is None, "a live process on a live lease works"
+    assert Shard.objects.get(job=held, index=1).status == Shard.Status.PENDING, "the dead process's shard went back"
     again = Allocation.objects.get(pk=rejoined)
     assert again.gpu == silent.gpu and again.held_from > quiet and again.runner not in ("", "old")
     assert run_slot(held.pk, silent.pk, "old") == "released", "a message restored late does not run beside it"
     assert run_slot(held.pk, again.pk, "old") == "superseded"
     assert run_slot(held.pk, again.pk, "") == "superseded", "nor one sent before tokens"
     assert any(m.startswith("the task serving CPU slot 0 on node fake-node was lost") for m in messages_of(held))
+
+
+def ended_pid() -> int:
+    """The id of a process that has run and been reaped."""
+    process = subprocess.Popen(["true"])
+    process.wait()
+    return process.pid
 
 
 def messages_of(job: Job) -> list[str]:
