@@ -152,19 +152,10 @@ def test_a_hold_whose_slot_task_went_silent_is_billed_until_it_reported_and_serv
     Shard.objects.create(job=held, index=0, first_record=1, record_count=5, first_line=2, start_byte=0, end_byte=50,
                          status=Shard.Status.RUNNING, gpu=working.gpu, lease_until=lease,
                          worker_pid=os.getpid())  # fmt: skip
-    Shard.objects.create(
-        job=held,
-        index=1,
-        first_record=6,
-        record_count=5,
-        first_line=7,
-        start_byte=50,
-        end_byte=99,
-        status=Shard.Status.RUNNING,
-        gpu=silent.gpu,
-        lease_until=lease,
-        worker_pid=ended_pid(),
-    )  # fmt: skip  (its process gone: its lease proves nothing)
+    # A live lease whose process is gone (a pool process killed) proves nothing.
+    Shard.objects.create(job=held, index=1, first_record=6, record_count=5, first_line=7, start_byte=50, end_byte=99,
+                         status=Shard.Status.RUNNING, gpu=silent.gpu, lease_until=lease,
+                         worker_pid=ended_pid())  # fmt: skip
     redis_server.delete(silent.gpu.queue, working.gpu.queue)
     try:
         with django_capture_on_commit_callbacks(execute=True):
