@@ -62,7 +62,7 @@ def test_an_operator_records_a_credit_as_an_entry_of_its_own(ended_job, operator
     assert re.search(r"<tfoot>.*>0\.7000 USD</th>", page, re.S), "1.2000 held less the credit"
     receipt = partner_client.get(f"/billing/receipts/{ended_job.pk}/").content.decode()
     assert "Correction: Slot 1 stalled for five minutes" in receipt
-    assert f'<code title="HMAC-SHA256 {credit.hash}">{credit.hash[:12]}…</code>' in receipt
+    assert f'<code class="hash" title="HMAC-SHA256 {credit.hash}">{credit.hash[:12]}…</code>' in receipt
     assert '<th class="num when">0.7000 USD</th>' in receipt
 
     rows = list(csv.DictReader(io.StringIO(partner_client.get("/billing/ledger.csv").content.decode())))

@@ -99,7 +99,8 @@ def test_it_shows_and_exports_only_the_organisations_entries(running_job, partne
     entry = LedgerEntry.objects.get()
     page = partner_client.get("/billing/ledger/").content.decode()
     assert f"/jobs/{running_job.pk}/" in page
-    assert f'<code title="HMAC-SHA256 {entry.hash}">{entry.hash[:12]}…</code>' in page, "its hash, in full on hover"
+    shown = f'<code class="hash" title="HMAC-SHA256 {entry.hash}">{entry.hash[:12]}…</code>'
+    assert shown in page, "its hash, in full on hover"
 
     rows = list(csv.DictReader(io.StringIO(partner_client.get("/billing/ledger.csv").content.decode())))
     assert rows == [

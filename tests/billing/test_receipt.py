@@ -47,7 +47,7 @@ def test_it_lists_each_charge_and_the_total(ended_job, partner_client):
     assert f'<th class="num when">{staging.amount + hold.amount:.4f} USD</th>' in page
     assert "by partner" in page and "succeeded" in page and "ab" * 32 in page
     for entry in (staging, hold):
-        assert f'<code title="HMAC-SHA256 {entry.hash}">{entry.hash[:12]}…</code>' in page
+        assert f'<code class="hash" title="HMAC-SHA256 {entry.hash}">{entry.hash[:12]}…</code>' in page
     assert f'href="/billing/receipts/{ended_job.pk}/"' in partner_client.get(f"/jobs/{ended_job.pk}/").content.decode()
 
 
