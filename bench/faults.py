@@ -233,22 +233,20 @@ def inject(kind: str, run: Run, job: Job, nodes: list[Node], redis: Redis, rng: 
             os.kill(main, signal.SIGKILL)
         detail = f"slot {index} of {node.name} (pid {main})"
     elif kind == "node":
-        node.kill()
-        down = rng.uniform(2, 40)
-        detail = f"{node.name} for {down:.0f} s"
-        run.faults.append(Fault(kind, timezone.now(), job.pk, detail))
-        watch(run, job, down)
-        node.start()
+        outage(run, job, kind, rng.uniform(2, 40), node.name, node.kill, node.start)
         return
     else:
-        redis.stop()
-        down = rng.uniform(5, 30)
-        detail = f"for {down:.0f} s"
-        run.faults.append(Fault(kind, timezone.now(), job.pk, detail))
-        watch(run, job, down)
-        redis.start()
+        outage(run, job, kind, rng.uniform(5, 30), "Redis", redis.stop, redis.start)
         return
     run.faults.append(Fault(kind, timezone.now(), job.pk, detail))
+
+
+def outage(run: Run, job: Job, kind: str, seconds: float, what: str, stop, start) -> None:
+    """Stop a node or Redis, sample the job while it is down, and start it again."""
+    stop()
+    run.faults.append(Fault(kind, timezone.now(), job.pk, f"{what} for {seconds:.0f} s"))
+    watch(run, job, seconds)
+    start()
 
 
 def watch(run: Run, job: Job, seconds: float) -> None:

@@ -7,7 +7,6 @@ import signal
 import subprocess
 import uuid
 from datetime import timedelta
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -17,20 +16,12 @@ from django.utils import timezone
 from billing.models import LedgerEntry
 from jobs import lifecycle
 from jobs.models import Allocation, Gpu, Job, JobEvent, Node, Shard, State
-from jobs.workers.node import serve_held_slots, slot_stopped
+from jobs.workers.node import process_runs, serve_held_slots, slot_stopped
 from jobs.workers.runner import run_slot
 from tests.conftest import Worker, job_form, wait_for, wait_for_end, wait_for_slots
 from tests.jobs.test_gpuworker import main_process_of, processes_mentioning
 from tests.jobs.test_node_offline import as_gpu_hours, gpu_seconds
 from tests.jobs.test_worker_killed import csv_bytes
-
-
-def running(pid: int) -> bool:
-    """Whether the process exists and is not a zombie waiting to be reaped."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 @pytest.fixture
@@ -76,7 +67,7 @@ def test_a_node_killed_takes_its_slot_workers_at_once_and_is_not_billed_while_de
 
     workers[0].process.kill()  # the supervisor alone: the kernel takes its workers down
     workers[0].process.wait()
-    wait_for(lambda: not any(running(pid) for pid in slot_workers), timeout=30,
+    wait_for(lambda: not any(process_runs(pid) for pid in slot_workers), timeout=30,
              what="the slot workers to stop with their gpuworker, not after their slice")  # fmt: skip
     died = Node.objects.get(name=name).last_seen
     wait_for(lambda: timezone.now() > died + timedelta(seconds=2), what="the node to be dead a while")
@@ -111,7 +102,7 @@ def test_a_slot_whose_worker_is_killed_is_billed_until_last_seen_and_rejoins_its
     killed_at = timezone.now()
     os.kill(main, signal.SIGKILL)
 
-    wait_for(lambda: not running(shard.worker_pid), timeout=30, what="the slot's pool process to go with it")
+    wait_for(lambda: not process_runs(shard.worker_pid), timeout=30, what="the slot's pool process to go with it")
     slot = Gpu.objects.get(node__name=name, index=0)
     lost = wait_for(lambda: Allocation.objects.filter(job=job, gpu=slot, held_to__isnull=False).first(),
                     timeout=60, what="the slot's hold to end")  # fmt: skip
