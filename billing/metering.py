@@ -15,7 +15,7 @@ from django.dispatch import receiver
 from django.utils import timezone
 
 from billing.models import LedgerEntry, RateCard
-from jobs.lifecycle import hold_periods
+from jobs.models import hold_periods
 from jobs.signals import hold_released, staging_finished
 
 log = logging.getLogger(__name__)

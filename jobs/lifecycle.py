@@ -2,8 +2,7 @@
 
 import logging
 import uuid
-from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q, Value
@@ -11,7 +10,7 @@ from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from jobs import enqueue
-from jobs.models import ENDED, Allocation, Gpu, Job, JobEvent, Shard, State
+from jobs.models import ENDED, Allocation, Gpu, Job, JobEvent, Shard, State, hold_periods
 from jobs.signals import hold_released
 
 log = logging.getLogger(__name__)
@@ -111,19 +110,6 @@ def _note(job: Job, at, message: str) -> str:
     state = Job.objects.values_list("state", flat=True).get(pk=job.pk)
     JobEvent.objects.create(job_id=job.pk, state=state, at=at, message=message)
     return state
-
-
-def hold_periods(holds: Iterable[tuple[datetime, datetime]]) -> list[tuple[datetime, datetime]]:
-    """When the job held any GPU, from its GPUs' holds: the holds that overlap or touch (its GPUs share
-    a start, a slot that rejoins overlaps the others) make one period. More than one when the job lost
-    every GPU and was held again."""
-    periods: list[tuple[datetime, datetime]] = []
-    for start, end in sorted(holds):
-        if periods and start <= periods[-1][1]:
-            periods[-1] = (periods[-1][0], max(periods[-1][1], end))
-        else:
-            periods.append((start, end))
-    return periods
 
 
 def _held_so_far(job: Job) -> timedelta:

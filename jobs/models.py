@@ -1,7 +1,8 @@
 """Job, Shard, Allocation, Node and Gpu: the tables of the job lifecycle in DESIGN.md."""
 
 import uuid
-from datetime import timedelta
+from collections.abc import Iterable
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from django.conf import settings
@@ -10,6 +11,7 @@ from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from portal.models import Organisation, TimeStamped
+from portal.text import redacted
 
 
 class State(models.TextChoices):
@@ -265,8 +267,6 @@ class Job(TimeStamped):
     @property
     def source_location(self) -> str:
         """The URL, S3 URI or server path as pages and manifests show it: never a URL's query."""
-        from jobs.staging.fetch import redacted
-
         return redacted(self.source_uri) if self.source_kind == self.Source.URL else self.source_uri
 
     @property
@@ -355,6 +355,19 @@ class Shard(TimeStamped):
     def last_error(self) -> str:
         """The last line of its last error (the exception), or why there is none."""
         return self.error.strip().splitlines()[-1] if self.error.strip() else "its worker stopped"
+
+
+def hold_periods(holds: Iterable[tuple[datetime, datetime]]) -> list[tuple[datetime, datetime]]:
+    """When the job held any GPU, from its GPUs' holds: the holds that overlap or touch (its GPUs share
+    a start, a slot that rejoins overlaps the others) make one period. More than one when the job lost
+    every GPU and was held again."""
+    periods: list[tuple[datetime, datetime]] = []
+    for start, end in sorted(holds):
+        if periods and start <= periods[-1][1]:
+            periods[-1] = (periods[-1][0], max(periods[-1][1], end))
+        else:
+            periods.append((start, end))
+    return periods
 
 
 class Allocation(TimeStamped):
