@@ -1,8 +1,10 @@
 """What people and peers type, read safely: names and texts without the invisible characters that let a name
-disguise itself on a page or in a console, and counts in protocol headers read as ASCII digits only."""
+disguise itself on a page or in a console, counts in protocol headers read as ASCII digits only, and URLs
+shown without the query that may carry a credential."""
 
 import re
 import unicodedata
+from urllib.parse import urlsplit, urlunsplit
 
 from django import forms
 
@@ -100,3 +102,10 @@ class CountField(forms.IntegerField):
         if isinstance(value, str) and value.strip() and ascii_count(value.strip(), signed=True) is None:
             raise forms.ValidationError(self.error_messages["invalid"], code="invalid")
         return super().to_python(value)
+
+
+def redacted(url: str) -> str:
+    """The URL as shown, recorded and logged: its query, where a pre-signed URL carries its signature,
+    left out (a credential in all but name)."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(query="…" if parts.query else "", fragment=""))

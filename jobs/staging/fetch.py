@@ -18,7 +18,7 @@ import ssl
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO
-from urllib.parse import quote, urljoin, urlsplit, urlunsplit
+from urllib.parse import quote, urljoin, urlsplit
 
 from portal.text import ascii_count
 
@@ -54,13 +54,6 @@ class _Target:
     port: int
     path: str
     addresses: tuple[str, ...]
-
-
-def redacted(url: str) -> str:
-    """The URL as shown, recorded and logged: its query, where a pre-signed URL carries its signature,
-    left out (a credential in all but name)."""
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(query="…" if parts.query else "", fragment=""))
 
 
 def is_public(address: str) -> bool:

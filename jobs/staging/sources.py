@@ -19,7 +19,7 @@ from django.core.files.storage import default_storage
 from jobs.models import Job
 from jobs.staging import fetch, s3
 from jobs.staging.progress import StagingProgress
-from portal.text import hidden_character
+from portal.text import hidden_character, redacted
 
 log = logging.getLogger(__name__)
 
@@ -189,7 +189,7 @@ class _Download(threading.Thread):
         except OSError:
             pass  # staging stopped reading (cancelled, or storage failed): it says why
         except Exception:
-            log.exception("the download of %s failed", fetch.redacted(self.url))
+            log.exception("the download of %s failed", redacted(self.url))
             self.error = fetch.FetchError("The download failed on our side; the operators can see why.")
         finally:
             self.headers_seen.set()
