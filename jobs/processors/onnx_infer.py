@@ -20,6 +20,7 @@ import tempfile
 from collections import OrderedDict
 from functools import lru_cache
 
+import numpy as np
 import pyarrow as pa
 from django.core.files.storage import default_storage
 
@@ -51,7 +52,8 @@ def parse_inputs(text: str) -> dict[str, list[str]]:
 
 
 def _session(path: str, device: str = "cpu"):
-    import onnxruntime as ort
+    # Only a slot runs a model: the web processes never load the runtime.
+    import onnxruntime as ort  # noqa: PLC0415
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = int(os.environ.get("OMP_NUM_THREADS") or 0)  # the slot's share; 0: all
@@ -250,8 +252,6 @@ class OnnxInfer(Processor):
         return pa.schema(fields)
 
     def process_batch(self, records: list[Record], context: Context) -> Batch:
-        import numpy as np
-
         columns = {name: index for index, name in enumerate(context.layout["columns"])}
         inputs = context.plan["inputs"]
         rows, kept, rejects = {spec["name"]: [] for spec in inputs}, [], []
