@@ -39,3 +39,4 @@ test: $(VENV)/.requirements-dev
 lint: $(VENV)/.requirements-dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports --no-cache

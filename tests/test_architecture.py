@@ -1,0 +1,78 @@
+"""The layout holds: no import loop among the portal's modules, and the layers' contracts in pyproject.toml."""
+
+import ast
+from pathlib import Path
+
+import pytest
+from importlinter.cli import EXIT_STATUS_SUCCESS, lint_imports
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("jobs", "billing", "portal")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports() -> dict[str, set[str]]:
+    """Each module of the portal, and the modules of the portal it imports, wherever in the file."""
+    modules = {
+        module_name(path): path
+        for package in PACKAGES
+        for path in (ROOT / package).rglob("*.py")
+        if "migrations" not in path.parts
+    }
+    graph = {}
+    for name, path in modules.items():
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for alias in node.names:
+                    full = f"{node.module}.{alias.name}"
+                    imported.add(full if full in modules else node.module)
+            elif isinstance(node, ast.Import):
+                imported.update(alias.name for alias in node.names)
+        graph[name] = {module for module in imported if module in modules and module != name}
+    return graph
+
+
+def loop_through(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import loop in the graph, as the modules along it, or None."""
+    done: set[str] = set()
+
+    def visit(module: str, path: list[str]) -> list[str] | None:
+        if module in path:
+            return [*path[path.index(module) :], module]
+        if module in done:
+            return None
+        for imported in sorted(graph[module]):
+            found = visit(imported, [*path, module])
+            if found:
+                return found
+        done.add(module)
+        return None
+
+    for module in sorted(graph):
+        found = visit(module, [])
+        if found:
+            return found
+    return None
+
+
+def test_it_finds_a_loop_when_there_is_one():
+    assert loop_through({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert loop_through({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
+
+
+def test_it_has_no_import_loop():
+    graph = imports()
+    assert "jobs.tasks" in graph and "jobs.lifecycle" in graph["jobs.tasks"]
+    assert loop_through(graph) is None
+
+
+def test_it_keeps_the_layers_contracts(monkeypatch, tmp_path):
+    monkeypatch.chdir(ROOT)
+    status = lint_imports(config_filename=str(ROOT / "pyproject.toml"), cache_dir=str(tmp_path), no_logo=True)
+    if status != EXIT_STATUS_SUCCESS:
+        pytest.fail("lint-imports: a contract in pyproject.toml is broken (its output is above)")
