@@ -1,8 +1,25 @@
-"""The job lifecycle: one small function per transition, each a conditional UPDATE that wins once."""
+"""The job lifecycle: one small function per transition, each a conditional UPDATE that wins once.
+
+Job.state changes here and nowhere else (docs/architecture.md has the same table):
+
+    submitted → staging          begin_staging   a staging attempt claims the job
+    staging → queued             queue           its data is staged and cut into shards
+    queued → running             start_hold      the scheduler holds its GPUs
+    running → finishing          finish_pass     the last shard is done; the GPUs are released
+    finishing → succeeded        succeed         its output is assembled
+    running → queued, timed_out  lose_slots      every slot it held went offline
+    running → timed_out          time_out        its hours, or its deadline, are up
+    waiting → failed             miss_deadline   its deadline came before it could start
+    not ended → failed           fail            staging, a shard or assembly failed for good
+    not finishing → cancelled    cancel          its submitter or an operator stopped it
+
+"Hold" is the GPUs a job holds, and what it is billed for. An operator keeping a waiting job from
+starting puts it on hold (put_on_hold, lift_hold): a flag on the job, not a state.
+"""
 
 import logging
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q, Value
@@ -24,11 +41,11 @@ TRANSITIONS: dict[str, tuple[str, ...]] = {
     State.FINISHING: (State.SUCCEEDED, State.FAILED),
 }
 
-# What the operators can put on hold: jobs that hold no GPU yet.
-HOLDABLE = (State.SUBMITTED, State.STAGING, State.QUEUED)
+# Jobs that hold no GPU yet: the operators may put them on hold, and a deadline may pass them by.
+WAITING = (State.SUBMITTED, State.STAGING, State.QUEUED)
 
 
-def move(
+def _move(
     job_id: int,
     frm: str | tuple[str, ...],
     to: str,
@@ -53,11 +70,29 @@ def move(
         if moved:
             JobEvent.objects.create(job_id=job_id, state=to, at=now, message=message)
             if to in ENDED and notify:
-                _notify_on_commit(job_id)
+                enqueue.notify_ended(job_id)
     return bool(moved)
 
 
-def hold(job: Job, gpus: list[Gpu]) -> list[Allocation]:
+def begin_staging(job: Job, claim: str, lease_until: datetime) -> bool:
+    """submitted → staging: the attempt holding `claim` owns the staging while it renews its lease.
+    False when another attempt began it first, or the job was cancelled."""
+    message = f"staging {job.source_name}"
+    return _move(
+        job.pk, State.SUBMITTED, State.STAGING, message=message, staging_claim=claim, staging_lease_until=lease_until
+    )
+
+
+def queue(job: Job, at: datetime, message: str) -> bool:
+    """staging → queued, its shards cut: the scheduler looks for its GPUs once this commits. False when
+    it left staging meanwhile (cancelled)."""
+    if not _move(job.pk, State.STAGING, State.QUEUED, at=at, queued_at=at, message=message):
+        return False
+    enqueue.schedule()
+    return True
+
+
+def start_hold(job: Job, gpus: list[Gpu]) -> list[Allocation]:
     """Start the job's hold on these GPUs: queued → running, one Allocation per GPU, all or none.
     A job held before (it lost every GPU with their nodes) has that much less of its hours left. Never
     a job the operators put on hold, even one put on hold since the scheduler read the queue, nor one
@@ -67,7 +102,7 @@ def hold(job: Job, gpus: list[Gpu]) -> list[Allocation]:
         with transaction.atomic():
             started = {"started_at": now, "held_before": _held_so_far(job)}
             may_start = Q(on_hold_since=None) & (Q(deadline=None) | Q(deadline__gt=now))
-            if not move(job.pk, State.QUEUED, State.RUNNING, at=now, where=may_start, **started):
+            if not _move(job.pk, State.QUEUED, State.RUNNING, at=now, where=may_start, **started):
                 return []
             allocations = [Allocation.objects.create(job=job, gpu=gpu, held_from=now) for gpu in gpus]
     except IntegrityError:
@@ -83,7 +118,7 @@ def put_on_hold(job: Job, reason: str = "") -> bool:
     says which one."""
     now = timezone.now()
     with transaction.atomic():
-        waiting = Job.objects.filter(pk=job.pk, state__in=HOLDABLE, on_hold_since=None)
+        waiting = Job.objects.filter(pk=job.pk, state__in=WAITING, on_hold_since=None)
         if not waiting.update(on_hold_since=now, on_hold_reason=reason, modified=now):
             return False
         why = f": {reason}" if reason else ""
@@ -96,11 +131,11 @@ def lift_hold(job: Job) -> bool:
     when it is not on hold, or has ended."""
     now = timezone.now()
     with transaction.atomic():
-        on_hold = Job.objects.filter(pk=job.pk, state__in=HOLDABLE, on_hold_since__isnull=False)
+        on_hold = Job.objects.filter(pk=job.pk, state__in=WAITING, on_hold_since__isnull=False)
         if not on_hold.update(on_hold_since=None, on_hold_reason="", modified=now):
             return False
         if _note(job, now, "hold lifted by the operators") == State.QUEUED:
-            schedule_on_commit()
+            enqueue.schedule()
     return True
 
 
@@ -135,7 +170,7 @@ def release(job: Job, at=None) -> bool:
             holds = [(a.held_from, a.held_to) for a in held]
             hold_released.send(sender=Job, job=job, gpus=len({a.gpu_id for a in held}), holds=holds)
     if open_holds:
-        schedule_on_commit()
+        enqueue.schedule()
     return bool(open_holds)
 
 
@@ -172,11 +207,11 @@ def lose_slots(job: Job, allocations: list[Allocation], at, node: str, cause: st
             JobEvent.objects.create(job=job, state=State.RUNNING, at=now, message=f"{what} to the job's other slots")
         elif ended < at:  # its hours were up before its last node went: nothing to queue again for
             reason = _past_limit(job)
-            move(job.pk, State.RUNNING, State.TIMED_OUT, message=f"{what}; it {reason}", error=f"The job {reason}.")
+            _move(job.pk, State.RUNNING, State.TIMED_OUT, message=f"{what}; it {reason}", error=f"The job {reason}.")
             _stop(job)
         else:
-            move(job.pk, State.RUNNING, State.QUEUED, at=now, message=f"{what}; no slot left, back in the queue")
-            schedule_on_commit()
+            _move(job.pk, State.RUNNING, State.QUEUED, at=now, message=f"{what}; no slot left, back in the queue")
+            enqueue.schedule()
     log.warning("job %s: %s", job.pk, what)
     return len(lost)
 
@@ -229,17 +264,22 @@ def finish_pass(job: Job) -> bool:
     now = timezone.now()
     with transaction.atomic():
         noun = job.held_noun or "GPU"
-        if not move(job.pk, State.RUNNING, State.FINISHING, message=f"last shard done; {noun}s released", at=now):
+        if not _move(job.pk, State.RUNNING, State.FINISHING, message=f"last shard done; {noun}s released", at=now):
             return False
         release(job, at=now)
-        _assemble_on_commit(job.pk)
+        enqueue.assemble(job.pk)
     return True
+
+
+def succeed(job: Job, message: str) -> bool:
+    """finishing → succeeded: its output is written and every record accounted for."""
+    return _move(job.pk, State.FINISHING, State.SUCCEEDED, message=message)
 
 
 def fail(job: Job, reason: str) -> bool:
     with transaction.atomic():
         current = Job.objects.values_list("state", flat=True).get(pk=job.pk)
-        if current in ENDED or not move(job.pk, current, State.FAILED, message=reason, error=reason):
+        if current in ENDED or not _move(job.pk, current, State.FAILED, message=reason, error=reason):
             return False
         _stop(job)
     return True
@@ -252,7 +292,7 @@ def cancel(job: Job, by=None) -> bool:
     with transaction.atomic():
         frm = (State.SUBMITTED, State.STAGING, State.QUEUED, State.RUNNING)
         yourself = by is not None and by.pk == job.created_by_id
-        if not move(job.pk, frm, State.CANCELLED, message=f"cancelled{who}", notify=not yourself):
+        if not _move(job.pk, frm, State.CANCELLED, message=f"cancelled{who}", notify=not yourself):
             return False
         _stop(job)
     return True
@@ -263,7 +303,7 @@ def time_out(job: Job) -> bool:
     worker or beat noticed (a long batch, beat down): the partner never pays past the hours asked."""
     with transaction.atomic():
         reason = _past_limit(job)
-        if not move(job.pk, State.RUNNING, State.TIMED_OUT, message=reason, error=f"The job {reason}."):
+        if not _move(job.pk, State.RUNNING, State.TIMED_OUT, message=reason, error=f"The job {reason}."):
             return False
         job = Job.objects.get(pk=job.pk)  # the start of this hold, as the move found it
         _stop(job, held_to=min(timezone.now(), job.time_limit_at()))
@@ -285,7 +325,7 @@ def miss_deadline(job: Job) -> bool:
     else:
         reason = f"{when} came before it could start; nothing was held."
     with transaction.atomic():
-        if not move(job.pk, HOLDABLE, State.FAILED, message=reason, error=reason):
+        if not _move(job.pk, WAITING, State.FAILED, message=reason, error=reason):
             return False
         _stop(job)
     return True
@@ -296,22 +336,6 @@ def _stop(job: Job, held_to=None) -> None:
     release(job, at=held_to)
     Shard.objects.filter(job=job, status=Shard.Status.RUNNING).update(status=Shard.Status.PENDING, claim="")
     if Shard.objects.filter(job=job, status=Shard.Status.DONE).exists():
-        _assemble_on_commit(job.pk)
+        enqueue.assemble(job.pk)
     else:
-        _purge_on_commit(job.pk)
-
-
-def schedule_on_commit() -> None:
-    enqueue.schedule()
-
-
-def _assemble_on_commit(job_id: int) -> None:
-    enqueue.assemble(job_id)
-
-
-def _notify_on_commit(job_id: int) -> None:
-    enqueue.notify_ended(job_id)
-
-
-def _purge_on_commit(job_id: int) -> None:
-    enqueue.purge_staged_copy_if_due(job_id)
+        enqueue.purge_staged_copy_if_due(job.pk)

@@ -61,7 +61,7 @@ def enforce_time_limits() -> list[int]:
         if job.time_limit_passed() and lifecycle.time_out(job):
             ended.append(job.pk)
     now = timezone.now()
-    for job in Job.objects.filter(state__in=lifecycle.HOLDABLE, deadline__lte=now):
+    for job in Job.objects.filter(state__in=lifecycle.WAITING, deadline__lte=now):
         if lifecycle.miss_deadline(job):
             ended.append(job.pk)
     return ended

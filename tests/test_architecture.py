@@ -76,3 +76,36 @@ def test_it_keeps_the_layers_contracts(monkeypatch, tmp_path):
     status = lint_imports(config_filename=str(ROOT / "pyproject.toml"), cache_dir=str(tmp_path), no_logo=True)
     if status != EXIT_STATUS_SUCCESS:
         pytest.fail("lint-imports: a contract in pyproject.toml is broken (its output is above)")
+
+
+def _timeline(target: ast.expr) -> bool:
+    """Whether a call's target is a job's timeline (`job.events`, `JobEvent.objects`): its rows record a
+    state, they do not change one."""
+    names = {node.attr for node in ast.walk(target) if isinstance(node, ast.Attribute)}
+    names |= {node.id for node in ast.walk(target) if isinstance(node, ast.Name)}
+    return bool(names & {"events", "JobEvent"})
+
+
+def state_writes(path: Path) -> list[int]:
+    """The lines of a file that write a state: `.update(state=…)`, `.state = …`, `create(state=…)`."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            writes = node.func.attr in ("update", "create", "bulk_create", "update_or_create", "get_or_create")
+            if writes and not _timeline(node.func.value) and any(keyword.arg == "state" for keyword in node.keywords):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(target, ast.Attribute) and target.attr == "state" for target in targets):
+                lines.append(node.lineno)
+    return lines
+
+
+def test_it_changes_a_jobs_state_only_in_the_lifecycle():
+    writers = {
+        str(path.relative_to(ROOT)): lines
+        for package in PACKAGES
+        for path in (ROOT / package).rglob("*.py")
+        if "migrations" not in path.parts and (lines := state_writes(path))
+    }
+    assert writers == {"jobs/lifecycle.py": writers["jobs/lifecycle.py"]}

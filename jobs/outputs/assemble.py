@@ -200,9 +200,7 @@ def assemble(job_id: int) -> bool:
             sample_result=sample if sample is not None else job.sample_result,
         )
         if won and complete:
-            lifecycle.move(
-                job.pk, State.FINISHING, State.SUCCEEDED, message=f"{out:,} records out, {rejected:,} rejected{left}"
-            )
+            lifecycle.succeed(job, f"{out:,} records out, {rejected:,} rejected{left}")
     if not won:
         for name in paths:
             default_storage.delete(f"{prefix}/{name}")

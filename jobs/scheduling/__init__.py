@@ -214,7 +214,7 @@ def schedule() -> list[int]:
                 break
             taken = fit[: job.gpus]
             free = [slot for slot in free if slot not in taken]
-            allocations = lifecycle.hold(job, taken)
+            allocations = lifecycle.start_hold(job, taken)
             if not allocations:
                 break
             started.append(job.pk)

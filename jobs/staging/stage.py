@@ -422,14 +422,7 @@ def _claim(job: Job) -> str | None:
     None when the job is not to be staged here: another attempt holds a live lease (Redis delivered
     the task twice), or the job left staging (cancelled)."""
     claim, now = uuid.uuid4().hex, timezone.now()
-    if lifecycle.move(
-        job.pk,
-        State.SUBMITTED,
-        State.STAGING,
-        message=f"staging {job.source_name}",
-        staging_claim=claim,
-        staging_lease_until=lease_end(),
-    ):
+    if lifecycle.begin_staging(job, claim, lease_end()):
         return claim
     lapsed = Q(staging_lease_until__lt=now) | Q(staging_lease_until__isnull=True)
     with transaction.atomic():
@@ -504,18 +497,10 @@ def stage(job_id: int) -> None:
         if owned:
             Shard.objects.bulk_create(Shard(job=job, **shard) for shard in shards)
             finished = timezone.now()
-            owned = lifecycle.move(
-                job.pk,
-                State.STAGING,
-                State.QUEUED,
-                at=finished,
-                queued_at=finished,
-                message=f"staged {size:,} bytes, {total:,} records in {len(shards)} shards, sha256 {sha256[:12]}…",
-            )
+            staged = f"staged {size:,} bytes, {total:,} records in {len(shards)} shards, sha256 {sha256[:12]}…"
+            owned = lifecycle.queue(job, finished, staged)
         if owned and not job.sample_id:  # the sample's own ledger entry shows what staging took
             staging_finished.send(sender=Job, job=job, size=size, started=started_at, finished=finished)
-        if owned:
-            lifecycle.schedule_on_commit()
     if owned:
         sources.forget(job)
         return

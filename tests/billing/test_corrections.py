@@ -32,7 +32,7 @@ def ended_job(organisation, partner, online_slots, rate_card):
     )  # fmt: skip
     start = timezone.now() - timedelta(minutes=20)
     record_staging(Job, job=job, size=10**9, started=start, finished=start + timedelta(seconds=4))
-    assert lifecycle.hold(job, online_slots[:2])
+    assert lifecycle.start_hold(job, online_slots[:2])
     job.allocations.update(held_from=start + timedelta(minutes=5))
     lifecycle.release(job, at=start + timedelta(minutes=15))
     Job.objects.filter(pk=job.pk).update(state=State.SUCCEEDED, ended_at=timezone.now())

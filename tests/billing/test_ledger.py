@@ -25,7 +25,7 @@ def running_job(organisation, online_slots, rate_card):
     job = Job.objects.create(
         organisation=organisation, work="clean-table", source_name="a.csv", gpus=2, hours=1, state=State.QUEUED
     )
-    assert lifecycle.hold(job, online_slots[:2])
+    assert lifecycle.start_hold(job, online_slots[:2])
     job.refresh_from_db()
     return job
 
@@ -237,7 +237,7 @@ def test_operators_are_warned_while_no_rate_card_is_in_force(organisation, onlin
     job = Job.objects.create(
         organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1, state=State.QUEUED
     )
-    assert lifecycle.hold(job, online_slots[:1])
+    assert lifecycle.start_hold(job, online_slots[:1])
     lifecycle.release(job)
     assert LedgerEntry.objects.get(job=job).amount == 0
     assert f"job {job.pk}: no rate card was in force when its hold started; it is recorded at 0" in caplog.text

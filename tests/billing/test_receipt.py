@@ -25,7 +25,7 @@ def ended_job(organisation, partner, online_slots, rate_card):
     )  # fmt: skip
     staged = timezone.now() - timedelta(minutes=5)
     record_staging(Job, job=job, size=2_500_000_000, started=staged, finished=staged + timedelta(seconds=12))
-    assert lifecycle.hold(job, online_slots[:2])
+    assert lifecycle.start_hold(job, online_slots[:2])
     Job.objects.filter(pk=job.pk).update(started_at=staged + timedelta(minutes=1))
     job.allocations.update(held_from=staged + timedelta(minutes=1))
     lifecycle.finish_pass(job)
@@ -68,7 +68,7 @@ def test_a_job_that_has_not_ended_has_no_receipt_yet(organisation, online_slots,
     job = Job.objects.create(
         organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1, state=State.QUEUED
     )
-    assert lifecycle.hold(job, online_slots[:1])
+    assert lifecycle.start_hold(job, online_slots[:1])
     response = partner_client.get(f"/billing/receipts/{job.pk}/")
     assert response.status_code == 404
     assert f"Job #{job.pk} is running. Its receipt is issued when it ends" in response.content.decode()

@@ -19,7 +19,7 @@ def running_job(organisation, online_slots):
     job = Job.objects.create(
         organisation=organisation, work="clean-table", source_name="a.csv", gpus=2, hours=1, state=State.QUEUED
     )
-    lifecycle.hold(job, online_slots[:2])
+    lifecycle.start_hold(job, online_slots[:2])
     Shard.objects.create(job=job, index=0, first_record=1, record_count=5, first_line=2, start_byte=0, end_byte=50)
     return Job.objects.get(pk=job.pk)
 

@@ -101,7 +101,7 @@ def test_the_scheduler_never_starts_a_job_past_its_deadline(organisation, online
 def test_a_deadline_cuts_the_hold_and_the_latest_starts_behind(organisation, online_slots):
     now = timezone.now()
     busy = _queued(organisation, gpus=4, hours=3, deadline=now + timedelta(hours=1))
-    assert lifecycle.hold(busy, online_slots)
+    assert lifecycle.start_hold(busy, online_slots)
     busy.refresh_from_db()
     assert busy.time_limit_at() == busy.deadline, "its deadline comes before its 3 hours are up"
     too_late = _queued(organisation, gpus=4, deadline=now + timedelta(minutes=30))
@@ -158,10 +158,10 @@ def test_a_hold_never_starts_nor_is_billed_past_the_deadline(organisation, onlin
     late = _queued(organisation, deadline=timezone.now() + timedelta(minutes=5))
     read_before = Job.objects.get(pk=late.pk)  # as the scheduler had it, before the deadline came
     Job.objects.filter(pk=late.pk).update(deadline=timezone.now() - timedelta(seconds=1))
-    assert lifecycle.hold(read_before, online_slots[:1]) == []
+    assert lifecycle.start_hold(read_before, online_slots[:1]) == []
 
     job = _queued(organisation, deadline=timezone.now() + timedelta(minutes=5))
-    assert lifecycle.hold(job, online_slots[:1])
+    assert lifecycle.start_hold(job, online_slots[:1])
     started = timezone.now() - timedelta(minutes=10)
     job.allocations.update(held_from=started)
     Job.objects.filter(pk=job.pk).update(started_at=started, deadline=timezone.now() - timedelta(seconds=1))

@@ -11,7 +11,7 @@ import pytest
 from django.conf import settings
 from django.core.files.storage import default_storage
 
-from jobs import lifecycle, processors
+from jobs import enqueue, processors
 from jobs.models import Gpu, Job, State
 from jobs.staging import stage
 from tests.conftest import Worker, job_form, wait_for, wait_for_end
@@ -68,7 +68,7 @@ def test_a_job_left_queued_with_free_slots_is_started_by_a_heartbeat(worker, org
              what="the schedule a node asks for when it starts")  # fmt: skip
     wait_for(lambda: Gpu.objects.filter(node__name=worker.name).free().exists(), timeout=60,
              what="its slot online: the node counts a slot once its worker answers")  # fmt: skip
-    monkeypatch.setattr(lifecycle, "schedule_on_commit", lambda: None)  # staging here sends no schedule
+    monkeypatch.setattr(enqueue, "schedule", lambda: None)  # staging here sends no schedule
     upload = job_form(gpus="1")["data"]
     job = Job.objects.create(
         organisation=organisation, work="clean-table",

@@ -37,7 +37,7 @@ def running_job(organisation, online_slots, rate_card):
             end_byte=(index + 1) * 1000,
             status=Shard.Status.DONE if index == 0 else Shard.Status.PENDING,
         )
-    lifecycle.hold(job, online_slots[:2])
+    lifecycle.start_hold(job, online_slots[:2])
     job.refresh_from_db()
     return job
 

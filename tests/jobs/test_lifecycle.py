@@ -15,9 +15,10 @@ def job(organisation):
 
 
 def test_it_moves_once_and_records_the_event(job):
-    assert lifecycle.move(job.pk, State.SUBMITTED, State.STAGING, message="staging a.csv")
-    assert not lifecycle.move(job.pk, State.SUBMITTED, State.STAGING), "the second mover loses"
+    assert lifecycle.begin_staging(job, "claim-1", None)
+    assert not lifecycle.begin_staging(job, "claim-2", None), "the second mover loses"
     assert list(job.events.values_list("state", "message")) == [("staging", "staging a.csv")]
+    assert Job.objects.get(pk=job.pk).staging_claim == "claim-1"
 
 
 @pytest.mark.parametrize(
@@ -31,17 +32,18 @@ def test_it_moves_once_and_records_the_event(job):
     ],
 )
 def test_it_refuses_to_skip_or_reverse_a_state(job, frm, to):
+    # The table's own guard, under every named transition.
     with pytest.raises(ValueError, match=f"cannot go from {frm} to {to}"):
-        lifecycle.move(job.pk, frm, to)
+        lifecycle._move(job.pk, frm, to)
 
 
 def test_it_holds_all_gpus_or_none(job, online_slots, organisation):
     other = Job.objects.create(
         organisation=organisation, work="clean-table", source_name="b.csv", gpus=1, hours=1, state=State.QUEUED
     )
-    assert lifecycle.hold(other, [online_slots[1]])
+    assert lifecycle.start_hold(other, [online_slots[1]])
     Job.objects.filter(pk=job.pk).update(state=State.QUEUED)
-    assert lifecycle.hold(job, online_slots[:2]) == [], "one of its GPUs is taken"
+    assert lifecycle.start_hold(job, online_slots[:2]) == [], "one of its GPUs is taken"
     job.refresh_from_db()
     assert job.state == State.QUEUED
     assert not Allocation.objects.filter(job=job).exists()
@@ -50,7 +52,7 @@ def test_it_holds_all_gpus_or_none(job, online_slots, organisation):
 
 def test_it_fails_a_job_with_the_reason_and_releases_it(job, online_slots):
     Job.objects.filter(pk=job.pk).update(state=State.QUEUED)
-    lifecycle.hold(job, online_slots[:2])
+    lifecycle.start_hold(job, online_slots[:2])
     assert lifecycle.fail(job, "Shard 3 failed 3 times: boom")
     job.refresh_from_db()
     assert (job.state, job.error) == (State.FAILED, "Shard 3 failed 3 times: boom")
@@ -64,7 +66,7 @@ def test_it_times_out_a_job_past_its_hours(job, online_slots):
     from django.utils import timezone
 
     Job.objects.filter(pk=job.pk).update(state=State.QUEUED)
-    lifecycle.hold(job, online_slots[:2])
+    lifecycle.start_hold(job, online_slots[:2])
     job.refresh_from_db()
     assert not job.time_limit_passed()
     assert job.time_limit_passed(now=timezone.now() + timedelta(hours=1, seconds=1))
@@ -119,7 +121,7 @@ def test_it_fails_a_job_whose_output_cannot_be_assembled(job, online_slots):
     from jobs.models import Shard
 
     Job.objects.filter(pk=job.pk).update(state=State.QUEUED, records_total=10)
-    lifecycle.hold(job, online_slots[:2])
+    lifecycle.start_hold(job, online_slots[:2])
     Shard.objects.create(
         job=job, index=0, first_record=1, record_count=10, first_line=2, start_byte=0, end_byte=10,
         status=Shard.Status.DONE, records_out=10, records_rejected=0, output_path="jobs/missing.parquet",

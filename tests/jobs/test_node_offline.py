@@ -59,7 +59,7 @@ def held_job(partner_client, two_fake_nodes):
     assert partner_client.post("/jobs/new/", form).status_code == 302
     job = Job.objects.get()
     stage.stage(job.pk)
-    assert lifecycle.hold(job, two_fake_nodes)
+    assert lifecycle.start_hold(job, two_fake_nodes)
     Allocation.objects.filter(job=job).update(held_from=timezone.now() - timedelta(minutes=1))
     return Job.objects.get(pk=job.pk)
 

@@ -56,7 +56,7 @@ def test_it_passes_a_job_on_hold_by_and_starts_it_in_its_place_once_lifted(organ
 @pytest.mark.django_db
 def test_it_puts_on_hold_only_a_job_that_holds_no_gpu_yet(organisation, online_slots, operator):
     running, ended, queued = _queued(organisation, 1), _queued(organisation, 1), _queued(organisation, 1)
-    assert lifecycle.hold(running, online_slots[:1])
+    assert lifecycle.start_hold(running, online_slots[:1])
     assert lifecycle.cancel(ended)
     assert lifecycle.put_on_hold(queued)
 
@@ -75,7 +75,7 @@ def test_a_hold_wins_over_a_scheduler_that_read_the_queue_before_it(organisation
     read_before = Job.objects.get(pk=job.pk)  # as schedule() had it, before the operator acted
     lifecycle.put_on_hold(job)
 
-    assert lifecycle.hold(read_before, online_slots[:1]) == []
+    assert lifecycle.start_hold(read_before, online_slots[:1]) == []
     assert Job.objects.get(pk=job.pk).state == State.QUEUED and not job.allocations.exists()
 
 
@@ -85,7 +85,7 @@ def test_the_partner_reads_why_and_the_jobs_behind_do_not_wait_for_it(
 ):
     on_hold, behind = _queued(organisation, 4), _queued(organisation, 4)
     busy = _queued(organisation, 4)
-    assert lifecycle.hold(busy, online_slots)  # the fleet is busy: both wait
+    assert lifecycle.start_hold(busy, online_slots)  # the fleet is busy: both wait
     lifecycle.put_on_hold(on_hold, reason="checking the GPUs of node b7")
 
     page = partner_client.get(f"/jobs/{on_hold.pk}/").content.decode()
@@ -115,7 +115,7 @@ def test_a_job_put_on_hold_while_it_stages_says_so(organisation, operator, partn
 @pytest.mark.django_db
 def test_the_operator_gives_a_reason_and_lifts_the_hold_in_the_console(organisation, online_slots, operator):
     queued, running = _queued(organisation, 1), _queued(organisation, 1)
-    lifecycle.hold(running, online_slots[:1])
+    lifecycle.start_hold(running, online_slots[:1])
     client = client_for(operator)
 
     asked = _act(client, "put_on_hold", [queued, running]).content.decode()

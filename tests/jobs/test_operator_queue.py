@@ -24,7 +24,7 @@ def _job(organisation, gpus: int, state=State.QUEUED, minutes_ago: int = 0, **fi
 
 def test_it_shows_the_fleet_the_holds_the_queue_in_order_and_the_staging(organisation, online_slots, operator):
     running = _job(organisation, 3, minutes_ago=30)
-    assert lifecycle.hold(running, online_slots[:3])
+    assert lifecycle.start_hold(running, online_slots[:3])
     first, on_hold, second = (
         _job(organisation, 2, minutes_ago=20),
         _job(organisation, 1, minutes_ago=10),

@@ -27,7 +27,7 @@ def test_a_queued_job_starts_at_the_latest_when_the_jobs_before_it_reach_their_l
         )  # fmt: skip
 
     running = job(3, 2, queued_minutes_ago=90)
-    assert lifecycle.hold(running, online_slots[:3])
+    assert lifecycle.start_hold(running, online_slots[:3])
     hour_ago = now - timedelta(hours=1)
     Job.objects.filter(pk=running.pk).update(started_at=hour_ago)
     running.allocations.update(held_from=hour_ago)  # releases by now + 1 h at the latest

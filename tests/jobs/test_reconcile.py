@@ -19,7 +19,7 @@ def stalled_job(organisation, online_slots):
     job = Job.objects.create(
         organisation=organisation, work="clean-table", source_name="a.csv", gpus=2, hours=1, state=State.QUEUED
     )
-    lifecycle.hold(job, online_slots[:2])
+    lifecycle.start_hold(job, online_slots[:2])
     Job.objects.filter(pk=job.pk).update(started_at=timezone.now() - timedelta(minutes=10))
     for index in range(2):
         Shard.objects.create(

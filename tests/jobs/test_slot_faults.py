@@ -125,7 +125,7 @@ def held(online_slots, organisation):
     job = Job.objects.create(
         organisation=organisation, work="clean-table", source_name="a.csv", gpus=2, hours=1, state=State.QUEUED
     )
-    assert lifecycle.hold(job, online_slots[:2])
+    assert lifecycle.start_hold(job, online_slots[:2])
     Allocation.objects.filter(job=job).update(
         held_from=timezone.now() - timedelta(minutes=1), runner_seen=timezone.now()
     )
