@@ -6,36 +6,34 @@ in with client_for (force_login) or by posting the login page: the login lockout
 Client.login, which authenticates without a request.
 """
 
-import contextlib
 import email
 import email.policy
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
-from typing import Any
-from urllib.parse import quote
+from decimal import Decimal
 
 import pytest
 import redis
 from aiosmtpd.controller import Controller
 from django.conf import settings
 from django.core.management.base import CommandError
-from django.db import OperationalError, connections, transaction
+from django.db import OperationalError
 from django.test import TransactionTestCase
 from django.utils import timezone
 
-from tests.settings import PLUGIN_PATH, ROOT
+from billing.models import RateCard
+from jobs.models import Gpu, Node
+from portal import embedded_redis
+from portal.models import Membership, Organisation
+from tests.settings import PLUGIN_PATH
+from tests.support import Worker, client_for, ledger_open_for_flush, wait_for_slots
 
 sys.path.insert(0, str(PLUGIN_PATH))
-
-EXAMPLE = ROOT / "examples" / "customers.csv"
-
 
 _flush = TransactionTestCase._fixture_teardown
 
@@ -58,60 +56,6 @@ def _flush_past_deadlocks(case):
 TransactionTestCase._fixture_teardown = _flush_past_deadlocks
 
 
-@contextlib.contextmanager
-def ledger_open_for_flush() -> Iterator[None]:
-    """The flush may empty the append-only ledger, and only it: in one transaction with the flush, the
-    ledger's triggers are disabled (PostgreSQL) or dropped and created again as stored (SQLite). DDL is
-    transactional on both, so no other connection sees the ledger without them (billing 0008)."""
-    connection, table = connections["default"], "billing_ledgerentry"
-    with transaction.atomic(), connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute(f"ALTER TABLE {table} DISABLE TRIGGER USER")
-            yield
-            cursor.execute(f"ALTER TABLE {table} ENABLE TRIGGER USER")
-            return
-        cursor.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = %s", [table])
-        triggers = cursor.fetchall()
-        for name, _ in triggers:
-            cursor.execute(f'DROP TRIGGER "{name}"')
-        yield
-        for _, sql in triggers:
-            cursor.execute(sql)
-
-
-@contextlib.contextmanager
-def s3_on_loopback() -> Iterator[tuple[str, Any]]:
-    """moto's S3 server (a real S3-compatible server, not a mock) on a free loopback port, and a
-    client of it."""
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        yield endpoint, boto3.client(
-            "s3", endpoint_url=endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
-            region_name="us-east-1",
-        )  # fmt: skip
-    finally:
-        server.stop()
-
-
-def wait_for(predicate, timeout: float = 30.0, interval: float = 0.05, what: str = "the condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
-
-
 @pytest.fixture(scope="session", autouse=True)
 def fresh_storage():
     """Job storage and uploads start empty: a run before this one (CI runs the suite twice in one
@@ -125,8 +69,6 @@ def fresh_storage():
 def redis_server():
     """The embedded Redis on the tests' own socket, or the Redis server REDIS_URL names (emptied)."""
     if settings.EMBEDDED_REDIS:
-        from portal import embedded_redis
-
         socket_path = settings.VAR_DIR / "redis.sock"
         data_dir = settings.VAR_DIR / "redis"
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -186,57 +128,6 @@ def nothing_counted(redis_server):
         redis_server.delete(*keys)
 
 
-def database_url() -> str:
-    """The URL of the test database, for processes started by the tests."""
-    db = connections["default"].settings_dict
-    if db["ENGINE"] == "django.db.backends.sqlite3":
-        return f"sqlite:///{db['NAME']}"
-    credentials = quote(db["USER"] or "", safe="")
-    if db["PASSWORD"]:
-        credentials += ":" + quote(db["PASSWORD"], safe="")
-    return f"postgres://{credentials}@{db['HOST'] or 'localhost'}:{db['PORT'] or 5432}/{db['NAME']}"
-
-
-def process_env(**extra) -> dict:
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "tests.settings",
-        "DATABASE_URL": database_url(),
-        "PYTHONPATH": os.pathsep.join([str(ROOT), str(PLUGIN_PATH)]),
-    }
-    if not settings.EMBEDDED_REDIS:
-        env["REDIS_URL"] = settings.REDIS_URL
-    return {**env, **extra}
-
-
-def manage(*args) -> list[str]:
-    return [sys.executable, str(ROOT / "manage.py"), *args]
-
-
-class Worker:
-    """A `manage.py gpuworker` process: a node of CPU slots plus a control worker."""
-
-    def __init__(self, name: str, slots: int, **env):
-        self.name = name
-        self.slots = slots
-        self.log = open(settings.VAR_DIR / f"{name}.log", "ab")  # noqa: SIM115
-        self.process = subprocess.Popen(
-            manage("gpuworker", "--cpu-slots", str(slots), "--name", name),
-            env=process_env(**env),
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-        )
-
-    def stop(self) -> None:
-        self.process.send_signal(2)
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self.log.close()
-
-
 @pytest.fixture(scope="module")
 def gpuworker(django_db_setup, django_db_blocker, redis_server):
     """Two CPU slots on a real gpuworker, for the module's tests."""
@@ -254,18 +145,6 @@ def two_nodes(django_db_setup, redis_server):
         node.stop()
 
 
-def wait_for_slots(worker: Worker) -> Worker:
-    """Wait until a gpuworker's slots are registered and online (they come back after each flush)."""
-    from jobs.models import Gpu
-
-    wait_for(
-        lambda: Gpu.objects.online().filter(node__name=worker.name).count() == worker.slots,
-        timeout=60,
-        what="the gpuworker's slots to come online",
-    )
-    return worker
-
-
 @pytest.fixture
 def fleet(gpuworker, transactional_db):
     return wait_for_slots(gpuworker)
@@ -274,8 +153,6 @@ def fleet(gpuworker, transactional_db):
 @pytest.fixture
 def online_slots(db):
     """A fleet of four CPU slots that are online, with no worker behind them (form and request tests)."""
-    from jobs.models import Gpu, Node
-
     Gpu.objects.update(last_seen=None)
     node = Node.objects.create(name="fake-node", hostname="fake", last_seen=timezone.now())
     return [
@@ -288,21 +165,15 @@ def online_slots(db):
 
 @pytest.fixture
 def organisation(db):
-    from portal.models import Organisation
-
     return Organisation.objects.create(name="Partner Lab", slug="partner-lab")
 
 
 @pytest.fixture
 def other_organisation(db):
-    from portal.models import Organisation
-
     return Organisation.objects.create(name="Other Lab", slug="other-lab")
 
 
 def _member(django_user_model, username, organisation):
-    from portal.models import Membership
-
     user = django_user_model.objects.create_user(username, f"{username}@example.com", "pw-" + username)
     Membership.objects.create(user=user, organisation=organisation)
     return user
@@ -330,19 +201,7 @@ def operator(django_user_model):
 
 @pytest.fixture
 def rate_card(db):
-    from decimal import Decimal
-
-    from billing.models import RateCard
-
     return RateCard.objects.create(rate_per_gpu_hour=Decimal("3.60"), effective_from=timezone.now() - timedelta(days=1))
-
-
-def client_for(user):
-    from django.test import Client
-
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 @pytest.fixture
@@ -353,31 +212,3 @@ def partner_client(partner):
 @pytest.fixture
 def outsider_client(outsider):
     return client_for(outsider)
-
-
-def job_form(data: bytes | Path = EXAMPLE, name: str = "customers.csv", **fields) -> dict:
-    from django.core.files.uploadedfile import SimpleUploadedFile
-
-    content = data.read_bytes() if isinstance(data, Path) else data
-    form = {
-        "data": SimpleUploadedFile(name, content, content_type="text/csv"),
-        "work": "clean-table",
-        "gpus": "2",
-        "hours": "1",
-        "shape": "short-wide",
-        "retention": "delete",
-        "keep_days": "7",
-    }
-    form.update(fields)
-    return form
-
-
-def wait_for_end(job, timeout: float = 60.0):
-    from jobs.models import ENDED
-
-    def ended():
-        job.refresh_from_db()
-        return job.state in ENDED
-
-    wait_for(ended, timeout=timeout, interval=0.1, what=f"job {job.pk} to end (it is {job.state})")
-    return job

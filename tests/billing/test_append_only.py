@@ -24,7 +24,7 @@ from billing.metering import record_staging
 from billing.models import LedgerEntry, RateCard
 from jobs.models import Job
 from portal.models import Organisation
-from tests.conftest import ledger_open_for_flush
+from tests.support import ledger_open_for_flush
 
 pytestmark = pytest.mark.django_db
 

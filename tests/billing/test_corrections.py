@@ -16,7 +16,7 @@ from billing.metering import record_staging
 from billing.models import LedgerEntry
 from jobs import lifecycle
 from jobs.models import Job, State
-from tests.conftest import client_for
+from tests.support import client_for
 
 pytestmark = pytest.mark.django_db
 

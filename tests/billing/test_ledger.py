@@ -15,7 +15,7 @@ from billing.metering import meter_for, price
 from billing.models import LedgerEntry, RateCard
 from jobs import lifecycle
 from jobs.models import Job, State
-from tests.conftest import client_for
+from tests.support import client_for
 
 pytestmark = pytest.mark.django_db
 

@@ -11,7 +11,7 @@ from billing.models import RateCard
 from jobs import lifecycle
 from jobs.models import Gpu, Job, State
 from portal import units
-from tests.conftest import client_for
+from tests.support import client_for
 
 pytestmark = pytest.mark.django_db
 

@@ -10,7 +10,7 @@ from django.utils import timezone
 from billing.models import RetentionPolicy
 from jobs import services
 from jobs.models import Job
-from tests.conftest import EXAMPLE, client_for, job_form
+from tests.support import EXAMPLE, client_for, job_form
 
 pytestmark = pytest.mark.django_db
 

@@ -20,8 +20,8 @@ from jobs.processors import Context
 from jobs.processors.clean_table import CleanTable, TypeScanner
 from jobs.processors.column_stats import ColumnStats, StatsScanner
 from jobs.staging.formats import Record
-from tests.conftest import job_form, wait_for_end
 from tests.jobs.test_images import picture, zipped
+from tests.support import job_form, wait_for_end
 
 BROKEN_IMAGE = b"\x89PNG\r\n\x1a\nthis is not the rest of a png"
 

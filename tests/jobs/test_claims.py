@@ -9,7 +9,7 @@ from django.db import connection, connections, transaction
 from jobs import lifecycle
 from jobs.models import Job, Shard, State
 from jobs.workers.runner import claim_next
-from tests.conftest import wait_for
+from tests.support import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -23,7 +23,7 @@ from jobs.processors.base import Context, ParamError
 from jobs.processors.column_stats import ColumnStats, StatsScanner, Summary, bin_edges, bin_of, combine_moments
 from jobs.staging import fastcsv
 from jobs.staging.formats import Record
-from tests.conftest import EXAMPLE, job_form, manage, process_env, wait_for_end
+from tests.support import EXAMPLE, job_form, manage, process_env, wait_for_end
 
 ROWS = 3_000
 CITIES = ["Lisbon", "Oslo", "Riga", "Turin", "Ghent", "Porto"]

@@ -11,8 +11,8 @@ from billing.models import LedgerEntry
 from jobs import lifecycle, tasks
 from jobs.models import Job, State
 from jobs.scheduling import latest_start, schedule
-from tests.conftest import EXAMPLE, job_form, wait_for_end
 from tests.jobs.test_worker_killed import csv_bytes
+from tests.support import EXAMPLE, job_form, wait_for_end
 
 
 def _queued(organisation, gpus: int = 1, hours: float = 1, **fields) -> Job:

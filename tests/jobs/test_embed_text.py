@@ -22,7 +22,7 @@ from jobs.processors.embed_text import DIMENSION, EmbedText
 from jobs.scheduling import fleet, node_runs, schedule
 from jobs.staging.formats import Record
 from portal.text import clean_name
-from tests.conftest import EXAMPLE, ROOT, job_form, wait_for_end
+from tests.support import EXAMPLE, ROOT, job_form, wait_for_end
 
 EMBED = EmbedText()
 needs_model = pytest.mark.skipif(

@@ -19,7 +19,7 @@ from jobs.staging.fastcsv import ScanAlong
 from jobs.staging.formats import FormatError, iter_records
 from jobs.staging.progress import StagingProgress
 from jobs.staging.scankernel import scan_block
-from tests.conftest import EXAMPLE
+from tests.support import EXAMPLE
 
 pytestmark = pytest.mark.django_db
 

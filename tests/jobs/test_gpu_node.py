@@ -6,7 +6,7 @@ import subprocess
 import pytest
 
 from jobs.models import Gpu
-from tests.conftest import manage, process_env, wait_for
+from tests.support import manage, process_env, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

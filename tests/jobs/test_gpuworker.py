@@ -14,7 +14,7 @@ from django.core.files.storage import default_storage
 from jobs import enqueue, processors
 from jobs.models import Gpu, Job, State
 from jobs.staging import stage
-from tests.conftest import Worker, job_form, wait_for, wait_for_end
+from tests.support import Worker, job_form, wait_for, wait_for_end
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

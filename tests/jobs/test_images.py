@@ -16,7 +16,7 @@ from jobs.models import Job, State
 from jobs.processors.image_thumbs import difference_hash, thumbnail
 from jobs.staging import archives
 from jobs.staging.formats import FormatError
-from tests.conftest import job_form, wait_for_end
+from tests.support import job_form, wait_for_end
 
 
 def picture(size=(640, 480), kind="PNG", colour=(200, 30, 30), exif: bool = False) -> bytes:

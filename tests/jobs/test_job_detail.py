@@ -9,7 +9,7 @@ from django.utils import timezone
 from jobs import lifecycle
 from jobs.models import Job, Shard, State
 from jobs.templatetags.jobs_extras import duration
-from tests.conftest import client_for
+from tests.support import client_for
 
 pytestmark = pytest.mark.django_db
 

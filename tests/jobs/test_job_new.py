@@ -4,7 +4,7 @@ import pytest
 from django.test import override_settings
 
 from jobs.models import Allocation, Job
-from tests.conftest import job_form
+from tests.support import job_form
 
 pytestmark = pytest.mark.django_db
 

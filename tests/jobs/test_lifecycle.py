@@ -135,7 +135,7 @@ def test_it_fails_a_job_whose_output_cannot_be_assembled(job, online_slots):
 
 
 def test_it_does_not_let_operators_delete_a_job(job, operator):
-    from tests.conftest import client_for
+    from tests.support import client_for
 
     response = client_for(operator).get(f"/admin/jobs/job/{job.pk}/delete/")
     assert response.status_code == 403

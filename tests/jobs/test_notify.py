@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from jobs import lifecycle, notify
 from jobs.models import Job, State
-from tests.conftest import client_for, job_form, wait_for, wait_for_end
+from tests.support import client_for, job_form, wait_for, wait_for_end
 
 PARTNER = "partner@example.com"
 

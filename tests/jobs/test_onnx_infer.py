@@ -20,7 +20,7 @@ from onnx import TensorProto, helper
 from jobs import processors, services
 from jobs.models import Allocation, Job, State
 from jobs.processors.onnx_infer import OnnxInfer, describe, parse_inputs
-from tests.conftest import job_form, wait_for_end
+from tests.support import job_form, wait_for_end
 
 WEIGHTS = np.array([[0.5, -1.0], [2.0, 0.25], [-0.75, 1.5]], dtype=np.float32)
 BIAS = np.array([0.1, -0.2], dtype=np.float32)

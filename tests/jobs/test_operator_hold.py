@@ -17,7 +17,7 @@ from jobs.models import Job, State
 from jobs.outputs.assemble import _staging
 from jobs.scheduling import latest_start, queue_position, schedule
 from tests.billing.test_retention_policy import submit
-from tests.conftest import client_for, wait_for, wait_for_end
+from tests.support import client_for, wait_for, wait_for_end
 
 
 def _queued(organisation, gpus: int) -> Job:

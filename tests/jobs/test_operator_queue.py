@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from jobs import lifecycle
 from jobs.models import Job, State
-from tests.conftest import client_for
+from tests.support import client_for
 
 pytestmark = pytest.mark.django_db
 

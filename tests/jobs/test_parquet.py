@@ -13,7 +13,7 @@ import pytest
 from jobs.models import Job, State
 from jobs.staging import parquet
 from jobs.staging.formats import FormatError
-from tests.conftest import job_form, wait_for_end
+from tests.support import job_form, wait_for_end
 
 ROWS = 5_000
 

@@ -12,7 +12,7 @@ import pytest
 
 from billing.models import LedgerEntry
 from jobs.models import Allocation, Job, State
-from tests.conftest import EXAMPLE, job_form, wait_for, wait_for_end
+from tests.support import EXAMPLE, job_form, wait_for, wait_for_end
 
 HOLD = LedgerEntry.Kind.HOLD
 

@@ -6,8 +6,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from jobs.models import Job
-from tests.conftest import EXAMPLE, job_form
 from tests.jobs.test_sample import finished_sample
+from tests.support import EXAMPLE, job_form
 
 pytestmark = pytest.mark.django_db
 

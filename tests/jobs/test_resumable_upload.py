@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from jobs.models import Job, State, Upload
 from jobs.staging import resumable
-from tests.conftest import EXAMPLE, job_form, wait_for_end
+from tests.support import EXAMPLE, job_form, wait_for_end
 
 pytestmark = pytest.mark.django_db
 

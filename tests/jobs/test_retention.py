@@ -13,7 +13,7 @@ from django.utils import timezone
 from jobs import retention
 from jobs.models import Job, State
 from jobs.staging import stage
-from tests.conftest import client_for
+from tests.support import client_for
 
 pytestmark = pytest.mark.django_db
 

@@ -14,8 +14,8 @@ from moto.core.authorization import enable_iam_authentication
 from billing.models import LedgerEntry
 from jobs.models import Job, State
 from jobs.staging import s3
-from tests.conftest import EXAMPLE, Worker, client_for, job_form, s3_on_loopback, wait_for_end, wait_for_slots
 from tests.jobs.test_images import picture
+from tests.support import EXAMPLE, Worker, client_for, job_form, s3_on_loopback, wait_for_end, wait_for_slots
 
 CREDENTIALS = {"access_key_id": "partner-key", "secret_access_key": "partner-secret-value"}
 PORTAL_CREDENTIALS = {

@@ -29,7 +29,7 @@ from jobs.models import Job, State
 from jobs.processors.onnx_infer import _ModelCopies
 from jobs.staging import fastcsv, ranged, stage
 from jobs.staging.progress import StagingProgress
-from tests.conftest import EXAMPLE, Worker, job_form, s3_on_loopback, wait_for, wait_for_end, wait_for_slots
+from tests.support import EXAMPLE, Worker, job_form, s3_on_loopback, wait_for, wait_for_end, wait_for_slots
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -21,7 +21,7 @@ from jobs import services
 from jobs.models import Job, Shard, State
 from jobs.scheduling import sizing
 from jobs.workers.runner import skip_past_budget
-from tests.conftest import Worker, job_form, wait_for_end
+from tests.support import Worker, job_form, wait_for_end
 
 SECONDS_PER_BATCH = "0.2"  # test-slow-echo: 50 records a batch, so at most 250 records a second
 

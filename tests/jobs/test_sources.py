@@ -23,7 +23,7 @@ from billing.models import LedgerEntry
 from jobs.models import Job, State
 from jobs.staging import sources, stage
 from jobs.staging.progress import StagingProgress
-from tests.conftest import EXAMPLE, job_form, wait_for_end
+from tests.support import EXAMPLE, job_form, wait_for_end
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from jobs.models import Job, State
 from jobs.reconcile import reconcile
 from jobs.staging import stage
 from jobs.staging.progress import StagingProgress, StagingStopped
-from tests.conftest import job_form
+from tests.support import job_form
 
 pytestmark = pytest.mark.django_db
 

@@ -8,7 +8,7 @@ import pytest
 
 from billing.models import LedgerEntry
 from jobs.models import Job, State
-from tests.conftest import EXAMPLE, manage, process_env
+from tests.support import EXAMPLE, manage, process_env
 
 HOLD = LedgerEntry.Kind.HOLD
 

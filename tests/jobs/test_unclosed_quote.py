@@ -10,8 +10,8 @@ import pytest
 from billing.models import LedgerEntry
 from jobs.models import Job, State
 from jobs.staging.formats import FormatError, detect, iter_records, open_quote_line
-from tests.conftest import job_form, wait_for_end
 from tests.jobs.test_formats import COMMAS, read
+from tests.support import job_form, wait_for_end
 
 NEVER_CLOSED = "a quote opened here is never closed."
 

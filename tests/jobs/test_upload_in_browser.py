@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 from jobs.models import Job, State, Upload
-from tests.conftest import wait_for, wait_for_end
+from tests.support import wait_for, wait_for_end
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = [

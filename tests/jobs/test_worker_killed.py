@@ -9,7 +9,7 @@ import pytest
 from django.core.files.storage import default_storage
 
 from jobs.models import Job, Shard, State
-from tests.conftest import job_form, wait_for, wait_for_end
+from tests.support import job_form, wait_for, wait_for_end
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

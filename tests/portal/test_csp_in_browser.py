@@ -9,8 +9,8 @@ import pytest
 from django.utils import timezone
 
 from jobs.models import Job, State
-from tests.conftest import wait_for, wait_for_end
 from tests.jobs.test_upload_in_browser import CHROMIUM, browser, dataset, state_is  # noqa: F401 (fixtures)
+from tests.support import wait_for, wait_for_end
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),

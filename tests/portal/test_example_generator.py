@@ -4,8 +4,8 @@ import hashlib
 import subprocess
 import sys
 
-from tests.conftest import EXAMPLE
 from tests.settings import ROOT
+from tests.support import EXAMPLE
 
 SCRIPT = ROOT / "examples" / "generate.py"
 

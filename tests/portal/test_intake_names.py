@@ -3,7 +3,7 @@
 import pytest
 
 from portal.models import Application
-from tests.conftest import client_for
+from tests.support import client_for
 
 pytestmark = pytest.mark.django_db
 

@@ -11,7 +11,7 @@ from django.urls import reverse
 from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
 
-from tests.conftest import wait_for
+from tests.support import wait_for
 
 pytestmark = pytest.mark.django_db
 

@@ -1,0 +1,168 @@
+"""What the tests share besides fixtures: waiting on a condition, the processes they start (a
+gpuworker, manage.py), a logged-in client, the job form's fields, moto's S3 server, the ledger
+opened for the flush. Fixtures live in conftest.py and use these."""
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import boto3
+from django.conf import settings
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db import connections, transaction
+from django.test import Client
+from moto.server import ThreadedMotoServer
+
+from jobs.models import ENDED, Gpu
+from tests.settings import PLUGIN_PATH, ROOT
+
+EXAMPLE = ROOT / "examples" / "customers.csv"
+
+
+@contextlib.contextmanager
+def ledger_open_for_flush() -> Iterator[None]:
+    """The flush may empty the append-only ledger, and only it: in one transaction with the flush, the
+    ledger's triggers are disabled (PostgreSQL) or dropped and created again as stored (SQLite). DDL is
+    transactional on both, so no other connection sees the ledger without them (billing 0008)."""
+    connection, table = connections["default"], "billing_ledgerentry"
+    with transaction.atomic(), connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(f"ALTER TABLE {table} DISABLE TRIGGER USER")
+            yield
+            cursor.execute(f"ALTER TABLE {table} ENABLE TRIGGER USER")
+            return
+        cursor.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = %s", [table])
+        triggers = cursor.fetchall()
+        for name, _ in triggers:
+            cursor.execute(f'DROP TRIGGER "{name}"')
+        yield
+        for _, sql in triggers:
+            cursor.execute(sql)
+
+
+@contextlib.contextmanager
+def s3_on_loopback() -> Iterator[tuple[str, Any]]:
+    """moto's S3 server (a real S3-compatible server, not a mock) on a free loopback port, and a
+    client of it."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        yield endpoint, boto3.client(
+            "s3", endpoint_url=endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
+            region_name="us-east-1",
+        )  # fmt: skip
+    finally:
+        server.stop()
+
+
+def wait_for(predicate, timeout: float = 30.0, interval: float = 0.05, what: str = "the condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+def database_url() -> str:
+    """The URL of the test database, for processes started by the tests."""
+    db = connections["default"].settings_dict
+    if db["ENGINE"] == "django.db.backends.sqlite3":
+        return f"sqlite:///{db['NAME']}"
+    credentials = quote(db["USER"] or "", safe="")
+    if db["PASSWORD"]:
+        credentials += ":" + quote(db["PASSWORD"], safe="")
+    return f"postgres://{credentials}@{db['HOST'] or 'localhost'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+def process_env(**extra) -> dict:
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "DATABASE_URL": database_url(),
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(PLUGIN_PATH)]),
+    }
+    if not settings.EMBEDDED_REDIS:
+        env["REDIS_URL"] = settings.REDIS_URL
+    return {**env, **extra}
+
+
+def manage(*args) -> list[str]:
+    return [sys.executable, str(ROOT / "manage.py"), *args]
+
+
+class Worker:
+    """A `manage.py gpuworker` process: a node of CPU slots plus a control worker."""
+
+    def __init__(self, name: str, slots: int, **env):
+        self.name = name
+        self.slots = slots
+        self.log = open(settings.VAR_DIR / f"{name}.log", "ab")  # noqa: SIM115
+        self.process = subprocess.Popen(
+            manage("gpuworker", "--cpu-slots", str(slots), "--name", name),
+            env=process_env(**env),
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def stop(self) -> None:
+        self.process.send_signal(2)
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.log.close()
+
+
+def wait_for_slots(worker: Worker) -> Worker:
+    """Wait until a gpuworker's slots are registered and online (they come back after each flush)."""
+    wait_for(
+        lambda: Gpu.objects.online().filter(node__name=worker.name).count() == worker.slots,
+        timeout=60,
+        what="the gpuworker's slots to come online",
+    )
+    return worker
+
+
+def client_for(user):
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def job_form(data: bytes | Path = EXAMPLE, name: str = "customers.csv", **fields) -> dict:
+    content = data.read_bytes() if isinstance(data, Path) else data
+    form = {
+        "data": SimpleUploadedFile(name, content, content_type="text/csv"),
+        "work": "clean-table",
+        "gpus": "2",
+        "hours": "1",
+        "shape": "short-wide",
+        "retention": "delete",
+        "keep_days": "7",
+    }
+    form.update(fields)
+    return form
+
+
+def wait_for_end(job, timeout: float = 60.0):
+    def ended():
+        job.refresh_from_db()
+        return job.state in ENDED
+
+    wait_for(ended, timeout=timeout, interval=0.1, what=f"job {job.pk} to end (it is {job.state})")
+    return job
