@@ -16,6 +16,7 @@ from django.core import serializers
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import IntegrityError, connection, connections, models, transaction
+from django.db.migrations.executor import MigrationExecutor
 from django.forms.models import model_to_dict
 from django.utils import timezone
 
@@ -356,8 +357,6 @@ def test_it_lets_the_tests_flush_empty_the_ledger_and_leaves_it_guarded(entry):
 
 @pytest.mark.django_db(transaction=True)
 def test_it_seals_the_entries_written_before_the_chain_in_the_migration(organisation, other_organisation):
-    from django.db.migrations.executor import MigrationExecutor
-
     executor = MigrationExecutor(connection)
     executor.migrate([("billing", "0005_retention_policy")])
     old = executor.loader.project_state([("billing", "0005_retention_policy")]).apps
@@ -446,8 +445,6 @@ FIRST_FORM = import_module("billing.migrations.0007_ledger_chain_hashes")
 
 @pytest.mark.django_db(transaction=True)
 def test_it_seals_again_under_the_key_only_the_entries_the_old_seals_vouch_for(organisation, other_organisation):
-    from django.db.migrations.executor import MigrationExecutor
-
     before = [("billing", "0010_rate_card_not_negative")]
     executor = MigrationExecutor(connection)
     executor.migrate(before)

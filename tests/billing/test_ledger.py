@@ -15,6 +15,7 @@ from billing.metering import meter_for, price
 from billing.models import LedgerEntry, RateCard
 from jobs import lifecycle
 from jobs.models import Job, State
+from jobs.signals import staging_finished
 from tests.support import client_for
 
 pytestmark = pytest.mark.django_db
@@ -145,8 +146,6 @@ def test_it_shows_the_ledger_read_only_to_operators(running_job, operator):
 
 
 def test_it_records_staging_free_unless_the_rate_card_prices_it(organisation, rate_card):
-    from jobs.signals import staging_finished
-
     job = Job.objects.create(organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1)
     start = timezone.now()
     staging_finished.send(sender=Job, job=job, size=3 * 10**9, started=start, finished=start + timedelta(seconds=9.5))
@@ -208,7 +207,6 @@ def test_a_rate_card_not_yet_in_force_can_be_corrected_or_withdrawn(operator, ra
 def test_the_ledger_page_adds_amounts_up_per_currency_and_shows_rates_to_their_last_decimal(
     organisation, partner_client
 ):
-    from jobs.signals import staging_finished
 
     start = timezone.now() - timedelta(days=2)
     RateCard.objects.create(

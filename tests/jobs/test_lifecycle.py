@@ -1,10 +1,14 @@
 """Transitions: each one wins once, illegal ones are refused, and holds are all-or-nothing."""
 
-import pytest
+from datetime import timedelta
 
-from jobs import lifecycle
-from jobs.models import Allocation, Job, State
-from jobs.scheduling import queue_position
+import pytest
+from django.utils import timezone
+
+from jobs import lifecycle, tasks
+from jobs.models import Allocation, Gpu, Job, Node, Shard, State
+from jobs.scheduling import fleet, queue_position, schedule
+from tests.support import client_for
 
 pytestmark = pytest.mark.django_db
 
@@ -61,10 +65,6 @@ def test_it_fails_a_job_with_the_reason_and_releases_it(job, online_slots):
 
 
 def test_it_times_out_a_job_past_its_hours(job, online_slots):
-    from datetime import timedelta
-
-    from django.utils import timezone
-
     Job.objects.filter(pk=job.pk).update(state=State.QUEUED)
     lifecycle.start_hold(job, online_slots[:2])
     job.refresh_from_db()
@@ -76,8 +76,6 @@ def test_it_times_out_a_job_past_its_hours(job, online_slots):
 
 
 def test_it_tells_a_queued_job_its_position(organisation):
-    from django.utils import timezone
-
     jobs = [
         Job.objects.create(
             organisation=organisation,
@@ -94,10 +92,6 @@ def test_it_tells_a_queued_job_its_position(organisation):
 
 
 def test_it_lets_smaller_jobs_pass_a_head_job_bigger_than_the_online_fleet(organisation, online_slots):
-    from django.utils import timezone
-
-    from jobs.scheduling import schedule
-
     def queued(gpus):
         return Job.objects.create(
             organisation=organisation,
@@ -117,9 +111,6 @@ def test_it_lets_smaller_jobs_pass_a_head_job_bigger_than_the_online_fleet(organ
 
 
 def test_it_fails_a_job_whose_output_cannot_be_assembled(job, online_slots):
-    from jobs import tasks
-    from jobs.models import Shard
-
     Job.objects.filter(pk=job.pk).update(state=State.QUEUED, records_total=10)
     lifecycle.start_hold(job, online_slots[:2])
     Shard.objects.create(
@@ -135,18 +126,11 @@ def test_it_fails_a_job_whose_output_cannot_be_assembled(job, online_slots):
 
 
 def test_it_does_not_let_operators_delete_a_job(job, operator):
-    from tests.support import client_for
-
     response = client_for(operator).get(f"/admin/jobs/job/{job.pk}/delete/")
     assert response.status_code == 403
 
 
 def test_it_runs_jobs_on_gpus_only_once_any_gpu_is_online(organisation, online_slots):
-    from django.utils import timezone
-
-    from jobs.models import Gpu, Node
-    from jobs.scheduling import fleet, schedule
-
     node = Node.objects.create(name="gpu-box", hostname="gpu-box", last_seen=timezone.now())
     gpu = Gpu.objects.create(
         node=node, index=0, kind=Gpu.Kind.GPU, name="NVIDIA H100", queue="slot.gpu-box.0", last_seen=timezone.now()

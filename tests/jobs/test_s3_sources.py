@@ -14,6 +14,8 @@ from moto.core.authorization import enable_iam_authentication
 from billing.models import LedgerEntry
 from jobs.models import Job, State
 from jobs.staging import s3
+from portal import onboarding
+from portal.models import Application
 from tests.jobs.test_images import picture
 from tests.support import EXAMPLE, Worker, client_for, job_form, s3_on_loopback, wait_for_end, wait_for_slots
 
@@ -269,8 +271,6 @@ def test_a_new_organisation_never_takes_a_slug_whose_folder_in_the_operators_buc
 ):
     """portal-lake holds partner-lab/customers.csv: an applicant naming their organisation Partner-Lab
     must not read it."""
-    from portal import onboarding
-    from portal.models import Application
 
     settings.E31_STAGING_S3_ENDPOINT_URL = s3_server
     for name, value in PORTAL_CREDENTIALS.items():

@@ -9,6 +9,7 @@ import re
 import shutil
 
 import pytest
+from playwright.sync_api import sync_playwright
 
 from jobs.models import Job, State, Upload
 from tests.support import wait_for, wait_for_end
@@ -37,8 +38,6 @@ def dataset(tmp_path):
 
 @pytest.fixture
 def browser(monkeypatch):
-    from playwright.sync_api import sync_playwright
-
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's sync API runs an event loop here
     with sync_playwright() as playwright:
         chromium = playwright.chromium.launch(

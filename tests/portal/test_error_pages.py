@@ -3,6 +3,8 @@
 import pytest
 from django.views.defaults import server_error
 
+from jobs.models import Job
+
 pytestmark = pytest.mark.django_db
 
 
@@ -20,8 +22,6 @@ def test_a_missing_page_says_so_in_the_portals_layout_with_a_way_back(debug_off,
 
 
 def test_another_organisations_job_is_the_same_404_page(debug_off, organisation, partner_client, outsider_client):
-    from jobs.models import Job
-
     job = Job.objects.create(organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1)
     assert partner_client.get(f"/jobs/{job.pk}/").status_code == 200
     response = outsider_client.get(f"/jobs/{job.pk}/")

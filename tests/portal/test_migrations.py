@@ -1,4 +1,12 @@
+from datetime import timedelta
+
 from django.core.management import call_command
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+from django.utils import timezone
+
+from jobs import retention
+from jobs.models import Job
 
 
 def test_it_has_a_migration_for_every_model_change(db):
@@ -7,11 +15,6 @@ def test_it_has_a_migration_for_every_model_change(db):
 
 def test_outputs_of_jobs_ended_before_output_retention_are_kept_thirty_days_from_the_migration(transactional_db):
     """Until 0013 outputs were kept for ever: the first purge after it must not delete old ones."""
-    from datetime import timedelta
-
-    from django.db import connection
-    from django.db.migrations.executor import MigrationExecutor
-    from django.utils import timezone
 
     executor = MigrationExecutor(connection)
     executor.migrate([("jobs", "0012_held_before")])
@@ -24,9 +27,6 @@ def test_outputs_of_jobs_ended_before_output_retention_are_kept_thirty_days_from
     )  # fmt: skip
     executor = MigrationExecutor(connection)
     executor.migrate(executor.loader.graph.leaf_nodes())
-
-    from jobs import retention
-    from jobs.models import Job
 
     kept = Job.objects.get(pk=job.pk)
     assert kept.output_keep_days == 431

@@ -3,10 +3,14 @@
 import re
 
 import pytest
+from django.contrib.auth.models import Permission
 from django.core.management import call_command
 from django.test import Client
+from django.utils import timezone
 
+from jobs.models import Job
 from portal.models import Application, Membership
+from tests.support import client_for
 
 pytestmark = pytest.mark.django_db
 
@@ -52,8 +56,6 @@ def test_it_refuses_an_incomplete_application(client, field, value, message):
 
 
 def test_an_accepted_applicant_gets_an_organisation_and_an_account_they_set_a_password_for(operator, mailbox):
-    from tests.support import client_for
-
     application = Application.objects.create(
         name="Ada", email="Ada@Lab.example", organisation="Ada's Lab", dataset="x", work="y"
     )
@@ -84,8 +86,6 @@ def test_an_accepted_applicant_gets_an_organisation_and_an_account_they_set_a_pa
 
 
 def test_an_application_is_not_accepted_into_an_organisation_or_account_that_exists(operator, organisation, partner):
-    from tests.support import client_for
-
     same_name = Application.objects.create(
         name="Eve", email="eve@x.example", organisation=organisation.name.upper(), dataset="x", work="y"
     )
@@ -104,12 +104,6 @@ def test_an_application_is_not_accepted_into_an_organisation_or_account_that_exi
 
 
 def test_staff_who_may_only_view_cannot_review_applications_nor_cancel_jobs(django_user_model, organisation):
-    from django.contrib.auth.models import Permission
-    from django.utils import timezone
-
-    from jobs.models import Job
-    from tests.support import client_for
-
     viewer = django_user_model.objects.create_user("viewer", is_staff=True)
     viewer.user_permissions.set(Permission.objects.filter(codename__in=["view_job", "view_application"]))
     client = client_for(viewer)
@@ -139,8 +133,6 @@ def test_it_keeps_operator_pages_for_staff(partner_client, client):
 
 
 def test_it_tells_a_user_without_organisation_why_there_are_no_jobs(operator):
-    from tests.support import client_for
-
     response = client_for(operator).get("/jobs/")
     assert response.status_code == 403
     assert "not in a design-partner organisation" in response.content.decode()
@@ -156,8 +148,6 @@ def test_it_bootstraps_the_demo_once(capsys):
 
 
 def test_the_operators_lists_say_what_they_hold_in_words(operator, online_slots, rate_card):
-    from tests.support import client_for
-
     client = client_for(operator)
     Application.objects.create(name="Ada", email="a@b.c", organisation="Lab", dataset="x", work="y")
     applications = client.get("/admin/portal/application/").content.decode()
@@ -174,8 +164,6 @@ def accept(client, *applications, action="accept"):
 
 
 def test_a_new_organisation_never_takes_a_slug_whose_staging_folder_exists(operator, settings):
-    from tests.support import client_for
-
     left = settings.E31_STAGING_ROOTS[0] / "adas-lab"
     left.mkdir(parents=True)
     try:
@@ -192,8 +180,6 @@ def ada() -> Application:
 
 
 def test_an_applicant_whose_link_went_unused_gets_a_new_one_until_they_set_a_password(operator):
-    from tests.support import client_for
-
     client, application = client_for(operator), ada()
     accept(client, application)
     page = accept(client, application, action="new_link").content.decode()
@@ -206,10 +192,6 @@ def test_an_applicant_whose_link_went_unused_gets_a_new_one_until_they_set_a_pas
 
 
 def test_staff_who_may_not_add_users_cannot_accept_applications(django_user_model):
-    from django.contrib.auth.models import Permission
-
-    from tests.support import client_for
-
     reviewer = django_user_model.objects.create_user("reviewer", is_staff=True)
     reviewer.user_permissions.set(Permission.objects.filter(codename__in=["view_application", "change_application"]))
     application = Application.objects.create(
@@ -221,8 +203,6 @@ def test_staff_who_may_not_add_users_cannot_accept_applications(django_user_mode
 
 
 def test_the_operator_is_told_to_send_the_link_when_it_cannot_be_emailed(operator, mailbox, settings):
-    from tests.support import client_for
-
     settings.EMAIL_PORT = 9  # nothing listens there
     application = Application.objects.create(
         name="Bo", email="bo@lab.example", organisation="Bo Lab", dataset="x", work="y"
@@ -234,8 +214,6 @@ def test_the_operator_is_told_to_send_the_link_when_it_cannot_be_emailed(operato
 
 
 def test_without_a_mail_server_the_operator_sends_the_link_and_no_log_holds_it(operator, mailbox, settings, caplog):
-    from tests.support import client_for
-
     settings.E31_EMAIL_HOST = ""
     application = Application.objects.create(
         name="Cy", email="cy@lab.example", organisation="Cy Lab", dataset="x", work="y"
