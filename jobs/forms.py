@@ -94,6 +94,10 @@ class RequestForm(forms.Form):
         staged_days = cleaned["keep_days"] if cleaned["retention"] == "keep" else 0
         return Retention(staged_days, output_days=cleaned["output_days"])
 
+    def field_for(self, error_field: str, message: str) -> str | None:
+        """The form field an error of submit belongs to: the part of the form it names, if shown here."""
+        return error_field if error_field in self.fields else None
+
 
 class JobForm(RequestForm):
     data = forms.FileField(
@@ -176,7 +180,7 @@ class JobForm(RequestForm):
                     return param_field_name(processor, param)
         if error_field == "data" and self.cleaned_data.get("location"):
             return "location"
-        return error_field if error_field in self.fields else None
+        return super().field_for(error_field, message)
 
     def param_groups(self):
         """(processor, bound fields) for each work kind, so the template can show its parameters."""

@@ -1,5 +1,6 @@
 """Pages of jobs: the list, the form, a job's page with its live progress, cancel, and the output."""
 
+from collections.abc import Callable
 from datetime import datetime
 from functools import partial, wraps
 
@@ -55,15 +56,8 @@ def job_new(request):
     if request.method == "POST":
         if getattr(request, "upload_too_large", False):
             form.add_error(None, too_large_message())
-        elif form.is_valid():
-            try:
-                with enqueue.unsent() as unsent:
-                    job = services.submit_job(organisation, request.user, form.spec())
-            except services.SubmitError as error:
-                form.add_error(form.field_for(error.field, str(error)), str(error))
-            else:
-                _say_if_not_staging(request, job, unsent)
-                return redirect("jobs:detail", pk=job.pk)
+        elif job := _submit(request, form, lambda: services.submit_job(organisation, request.user, form.spec())):
+            return redirect("jobs:detail", pk=job.pk)
     status = 400 if form.errors else 200
     context = {
         "form": form,
@@ -76,9 +70,20 @@ def job_new(request):
     return render(request, "jobs/new.html", context, status=status)
 
 
-def _say_if_not_staging(request, job: Job, unsent: list[str]) -> None:
+def _submit(request, form: RequestForm, submit: Callable[[], Job]) -> Job | None:
+    """The job `submit` makes from a valid form, said if it waits for the job queue; None when it is
+    refused, the reason put on the form."""
+    if not form.is_valid():
+        return None
+    try:
+        with enqueue.unsent() as unsent:
+            job = submit()
+    except services.SubmitError as error:
+        form.add_error(form.field_for(error.field, str(error)), str(error))
+        return None
     if unsent:
         messages.warning(request, f"{enqueue.UNREACHABLE}: job {job.pk} is recorded and is staged once it is back.")
+    return job
 
 
 def _pending_upload(form, organisation) -> Upload | None:
@@ -181,15 +186,9 @@ def job_pass(request, pk: int):
     """Submit the full pass a sample sized; its data is the sample's staged copy."""
     sample = services.get_job_for_user(request, pk)
     form = RequestForm(request.POST, policy=RetentionPolicy.in_force(sample.organisation))
-    if form.is_valid():
-        try:
-            with enqueue.unsent() as unsent:
-                job = services.submit_pass(sample, request.user, form.request(), form.kept_for())
-        except services.SubmitError as error:
-            form.add_error(error.field if error.field in form.fields else None, str(error))
-        else:
-            _say_if_not_staging(request, job, unsent)
-            return redirect("jobs:detail", pk=job.pk)
+    job = _submit(request, form, lambda: services.submit_pass(sample, request.user, form.request(), form.kept_for()))
+    if job:
+        return redirect("jobs:detail", pk=job.pk)
     return render(request, "jobs/detail.html", _detail_context(sample, form), status=400)
 
 
