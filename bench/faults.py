@@ -86,6 +86,7 @@ from django.utils import timezone  # noqa: E402
 from billing.models import LedgerEntry  # noqa: E402
 from jobs import services  # noqa: E402
 from jobs.models import Allocation, Gpu, Job, Shard, State  # noqa: E402
+from jobs.spec import Data, JobSpec, NamedFile, Request, Work  # noqa: E402
 from portal import embedded_redis  # noqa: E402
 from portal.models import Organisation  # noqa: E402
 
@@ -360,10 +361,8 @@ def main() -> None:
 
 def submit(organisation: Organisation, path: Path) -> Job:
     with path.open("rb") as data:
-        return services.submit_job(
-            organisation=organisation, user=None, data=data, data_name=path.name,
-            work="clean-table", params={}, gpus=ARGS.slots, hours=4, retention_days=0,
-        )  # fmt: skip
+        spec = JobSpec(Work("clean-table"), Data(file=NamedFile(data, path.name)), Request(ARGS.slots, 4))
+        return services.submit_job(organisation, None, spec)
 
 
 def print_faults(run: Run, job: Job) -> None:

@@ -37,6 +37,7 @@ from jobs import processors, services  # noqa: E402
 from jobs.management.commands.gpuworker import slot_environment  # noqa: E402
 from jobs.models import Gpu, Job, State  # noqa: E402
 from jobs.outputs import RECORD_COLUMN, context_for, output_schema  # noqa: E402
+from jobs.spec import Data, JobSpec, NamedFile, Request, Retention, Work  # noqa: E402
 from jobs.workers.runner import batched, read_shard  # noqa: E402
 from portal.models import Organisation  # noqa: E402
 
@@ -105,10 +106,9 @@ def make_images(count: int) -> Path:
 
 def submit(path: Path, organisation: Organisation, work: str, slots: int, params: dict | None = None) -> Job:
     with path.open("rb") as data:
-        return services.submit_job(
-            organisation=organisation, user=None, data=data, data_name=path.name,
-            work=work, params=params or {}, gpus=slots, hours=4, retention_days=1,
-        )  # fmt: skip
+        data = Data(file=NamedFile(data, path.name))
+        spec = JobSpec(Work(work, params or {}), data, Request(slots, 4), Retention(staged_days=1))
+        return services.submit_job(organisation, None, spec)
 
 
 def through_system(path: Path, organisation: Organisation, work: str, slots: int) -> dict:

@@ -27,6 +27,7 @@ from django.core.management import call_command  # noqa: E402
 from jobs import processors, services  # noqa: E402
 from jobs.models import Job, State  # noqa: E402
 from jobs.outputs import context_for, output_schema  # noqa: E402
+from jobs.spec import Data, JobSpec, NamedFile, Request, Work  # noqa: E402
 from jobs.staging.formats import iter_records, read_header  # noqa: E402
 from jobs.workers.runner import batched  # noqa: E402
 from portal.models import Organisation  # noqa: E402
@@ -58,10 +59,8 @@ def bare_loop(path: Path, job: Job) -> float:
 def run_job(path: Path, organisation: Organisation, gpus: int) -> tuple[Job, float, float]:
     """The job, its records/s over the hold (what is metered), and over running → succeeded."""
     with path.open("rb") as data:
-        job = services.submit_job(
-            organisation=organisation, user=None, data=data, data_name=path.name,
-            work="clean-table", params={}, gpus=gpus, hours=1,
-        )  # fmt: skip
+        spec = JobSpec(Work("clean-table"), Data(file=NamedFile(data, path.name)), Request(gpus, 1))
+        job = services.submit_job(organisation, None, spec)
     job = scratch.wait_for_success(job)
     entry = job.ledger_entries.get(kind="hold")
     running = job.events.get(state=State.RUNNING).at

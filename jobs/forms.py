@@ -1,15 +1,18 @@
 """The job form: work, data, request and retention, checked as the CLI checks them."""
 
+from dataclasses import replace
 from decimal import Decimal
 
 from django import forms
 from django.conf import settings
+from django.core.files.uploadedfile import UploadedFile
 from django.core.validators import MaxValueValidator
 from django.template.defaultfilters import pluralize
 
 from billing.models import RetentionPolicy
 from jobs import processors
 from jobs.models import Job
+from jobs.spec import Data, JobSpec, NamedFile, Request, Retention, Work
 from portal.text import CountField, NameField
 
 
@@ -78,8 +81,22 @@ class RequestForm(forms.Form):
             self.add_error("keep_days", "Say how many days to keep the staged copy.")
         return cleaned
 
-    def retention_days(self) -> int:
-        return self.cleaned_data["keep_days"] if self.cleaned_data["retention"] == "keep" else 0
+    def request(self) -> Request:
+        """The request asked for; this form asks no shape, so a sample's pass runs short-wide."""
+        cleaned = self.cleaned_data
+        return Request(
+            cleaned["gpus"], cleaned["hours"], deadline=cleaned["deadline"], allow_partial=cleaned["allow_partial"]
+        )
+
+    def kept_for(self) -> Retention:
+        """How long the staged copy and the output are kept (the `retention` field: delete or keep)."""
+        cleaned = self.cleaned_data
+        staged_days = cleaned["keep_days"] if cleaned["retention"] == "keep" else 0
+        return Retention(staged_days, output_days=cleaned["output_days"])
+
+    def field_for(self, error_field: str, message: str) -> str | None:
+        """The form field an error of submit belongs to: the part of the form it names, if shown here."""
+        return error_field if error_field in self.fields else None
 
 
 class JobForm(RequestForm):
@@ -163,7 +180,7 @@ class JobForm(RequestForm):
                     return param_field_name(processor, param)
         if error_field == "data" and self.cleaned_data.get("location"):
             return "location"
-        return error_field if error_field in self.fields else None
+        return super().field_for(error_field, message)
 
     def param_groups(self):
         """(processor, bound fields) for each work kind, so the template can show its parameters."""
@@ -196,3 +213,23 @@ class JobForm(RequestForm):
     def params(self) -> dict[str, str]:
         processor = processors.get(self.cleaned_data["work"])
         return {param.name: self.cleaned_data.get(param_field_name(processor, param), "") for param in processor.params}
+
+    def request(self) -> Request:
+        return replace(super().request(), shape=self.cleaned_data["shape"])
+
+    def spec(self) -> JobSpec:
+        """The job the form asks for, in its four parts (the one place form fields become a spec)."""
+        cleaned = self.cleaned_data
+        data = Data(
+            file=_named(cleaned["data"]),
+            upload=cleaned["upload"],
+            location=cleaned["location"],
+            s3_credentials=self.s3_credentials(),
+            sha256=cleaned["sha256"],
+        )
+        work = Work(cleaned["work"], self.params(), model=_named(cleaned["model"]))
+        return JobSpec(work, data, self.request(), self.kept_for(), sample=cleaned["sample"])
+
+
+def _named(uploaded: UploadedFile | None) -> NamedFile | None:
+    return NamedFile(uploaded.file, uploaded.name) if uploaded else None

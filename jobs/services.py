@@ -4,7 +4,7 @@ import io
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import BinaryIO
+from decimal import Decimal
 
 from django.conf import settings
 from django.db import transaction
@@ -17,6 +17,7 @@ from billing.models import RetentionPolicy
 from jobs import enqueue, processors
 from jobs.models import Job, Shard, State, Upload
 from jobs.scheduling import parse_request, sizing
+from jobs.spec import Data, JobSpec, NamedFile, Request, Retention
 from jobs.staging import s3, sources, uploads
 from portal import units
 from portal.models import Organisation
@@ -49,88 +50,64 @@ def get_job_for_user(request, pk: int) -> Job:
     return get_object_or_404(jobs_for_user(request.user).select_related("organisation"), pk=pk)
 
 
-def submit_job(
-    *,
-    organisation: Organisation,
-    user,
-    work: str,
-    params: dict,
-    gpus,
-    hours,
-    data: BinaryIO | None = None,
-    data_name: str = "",
-    upload: Upload | None = None,
-    location: str = "",
-    s3_credentials: dict | None = None,
-    shape: str = Job.Shape.SHORT_WIDE,
-    deadline: datetime | None = None,
-    retention_days: int = 0,
-    output_keep_days: int | None = None,
-    expected_sha256: str = "",
-    allow_partial: bool = False,
-    sample: bool = False,
-    model: BinaryIO | None = None,
-    model_name: str = "",
-) -> Job:
+def submit_job(organisation: Organisation, user, spec: JobSpec) -> Job:
     """Check a job's four parts, store its data and queue its staging. Nothing is held yet.
 
-    The data is an uploaded file (`data`, `data_name`), a finished resumable `upload`, or a
-    `location`: an HTTP(S) URL, an S3 URI (with `s3_credentials` for the partner's own bucket) or
-    a path under one of the operator's staging roots. A work kind that takes a model file (onnx-infer)
-    gets it as `model`, checked here.
+    A work kind that takes a model file (onnx-infer) gets it with the work, checked here.
 
-    With `sample`, the job is a sample: it stages the data, runs the work on one slot for about
+    With `spec.sample`, the job is a sample: it stages the data, runs the work on one slot for about
     E31_SAMPLE_SECONDS and measures it; the request given is kept as the one the pass would make,
     and the staged copy is kept at least E31_SAMPLE_KEEP_DAYS for that pass (submit_pass), within
     the retention policy's limit."""
+    work, data, retention = spec.work, spec.data, spec.retention
     try:
-        processor = processors.get(work)
-        checked_params = processor.validate_params(params)
+        processor = processors.get(work.kind)
+        checked_params = processor.validate_params(work.params)
     except processors.ParamError as error:
         raise SubmitError("work", str(error)) from None
-    expected_sha256 = expected_sha256.strip().lower()
+    expected_sha256 = data.sha256.strip().lower()
     if expected_sha256 and not SHA256.fullmatch(expected_sha256):
         raise SubmitError("sha256", f"A SHA-256 is 64 hexadecimal digits, not {expected_sha256!r}.")
     policy = RetentionPolicy.in_force(organisation)
-    output_keep_days = _check_retention(policy, retention_days, output_keep_days)
+    output_keep_days = _check_retention(policy, retention)
+    upload = _find_upload(organisation, data) if data.upload is not None else None
     if upload is not None:
-        source = _describe_upload(processor, organisation, upload, data, location)
+        source = _describe_upload(processor, organisation, upload)
     else:
-        source = _describe_source(processor, organisation, data, data_name, location.strip(), s3_credentials)
-    try:
-        gpus, hours = parse_request(gpus, hours, shape, work=processor.name)
-    except ValueError as error:
-        raise SubmitError(getattr(error, "field", "gpus"), str(error)) from None
-    checked_model = _check_model(processor, model, model_name)
-    deadline = _check_deadline(deadline)
-    request = {"gpus": gpus, "hours": hours, "shape": shape, "deadline": deadline, "retention_days": retention_days}
-    if sample:
+        source = _describe_source(processor, organisation, data.file, data.location.strip(), data.s3_credentials)
+    gpus, hours = _check_request(spec.request, processor.name)
+    checked_model = _check_model(processor, work.model)
+    deadline = _check_deadline(spec.request.deadline)
+    request = {"gpus": gpus, "hours": hours, "shape": spec.request.shape, "deadline": deadline}
+    request["retention_days"] = retention.staged_days
+    if spec.sample:
         asked = {**request, "hours": str(hours), "output_keep_days": output_keep_days}
         asked["deadline"] = deadline and deadline.isoformat()
         request.update(gpus=1, hours=sizing.sample_hours(), shape=Job.Shape.SHORT_WIDE, deadline=None)
-        request["retention_days"] = max(retention_days, policy.sample_keep_days)
+        request["retention_days"] = max(retention.staged_days, policy.sample_keep_days)
         source["sample_result"] = {"request": asked}
-    if data is not None:
-        source["source_path"] = uploads.store_upload(data, data_name)
+    if data.file is not None:
+        source["source_path"] = uploads.store_upload(data.file.stream, data.file.name)
     if upload is not None:
         source["source_path"] = _take_upload(upload)
     if checked_model:
-        source.update(model_path=uploads.store_model(model, model_name), model_name=uploads.safe_name(model_name))
+        source["model_path"] = uploads.store_model(work.model.stream, work.model.name)
+        source["model_name"] = uploads.safe_name(work.model.name)
     return _create(
         organisation=organisation,
         created_by=user if user and user.is_authenticated else None,
-        kind=Job.Kind.SAMPLE if sample else Job.Kind.PASS,
+        kind=Job.Kind.SAMPLE if spec.sample else Job.Kind.PASS,
         work=processor.name,
         params=checked_params,
         expected_sha256=expected_sha256,
-        allow_partial=allow_partial,
+        allow_partial=spec.request.allow_partial,
         output_keep_days=output_keep_days,
         **request,
         **source,
     )
 
 
-def _check_model(processor, model: BinaryIO | None, name: str) -> bool:
+def _check_model(processor, model: NamedFile | None) -> bool:
     """Whether the job comes with a model file its work takes; SubmitError when it needs one it lacks,
     has one it cannot use, or the file is too large or does not load."""
     if not processor.model_file:
@@ -139,17 +116,25 @@ def _check_model(processor, model: BinaryIO | None, name: str) -> bool:
         return False
     if model is None:
         raise SubmitError("model", f"{processor.name} needs {processor.model_file} with the job.")
-    size = model.seek(0, io.SEEK_END)
-    model.seek(0)
+    size = model.stream.seek(0, io.SEEK_END)
+    model.stream.seek(0)
     if size > settings.E31_MAX_MODEL_BYTES:
         limit = units.size(settings.E31_MAX_MODEL_BYTES)
-        raise SubmitError("model", f"The model file {name} is {units.size(size)}; the limit is {limit}.")
+        raise SubmitError("model", f"The model file {model.name} is {units.size(size)}; the limit is {limit}.")
     try:
-        with uploads.local_copy(model) as path:
+        with uploads.local_copy(model.stream) as path:
             processor.check_model(path)
     except processors.ParamError as error:
-        raise SubmitError("model", f"{name}: {error}.") from None
+        raise SubmitError("model", f"{model.name}: {error}.") from None
     return True
+
+
+def _check_request(request: Request, work: str) -> tuple[int, Decimal]:
+    """The GPUs and hours asked for, read and within the request limits for the work."""
+    try:
+        return parse_request(request.gpus, request.hours, request.shape, work=work)
+    except ValueError as error:
+        raise SubmitError(getattr(error, "field", "gpus"), str(error)) from None
 
 
 def _check_deadline(deadline: datetime | None) -> datetime | None:
@@ -162,12 +147,13 @@ def _check_deadline(deadline: datetime | None) -> datetime | None:
     return deadline
 
 
-def _check_retention(policy: RetentionPolicy, days: int, output_days: int | None) -> int:
+def _check_retention(policy: RetentionPolicy, retention: Retention) -> int:
     """The days the staged copy and the output are kept, as asked, within the retention policy in
     force; the output's (the policy's default when not asked) returned."""
+    days = retention.staged_days
     if not 0 <= days <= policy.max_staged_days:
         raise SubmitError("keep_days", f"Keep the staged copy 0 to {policy.max_staged_days} days, not {days}.")
-    output_days = policy.output_days if output_days is None else output_days
+    output_days = policy.output_days if retention.output_days is None else retention.output_days
     if not 1 <= output_days <= policy.max_output_days:
         raise SubmitError("output_days", f"Keep the output 1 to {policy.max_output_days} days, not {output_days}.")
     return output_days
@@ -182,10 +168,7 @@ def _create(**fields) -> Job:
     return job
 
 
-def submit_pass(
-    sample: Job, *, user, gpus, hours, shape: str = Job.Shape.SHORT_WIDE, deadline: datetime | None = None,
-    retention_days: int = 0, output_keep_days: int | None = None, allow_partial: bool = False,
-) -> Job:  # fmt: skip
+def submit_pass(sample: Job, user, request: Request, retention: Retention) -> Job:
     """The full pass a sample was run for: the same work on all of the data, whose staged copy it
     takes over from the sample (the data is not staged again), cut into shards sized by the sample."""
     if sample.kind != Job.Kind.SAMPLE or sample.state != State.SUCCEEDED:
@@ -193,11 +176,8 @@ def submit_pass(
     if not sample.staged_path or sample.staged_purged_at:
         gone = f"The staged copy of sample {sample.pk} is gone (purged, or used by a pass); submit the data again."
         raise SubmitError("sample", gone)
-    output_keep_days = _check_retention(RetentionPolicy.in_force(sample.organisation), retention_days, output_keep_days)
-    try:
-        gpus, hours = parse_request(gpus, hours, shape, work=sample.work)
-    except ValueError as error:
-        raise SubmitError(getattr(error, "field", "gpus"), str(error)) from None
+    output_keep_days = _check_retention(RetentionPolicy.in_force(sample.organisation), retention)
+    gpus, hours = _check_request(request, sample.work)
     return _create(
         organisation=sample.organisation,
         created_by=user if user and user.is_authenticated else None,
@@ -212,25 +192,31 @@ def submit_pass(
         model_name=sample.model_name,
         gpus=gpus,
         hours=hours,
-        shape=shape,
-        deadline=_check_deadline(deadline),
-        retention_days=retention_days,
+        shape=request.shape,
+        deadline=_check_deadline(request.deadline),
+        retention_days=retention.staged_days,
         output_keep_days=output_keep_days,
-        allow_partial=allow_partial,
+        allow_partial=request.allow_partial,
     )
 
 
-def _describe_upload(processor, organisation, upload: Upload, data, location: str) -> dict:
-    """A finished resumable upload's data fields, once it is found fit for the work."""
-    if data is not None or location.strip():
+def _find_upload(organisation: Organisation, data: Data) -> Upload:
+    """The resumable upload the data names, if it is the organisation's, finished, and given alone."""
+    upload = Upload.objects.filter(organisation=organisation, pk=data.upload).first()
+    if upload is None:
+        raise SubmitError("data", "That upload is gone: it expired or was used. Upload the file again.")
+    if data.file is not None or data.location.strip():
         raise SubmitError("data", "Give the data one way: upload a file, or give a URL or a server path.")
-    if upload.organisation_id != organisation.pk:
-        raise SubmitError("data", "There is no such upload.")
     if not upload.complete or upload.expired:
         state = "expired" if upload.expired else f"at {upload.offset:,} of {upload.length:,} bytes"
         raise SubmitError("data", f"The upload of {upload.filename} is {state}: finish it, then submit.")
+    return upload
+
+
+def _describe_upload(processor, organisation: Organisation, upload: Upload) -> dict:
+    """A finished resumable upload's data fields, once it is found fit for the work."""
     with upload.path.open("rb") as head:
-        return _describe_source(processor, organisation, head, upload.filename, "")
+        return _describe_source(processor, organisation, NamedFile(head, upload.filename), "")
 
 
 def _take_upload(upload: Upload) -> str:
@@ -241,16 +227,16 @@ def _take_upload(upload: Upload) -> str:
 
 
 def _describe_source(
-    processor, organisation, data: BinaryIO | None, data_name: str, location: str, s3_credentials: dict | None = None
+    processor, organisation, file: NamedFile | None, location: str, s3_credentials: dict | None = None
 ) -> dict:
     """The job's data fields, once the data is found fit for the work; SubmitError says why not.
 
     An upload or a server path is read far enough to know its format now; a URL or an S3 URI is
     only checked (its form, and who may read it) and read when it is staged."""
-    if (data is None) == (not location):
+    if (file is None) == (not location):
         raise SubmitError("data", "Give the data one way: upload a file, or give a URL or a server path.")
-    if data is not None:
-        kind, name, fields, head = Job.Source.UPLOAD, data_name, {}, data
+    if file is not None:
+        kind, name, fields, head = Job.Source.UPLOAD, file.name, {}, file.stream
     else:
         try:
             sources.check(location, organisation.slug, s3_credentials)
@@ -269,7 +255,7 @@ def _describe_source(
     except uploads.FormatError as error:
         raise SubmitError("data", str(error)) from None
     finally:
-        if head is not data:
+        if file is None:  # a server path, opened here
             head.close()
     if layout["format"] not in processor.input_formats:
         formats = ", ".join(processor.input_formats)

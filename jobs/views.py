@@ -1,5 +1,6 @@
 """Pages of jobs: the list, the form, a job's page with its live progress, cancel, and the output."""
 
+from collections.abc import Callable
 from datetime import datetime
 from functools import partial, wraps
 
@@ -55,37 +56,8 @@ def job_new(request):
     if request.method == "POST":
         if getattr(request, "upload_too_large", False):
             form.add_error(None, too_large_message())
-        elif form.is_valid():
-            uploaded_file, model = form.cleaned_data["data"], form.cleaned_data["model"]
-            try:
-                with enqueue.unsent() as unsent:
-                    job = services.submit_job(
-                        organisation=organisation,
-                        user=request.user,
-                        data=uploaded_file.file if uploaded_file else None,
-                        data_name=uploaded_file.name if uploaded_file else "",
-                        upload=_resumable_upload(organisation, form.cleaned_data["upload"]),
-                        location=form.cleaned_data["location"],
-                        s3_credentials=form.s3_credentials(),
-                        work=form.cleaned_data["work"],
-                        params=form.params(),
-                        gpus=form.cleaned_data["gpus"],
-                        hours=form.cleaned_data["hours"],
-                        shape=form.cleaned_data["shape"],
-                        deadline=form.cleaned_data["deadline"],
-                        retention_days=form.retention_days(),
-                        output_keep_days=form.cleaned_data["output_days"],
-                        expected_sha256=form.cleaned_data["sha256"],
-                        allow_partial=form.cleaned_data["allow_partial"],
-                        sample=form.cleaned_data["sample"],
-                        model=model.file if model else None,
-                        model_name=model.name if model else "",
-                    )
-            except services.SubmitError as error:
-                form.add_error(form.field_for(error.field, str(error)), str(error))
-            else:
-                _say_if_not_staging(request, job, unsent)
-                return redirect("jobs:detail", pk=job.pk)
+        elif job := _submit(request, form, lambda: services.submit_job(organisation, request.user, form.spec())):
+            return redirect("jobs:detail", pk=job.pk)
     status = 400 if form.errors else 200
     context = {
         "form": form,
@@ -98,9 +70,20 @@ def job_new(request):
     return render(request, "jobs/new.html", context, status=status)
 
 
-def _say_if_not_staging(request, job: Job, unsent: list[str]) -> None:
+def _submit(request, form: RequestForm, submit: Callable[[], Job]) -> Job | None:
+    """The job `submit` makes from a valid form, said if it waits for the job queue; None when it is
+    refused, the reason put on the form."""
+    if not form.is_valid():
+        return None
+    try:
+        with enqueue.unsent() as unsent:
+            job = submit()
+    except services.SubmitError as error:
+        form.add_error(form.field_for(error.field, str(error)), str(error))
+        return None
     if unsent:
         messages.warning(request, f"{enqueue.UNREACHABLE}: job {job.pk} is recorded and is staged once it is back.")
+    return job
 
 
 def _pending_upload(form, organisation) -> Upload | None:
@@ -110,16 +93,6 @@ def _pending_upload(form, organisation) -> Upload | None:
         return None
     upload = Upload.objects.filter(organisation=organisation, pk=upload_id).first()
     return upload if upload and upload.complete and not upload.expired else None
-
-
-def _resumable_upload(organisation, upload_id) -> Upload | None:
-    if upload_id is None:
-        return None
-    try:
-        return Upload.objects.get(organisation=organisation, pk=upload_id)
-    except Upload.DoesNotExist:
-        gone = "That upload is gone: it expired or was used. Upload the file again."
-        raise services.SubmitError("data", gone) from None
 
 
 def _sizing_context(job, pass_form: RequestForm | None = None) -> dict:
@@ -213,24 +186,9 @@ def job_pass(request, pk: int):
     """Submit the full pass a sample sized; its data is the sample's staged copy."""
     sample = services.get_job_for_user(request, pk)
     form = RequestForm(request.POST, policy=RetentionPolicy.in_force(sample.organisation))
-    if form.is_valid():
-        try:
-            with enqueue.unsent() as unsent:
-                job = services.submit_pass(
-                    sample,
-                    user=request.user,
-                    gpus=form.cleaned_data["gpus"],
-                    hours=form.cleaned_data["hours"],
-                    deadline=form.cleaned_data["deadline"],
-                    retention_days=form.retention_days(),
-                    output_keep_days=form.cleaned_data["output_days"],
-                    allow_partial=form.cleaned_data["allow_partial"],
-                )
-        except services.SubmitError as error:
-            form.add_error(error.field if error.field in form.fields else None, str(error))
-        else:
-            _say_if_not_staging(request, job, unsent)
-            return redirect("jobs:detail", pk=job.pk)
+    job = _submit(request, form, lambda: services.submit_pass(sample, request.user, form.request(), form.kept_for()))
+    if job:
+        return redirect("jobs:detail", pk=job.pk)
     return render(request, "jobs/detail.html", _detail_context(sample, form), status=400)
 
 

@@ -11,6 +11,7 @@ from billing.models import LedgerEntry
 from jobs import lifecycle, tasks
 from jobs.models import Job, State
 from jobs.scheduling import latest_start, schedule
+from jobs.spec import Data, JobSpec, NamedFile, Request, Work
 from tests.jobs.test_worker_killed import csv_bytes
 from tests.support import EXAMPLE, job_form, wait_for_end
 
@@ -122,10 +123,9 @@ def test_a_sample_hands_its_deadline_to_the_full_pass_form(organisation, partner
 
     deadline = (timezone.now() + timedelta(days=2)).replace(second=0, microsecond=0)
     with EXAMPLE.open("rb") as data:
-        sample = services.submit_job(
-            organisation=organisation, user=partner, work="clean-table", params={}, gpus=2, hours=1,
-            data=data, data_name="customers.csv", sample=True, deadline=deadline,
-        )  # fmt: skip
+        data = Data(file=NamedFile(data, "customers.csv"))
+        spec = JobSpec(Work("clean-table"), data, Request(2, 1, deadline=deadline), sample=True)
+        sample = services.submit_job(organisation, partner, spec)
     assert sample.deadline is None, "a sample runs minutes, whenever it can"
     measured = {"records_per_second": 100.0, "records": 100, "records_total": 5000, "seconds": 1.0}
     Job.objects.filter(pk=sample.pk).update(

@@ -20,6 +20,7 @@ from onnx import TensorProto, helper
 from jobs import processors, services
 from jobs.models import Allocation, Job, State
 from jobs.processors.onnx_infer import OnnxInfer, describe, parse_inputs
+from jobs.spec import Data, JobSpec, NamedFile, Request, Work
 from tests.support import job_form, wait_for_end
 
 WEIGHTS = np.array([[0.5, -1.0], [2.0, 0.25], [-0.75, 1.5]], dtype=np.float32)
@@ -144,20 +145,10 @@ def test_it_maps_an_input_to_a_column_however_its_name_is_composed():
     assert plan["inputs"][0]["columns"] == ["cafe\u0301", "b", "c"]
 
 
-def submit(organisation, model: bytes | None, work: str = "onnx-infer", **extra):
-    return services.submit_job(
-        organisation=organisation,
-        user=None,
-        work=work,
-        params=extra.pop("params", {}),
-        gpus=1,
-        hours=1,
-        data=io.BytesIO(table_csv(10)),
-        data_name="table.csv",
-        model=io.BytesIO(model) if model is not None else None,
-        model_name="scorer.onnx",
-        **extra,
-    )
+def submit(organisation, model: bytes | None, work: str = "onnx-infer", params: dict | None = None):
+    model_file = NamedFile(io.BytesIO(model), "scorer.onnx") if model is not None else None
+    data = Data(file=NamedFile(io.BytesIO(table_csv(10)), "table.csv"))
+    return services.submit_job(organisation, None, JobSpec(Work(work, params or {}, model_file), data, Request(1, 1)))
 
 
 def test_a_job_is_refused_without_the_model_it_needs_or_with_one_it_cannot_use(organisation, online_slots, settings):

@@ -20,6 +20,7 @@ from billing.models import LedgerEntry
 from jobs import services
 from jobs.models import Job, Shard, State
 from jobs.scheduling import sizing
+from jobs.spec import Request, Retention
 from jobs.workers.runner import skip_past_budget
 from tests.support import Worker, job_form, wait_for_end
 
@@ -198,15 +199,15 @@ def test_a_pass_needs_a_finished_sample_with_its_staged_copy(organisation, onlin
     purged = finished_sample(organisation, staged_purged_at=timezone.now())
     for job in (running, plain):
         with pytest.raises(services.SubmitError, match=f"Job {job.pk} is not a finished sample"):
-            services.submit_pass(job, user=None, gpus=1, hours=1)
+            services.submit_pass(job, None, Request(1, 1), Retention())
     with pytest.raises(services.SubmitError, match="is gone"):
-        services.submit_pass(purged, user=None, gpus=1, hours=1)
+        services.submit_pass(purged, None, Request(1, 1), Retention())
     sample = finished_sample(organisation)
     for gpus, hours, message in [(0, 1, "at least one"), (9, 1, "ask for 4 or fewer"), (1, "soon", "not 'soon'")]:
         with pytest.raises(services.SubmitError, match=message):
-            services.submit_pass(sample, user=None, gpus=gpus, hours=hours)
+            services.submit_pass(sample, None, Request(gpus, hours), Retention())
     with pytest.raises(services.SubmitError, match="0 to 90 days, not 91"):
-        services.submit_pass(sample, user=None, gpus=1, hours=1, retention_days=91)
+        services.submit_pass(sample, None, Request(1, 1), Retention(91))
 
 
 def test_outsiders_cannot_see_a_sample_or_start_its_pass(organisation, outsider_client, online_slots):

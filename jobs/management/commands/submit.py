@@ -9,6 +9,7 @@ import json
 import shutil
 import sys
 import time
+from contextlib import ExitStack
 from datetime import datetime
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from jobs import enqueue, services
 from jobs.models import Job, State
 from jobs.outputs.assemble import open_output_file
 from jobs.scheduling import fleet, sizing
+from jobs.spec import Data, JobSpec, NamedFile, Request, Retention, Work
 from jobs.staging import sources
 from portal.models import Organisation
 from portal.text import clean_name
@@ -43,6 +45,42 @@ def parse_deadline(text: str | None) -> datetime | None:
         return datetime.fromisoformat(text)
     except ValueError:
         raise CommandError(f"--deadline takes a date and time such as 2026-12-01T18:00, not {text!r}.") from None
+
+
+def spec_of(opts: dict, organisation: Organisation, files: ExitStack) -> JobSpec:
+    """The job the options ask for, its files opened on `files`; a pass from a sample takes only the
+    request and the retention."""
+    params = parse_params(opts["param"])
+    model = open_file(Path(opts["model"]), "model file", files) if opts["model"] else None
+    data = data_of(opts["data"], clean_name(opts["sha256"]), organisation, files)
+    return JobSpec(Work(opts["work"], params, model), data, request_of(opts), retention_of(opts), opts["sample"])
+
+
+def data_of(given: str, sha256: str, organisation: Organisation, files: ExitStack) -> Data:
+    """A URL, or a file in the organisation's staging folder, is staged from where it is; any other
+    file is uploaded."""
+    path = Path(given)
+    if "://" in given:
+        return Data(location=given, sha256=sha256)
+    if sources.within(path.resolve(), sources.organisation_roots(organisation.slug)):
+        return Data(location=str(path.resolve()), sha256=sha256)
+    return Data(file=open_file(path, "file", files), sha256=sha256)
+
+
+def open_file(path: Path, what: str, files: ExitStack) -> NamedFile:
+    if not path.is_file():
+        raise CommandError(f"There is no {what} {path}.")
+    return NamedFile(files.enter_context(path.open("rb")), path.name)
+
+
+def request_of(opts: dict) -> Request:
+    return Request(
+        opts["gpus"], opts["hours"], opts["shape"], deadline=opts["deadline"], allow_partial=opts["allow_partial"]
+    )
+
+
+def retention_of(opts: dict) -> Retention:
+    return Retention(opts["keep_days"], output_days=opts["keep_output_days"])
 
 
 def progress_line(job: Job) -> str:
@@ -169,17 +207,7 @@ class Command(BaseCommand):
             if found is None:
                 raise CommandError(f"Refused: job {sample.pk} is not a sample that measured the work; give --hours.")
             hours = found.hours
-        return services.submit_pass(
-            sample,
-            user=None,
-            gpus=opts["gpus"],
-            hours=hours,
-            shape=opts["shape"],
-            deadline=opts["deadline"],
-            retention_days=opts["keep_days"],
-            output_keep_days=opts["keep_output_days"],
-            allow_partial=opts["allow_partial"],
-        )
+        return services.submit_pass(sample, None, request_of({**opts, "hours": hours}), retention_of(opts))
 
     def report_sample(self, job: Job) -> dict:
         """The sample's figures, and the full pass in each shape, on stderr as a table and as data."""
@@ -220,41 +248,8 @@ class Command(BaseCommand):
         }
 
     def submit(self, organisation: Organisation, opts: dict) -> Job:
-        """A URL, or a file in the organisation's staging folder, is staged from where it is; any other
-        file is uploaded."""
-        request = {
-            "organisation": organisation,
-            "user": None,
-            "work": opts["work"],
-            "params": parse_params(opts["param"]),
-            "gpus": opts["gpus"],
-            "hours": opts["hours"],
-            "shape": opts["shape"],
-            "deadline": opts["deadline"],
-            "retention_days": opts["keep_days"],
-            "output_keep_days": opts["keep_output_days"],
-            "expected_sha256": clean_name(opts["sha256"]),
-            "allow_partial": opts["allow_partial"],
-            "sample": opts["sample"],
-        }
-        if opts["model"]:
-            model = Path(opts["model"])
-            if not model.is_file():
-                raise CommandError(f"There is no model file {model}.")
-            with model.open("rb") as stream:
-                return self.submit_data(opts["data"], {**request, "model": stream, "model_name": model.name})
-        return self.submit_data(opts["data"], request)
-
-    def submit_data(self, data: str, request: dict) -> Job:
-        organisation = request["organisation"]
-        in_staging_folder = sources.within(Path(data).resolve(), sources.organisation_roots(organisation.slug))
-        if "://" in data or in_staging_folder:
-            return services.submit_job(location=data if "://" in data else str(Path(data).resolve()), **request)
-        path = Path(data)
-        if not path.is_file():
-            raise CommandError(f"There is no file {path}.")
-        with path.open("rb") as stream:
-            return services.submit_job(data=stream, data_name=path.name, **request)
+        with ExitStack() as files:
+            return services.submit_job(organisation, None, spec_of(opts, organisation, files))
 
     def wait(self, job: Job) -> Job:
         interactive = sys.stderr.isatty()

@@ -1,0 +1,77 @@
+"""A job as it is asked for, in its four parts: the work, the data, the request and the retention.
+
+The job form, `manage.py submit` and the API build a `JobSpec`; `services.submit_job` checks it and
+makes the job. A spec carries what was given, as given: the checks, and their sentences, are the
+service's.
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from typing import BinaryIO
+from uuid import UUID
+
+from jobs.models import Job
+
+
+@dataclass(frozen=True)
+class NamedFile:
+    """A file sent with the job: its bytes, and the name it was sent under."""
+
+    stream: BinaryIO
+    name: str
+
+
+@dataclass(frozen=True)
+class Work:
+    """The processing step: a work kind, its parameters as typed, and the model file it runs, if any."""
+
+    kind: str
+    params: Mapping[str, str] = field(default_factory=dict)
+    model: NamedFile | None = None
+
+
+@dataclass(frozen=True)
+class Data:
+    """The dataset, given one way: a file sent with the job, a finished resumable upload, or a
+    location (an http(s) URL, an s3:// URI with the credentials to read it, or a server path).
+    `sha256`, if given, is what staging checks the data against."""
+
+    file: NamedFile | None = None
+    upload: UUID | None = None
+    location: str = ""
+    s3_credentials: dict[str, str] | None = None
+    sha256: str = ""
+
+
+@dataclass(frozen=True)
+class Request:
+    """GPUs × hours in a shape, an optional deadline, and whether a partial output will do. GPUs and
+    hours are as typed: the request limits read them."""
+
+    gpus: int | str
+    hours: Decimal | int | str
+    shape: str = Job.Shape.SHORT_WIDE
+    deadline: datetime | None = None
+    allow_partial: bool = False
+
+
+@dataclass(frozen=True)
+class Retention:
+    """The days the staged copy is kept after the job (0: deleted when it ends), and the output's
+    (None: the retention policy's default)."""
+
+    staged_days: int = 0
+    output_days: int | None = None
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A job's four parts. With `sample`, the job is a sample of the pass `request` asks for."""
+
+    work: Work
+    data: Data
+    request: Request
+    retention: Retention = Retention()
+    sample: bool = False

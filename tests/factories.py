@@ -1,0 +1,28 @@
+"""Jobs in the state a test starts from, in one call: the fields a job in that state has, and the
+test's own on top. A running job is made by lifecycle.start_hold on slots, not here: its holds are
+what the test is about."""
+
+from django.utils import timezone
+
+from jobs import processors
+from jobs.models import ENDED, Job, State
+
+
+def make_job(organisation, state: str = State.SUBMITTED, **fields) -> Job:
+    """A clean-table job over a.csv asking for 1 GPU for 1 hour, in `state`: queued since now if
+    queued, ended now if ended, unless `fields` say otherwise."""
+    now = timezone.now()
+    job = {
+        "organisation": organisation,
+        "work": "clean-table",
+        "params": processors.get("clean-table").validate_params({}),
+        "source_name": "a.csv",
+        "gpus": 1,
+        "hours": 1,
+        "state": state,
+    }
+    if state == State.QUEUED:
+        job["queued_at"] = now
+    if state in ENDED:
+        job["ended_at"] = now
+    return Job.objects.create(**{**job, **fields})
