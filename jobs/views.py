@@ -40,7 +40,7 @@ def job_list(request):
     if organisation is None:
         return _needs_organisation(request)
     jobs = services.jobs_for_user(request.user)[:200]
-    context = {"jobs": jobs, "polling": any(job.state in ACTIVE for job in jobs), "fleet": fleet()}
+    context = {"jobs": jobs, "polling": any(job.state in ACTIVE for job in jobs)}
     template = "jobs/list.html#rows" if request.htmx else "jobs/list.html"
     return render(request, template, context)
 
@@ -89,7 +89,6 @@ def job_new(request):
     status = 400 if form.errors else 200
     context = {
         "form": form,
-        "fleet": fleet(),
         "max_upload_bytes": settings.E31_MAX_UPLOAD_BYTES,
         "max_dataset_bytes": settings.E31_MAX_DATASET_BYTES,
         "chunk_bytes": settings.E31_UPLOAD_CHUNK_BYTES,
@@ -168,7 +167,6 @@ def _detail_context(job, pass_form: RequestForm | None = None) -> dict:
         "position": queue_position(job),
         "latest_start": latest_start(job),
         "on_hold_ahead": on_hold_ahead(job),
-        "fleet": fleet(),
         "purge_due": purge_due_at(job),
         "output_due": output_due_at(job),
         "copy_taken_by": _copy_taken_by(job),
@@ -203,7 +201,7 @@ def job_estimate(request, pk: int):
     found = _pass_estimate(job, form)
     if found is not None:
         form = RequestForm(initial={"gpus": found.gpus, "hours": found.hours}, policy=policy)
-    context = {"job": job, "pass_form": form, "pass_estimate": found, "fleet": fleet()}
+    context = {"job": job, "pass_form": form, "pass_estimate": found}
     return render(request, "jobs/detail.html#pass-estimate", context)
 
 
