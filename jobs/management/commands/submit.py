@@ -17,6 +17,7 @@ from django.core.management.base import BaseCommand, CommandError
 from billing.metering import ledger_row
 from billing.models import LedgerEntry
 from jobs import enqueue, services
+from jobs.facts import JobFacts
 from jobs.models import Job, State
 from jobs.outputs.assemble import open_output_file
 from jobs.scheduling import fleet, sizing
@@ -46,7 +47,7 @@ def parse_deadline(text: str | None) -> datetime | None:
 
 
 def progress_line(job: Job) -> str:
-    progress = services.progress(job)
+    progress = JobFacts(job).progress
     done = int(30 * progress.percent / 100)
     bar = "#" * done + "-" * (30 - done)
     rate = f" · {progress.records_per_second:,.0f} rec/s" if progress.records_per_second else ""
