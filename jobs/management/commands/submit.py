@@ -20,7 +20,7 @@ from jobs import enqueue, services
 from jobs.facts import JobFacts
 from jobs.models import Job, State
 from jobs.outputs.assemble import open_output_file
-from jobs.scheduling import fleet, sizing
+from jobs.scheduling import sizing
 from jobs.staging import sources
 from portal.models import Organisation
 from portal.text import clean_name
@@ -184,9 +184,8 @@ class Command(BaseCommand):
 
     def report_sample(self, job: Job) -> dict:
         """The sample's figures, and the full pass in each shape, on stderr as a table and as data."""
-        result = job.sample_result
-        online = fleet()
-        estimates = sizing.shapes(result, online.online)
+        result, facts = job.sample_result, JobFacts(job)
+        online, estimates = facts.fleet, facts.shapes
         if not estimates:
             raise CommandError(f"Sample {job.pk} measured nothing: no shard was done.")
         self.stderr.write(
