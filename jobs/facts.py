@@ -65,8 +65,17 @@ class JobFacts:
         return Progress(total, records_done, totals["shards"], totals["shards_done"], rate, eta)
 
     @cached_property
+    def has_finished_shards(self) -> bool:
+        """A job that ended before its output keeps these, as a partial output."""
+        return self.job.shards.filter(status=Shard.Status.DONE).exists()
+
+    @cached_property
     def meter(self) -> Meter | None:
         return meter_for(self.job)
+
+    @cached_property
+    def held_noun(self) -> str | None:
+        return self.job.held_noun
 
     @cached_property
     def allocations(self) -> QuerySet:
