@@ -37,7 +37,7 @@ def ledger(request):
         return render(request, "jobs/no_organisation.html", status=403)
     totals = entries.aggregate(gpu_hours=Sum("gpu_hours"))
     totals["amounts"] = _per_currency(entries)
-    context = {"entries": entries, "totals": totals, "fleet": fleet()}
+    context = {"entries": entries, "totals": totals}
     return render(request, "billing/ledger.html", context)
 
 
@@ -68,8 +68,7 @@ def receipt(request, job_id: int):
     job of another organisation, and for one that has not ended (its hold is not priced yet)."""
     job = get_job_for_user(request, job_id)
     if not job.ended:
-        context = {"job": job, "fleet": fleet()}
-        return render(request, "billing/receipt_pending.html", context, status=404)
+        return render(request, "billing/receipt_pending.html", {"job": job}, status=404)
     entries = job.ledger_entries.order_by("held_from", "pk")
     totals = _per_currency(entries)
     noun = job.held_noun or fleet().noun  # what the job held, whatever the fleet has now

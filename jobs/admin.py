@@ -113,7 +113,6 @@ class JobAdmin(admin.ModelAdmin):
             **self.admin_site.each_context(request),
             "title": "The queue",
             "opts": self.model._meta,
-            "fleet": scheduling.fleet(),
             "nodes": Node.objects.annotate(slots=Count("gpus", distinct=True), held=held).order_by("name"),
             "online": set(Gpu.objects.online().values_list("node_id", flat=True)),
             "running": Job.objects.filter(state=State.RUNNING).select_related("organisation").annotate(held=open_holds),

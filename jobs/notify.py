@@ -9,9 +9,8 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 
-from billing.metering import meter_for
-from jobs.models import Job, Shard
-from jobs.retention import output_due_at
+from jobs.facts import JobFacts
+from jobs.models import Job
 from jobs.services import jobs_for_user
 
 log = logging.getLogger(__name__)
@@ -30,10 +29,7 @@ def job_ended(job_id: int) -> bool:
     page = settings.E31_PUBLIC_URL + reverse("jobs:detail", args=[job.pk])
     context = {
         "job": job,
-        "meter": meter_for(job),
-        "noun": job.held_noun,
-        "partial": job.shards.filter(status=Shard.Status.DONE).exists(),
-        "output_due": output_due_at(job),
+        "facts": JobFacts(job),
         "page": page,
         "receipt": settings.E31_PUBLIC_URL + reverse("billing:receipt", args=[job.pk]),
     }

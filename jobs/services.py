@@ -1,21 +1,19 @@
-"""What the rest of the portal may do with jobs: submit, find, cancel and read their progress."""
+"""What the rest of the portal may do with jobs: submit them and find them. What a job's page reads is in facts.py."""
 
 import io
 import re
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, Max, Q, Sum
 from django.http import Http404
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 
 from billing.models import RetentionPolicy
 from jobs import enqueue, processors
-from jobs.models import Job, Shard, State, Upload
+from jobs.models import Job, State, Upload
 from jobs.scheduling import parse_request, sizing
 from jobs.spec import Data, JobSpec, NamedFile, Request, Retention
 from jobs.staging import s3, sources, uploads
@@ -261,42 +259,3 @@ def _describe_source(
         formats = ", ".join(processor.input_formats)
         raise SubmitError("data", f"{processor.name} reads {formats}, not {layout['format']}.")
     return {**fields, "input_format": layout["format"]}
-
-
-@dataclass(frozen=True)
-class Progress:
-    records_total: int
-    records_done: int
-    shards_total: int
-    shards_done: int
-    records_per_second: float | None
-    eta_seconds: float | None
-
-    @property
-    def percent(self) -> int:
-        if not self.records_total:
-            return 0
-        return min(100, int(100 * self.records_done / self.records_total))
-
-
-def progress(job: Job) -> Progress:
-    done = Q(status__in=(Shard.Status.DONE, Shard.Status.FAILED))  # a failed shard of a partial output too
-    counted = ~Q(status=Shard.Status.SKIPPED)  # a sample's shards left when its time was up are not its work
-    totals = job.shards.aggregate(
-        shards=Count("pk", filter=counted),
-        shards_done=Count("pk", filter=done),
-        records_done=Sum("record_count", filter=done),
-        records=Sum("record_count", filter=counted),
-    )
-    records_done = totals["records_done"] or 0
-    total = (job.records_total if job.kind == Job.Kind.PASS else totals["records"]) or 0
-    rate = eta = None
-    if job.started_at and records_done:
-        released = job.allocations.aggregate(Max("held_to"))["held_to__max"] if job.state != State.RUNNING else None
-        # Held time only: a job held again after losing its nodes counts its earlier hold, not the queue between.
-        elapsed = ((released or timezone.now()) - job.started_at + job.held_before).total_seconds()
-        if elapsed > 0:
-            rate = records_done / elapsed
-            if job.state == State.RUNNING:
-                eta = (total - records_done) / rate
-    return Progress(total, records_done, totals["shards"], totals["shards_done"], rate, eta)

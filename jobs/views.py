@@ -17,15 +17,14 @@ from django.views.decorators.http import require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseStopPolling
 
-from billing.metering import meter_for
 from billing.models import RetentionPolicy
 from jobs import enqueue, lifecycle, services
+from jobs.facts import JobFacts
 from jobs.forms import JobForm, RequestForm
 from jobs.models import ACTIVE, Job, Upload
 from jobs.outputs.assemble import open_output_file, signed_output_url
 from jobs.outputs.zipstream import stream_zip
-from jobs.retention import output_due_at, purge_due_at
-from jobs.scheduling import fleet, latest_start, on_hold_ahead, queue_position, sizing
+from jobs.scheduling import fleet
 from jobs.staging import resumable
 from jobs.staging.uploads import too_large_message
 
@@ -41,7 +40,7 @@ def job_list(request):
     if organisation is None:
         return _needs_organisation(request)
     jobs = services.jobs_for_user(request.user)[:200]
-    context = {"jobs": jobs, "polling": any(job.state in ACTIVE for job in jobs), "fleet": fleet()}
+    context = {"jobs": jobs, "polling": any(job.state in ACTIVE for job in jobs)}
     template = "jobs/list.html#rows" if request.htmx else "jobs/list.html"
     return render(request, template, context)
 
@@ -61,7 +60,6 @@ def job_new(request):
     status = 400 if form.errors else 200
     context = {
         "form": form,
-        "fleet": fleet(),
         "max_upload_bytes": settings.E31_MAX_UPLOAD_BYTES,
         "max_dataset_bytes": settings.E31_MAX_DATASET_BYTES,
         "chunk_bytes": settings.E31_UPLOAD_CHUNK_BYTES,
@@ -95,15 +93,14 @@ def _pending_upload(form, organisation) -> Upload | None:
     return upload if upload and upload.complete and not upload.expired else None
 
 
-def _sizing_context(job, pass_form: RequestForm | None = None) -> dict:
-    """A finished sample's figures, its estimate for each shape, and the form of the full pass."""
-    result = job.sample_result
-    if job.kind != Job.Kind.SAMPLE or not result.get("records_per_second"):
+def _sizing_context(facts: JobFacts, pass_form: RequestForm | None = None) -> dict:
+    """A finished sample's form of the full pass, and the estimate beside it."""
+    job = facts.job
+    if not facts.measured:
         return {}
-    online = fleet().online
     if pass_form is None:
-        request = result.get("request", {})
-        found = sizing.estimate(result, max(1, min(int(request.get("gpus", 1)), online)))
+        request = job.sample_result.get("request", {})
+        found = facts.planned_pass
         retention = request.get("retention_days", 0)
         policy = RetentionPolicy.in_force(job.organisation)
         pass_form = RequestForm(
@@ -118,45 +115,27 @@ def _sizing_context(job, pass_form: RequestForm | None = None) -> dict:
             policy=policy,
         )
     else:
-        found = _pass_estimate(job, pass_form)
-    return {"shapes": sizing.shapes(result, online), "pass_form": pass_form, "pass_estimate": found}
+        found = _pass_estimate(facts, pass_form)
+    return {"pass_form": pass_form, "pass_estimate": found}
 
 
-def _pass_estimate(job, pass_form: RequestForm):
+def _pass_estimate(facts: JobFacts, pass_form: RequestForm):
     try:
         gpus = pass_form.fields["gpus"].clean(pass_form["gpus"].value())
     except ValidationError:
         return None
-    return sizing.estimate(job.sample_result, gpus)
+    return facts.estimate(gpus)
 
 
 def _detail_context(job, pass_form: RequestForm | None = None) -> dict:
+    facts = JobFacts(job)
     return {
-        **_sizing_context(job, pass_form),
+        **_sizing_context(facts, pass_form),
         "job": job,
-        "progress": services.progress(job),
-        "meter": meter_for(job),
-        "events": job.events.all(),
-        "allocations": job.allocations.select_related("gpu__node"),
-        "position": queue_position(job),
-        "latest_start": latest_start(job),
-        "on_hold_ahead": on_hold_ahead(job),
-        "fleet": fleet(),
-        "purge_due": purge_due_at(job),
-        "output_due": output_due_at(job),
-        "copy_taken_by": _copy_taken_by(job),
-        "output_files": job.output_names,
-        "staging_phase_mb_per_s": job.staging_rate / 1e6 if job.staging_rate else None,
+        "facts": facts,
         "sample_seconds": settings.E31_SAMPLE_SECONDS,
         "shard_seconds": settings.E31_SHARD_SECONDS,
     }
-
-
-def _copy_taken_by(job: Job) -> Job | None:
-    """The full pass that took a sample's staged copy over: its retention governs the copy now."""
-    if job.kind != Job.Kind.SAMPLE or job.staged_path or job.staged_purged_at or job.input_bytes is None:
-        return None
-    return job.passes.exclude(input_bytes=None).order_by("pk").first()
 
 
 @login_required
@@ -169,14 +148,15 @@ def job_detail(request, pk: int):
 def job_estimate(request, pk: int):
     """The full pass on the GPUs typed into a sample's pass form: the hours to ask for follow them."""
     job = services.get_job_for_user(request, pk)
-    if job.kind != Job.Kind.SAMPLE or not job.sample_result.get("records_per_second"):
+    facts = JobFacts(job)
+    if not facts.measured:
         raise Http404("This job is no finished sample.")
     policy = RetentionPolicy.in_force(job.organisation)
     form = RequestForm(request.GET, policy=policy)
-    found = _pass_estimate(job, form)
+    found = _pass_estimate(facts, form)
     if found is not None:
         form = RequestForm(initial={"gpus": found.gpus, "hours": found.hours}, policy=policy)
-    context = {"job": job, "pass_form": form, "pass_estimate": found, "fleet": fleet()}
+    context = {"job": job, "pass_form": form, "pass_estimate": found}
     return render(request, "jobs/detail.html#pass-estimate", context)
 
 

@@ -133,6 +133,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "portal.context_processors.portal",
+                "jobs.context_processors.fleet",
             ],
         },
     },

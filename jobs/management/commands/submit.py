@@ -18,9 +18,10 @@ from django.core.management.base import BaseCommand, CommandError
 from billing.metering import ledger_row
 from billing.models import LedgerEntry
 from jobs import enqueue, services
+from jobs.facts import JobFacts
 from jobs.models import Job, State
 from jobs.outputs.assemble import open_output_file
-from jobs.scheduling import fleet, sizing
+from jobs.scheduling import sizing
 from jobs.spec import Data, JobSpec, NamedFile, Request, Retention, Work
 from jobs.staging import sources
 from portal.models import Organisation
@@ -84,7 +85,7 @@ def retention_of(opts: dict) -> Retention:
 
 
 def progress_line(job: Job) -> str:
-    progress = services.progress(job)
+    progress = JobFacts(job).progress
     done = int(30 * progress.percent / 100)
     bar = "#" * done + "-" * (30 - done)
     rate = f" · {progress.records_per_second:,.0f} rec/s" if progress.records_per_second else ""
@@ -211,9 +212,8 @@ class Command(BaseCommand):
 
     def report_sample(self, job: Job) -> dict:
         """The sample's figures, and the full pass in each shape, on stderr as a table and as data."""
-        result = job.sample_result
-        online = fleet()
-        estimates = sizing.shapes(result, online.online)
+        result, facts = job.sample_result, JobFacts(job)
+        online, estimates = facts.fleet, facts.shapes
         if not estimates:
             raise CommandError(f"Sample {job.pk} measured nothing: no shard was done.")
         self.stderr.write(

@@ -1,0 +1,148 @@
+"""A job as its page, its live fragment, the submit command and the end-of-job email read it.
+
+`JobFacts(job)` finds each fact in one place, once, and only when something reads it: the fragment
+polled every two seconds computes no queue place for a running job. Build one per reading of a job; a
+job read again (`refresh_from_db`) needs new facts. The facts other modules own are asked of them: the
+meter of billing, the queue of the scheduler, the due dates of retention, whose purges use them too.
+"""
+
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cached_property
+
+from django.db.models import Count, Max, Q, QuerySet, Sum
+from django.utils import timezone
+
+from billing.metering import Meter, meter_for
+from jobs import retention, scheduling
+from jobs.models import Job, Shard, State
+from jobs.scheduling import Fleet, sizing
+
+
+@dataclass(frozen=True)
+class Progress:
+    records_total: int
+    records_done: int
+    shards_total: int
+    shards_done: int
+    records_per_second: float | None
+    eta_seconds: float | None
+
+    @property
+    def percent(self) -> int:
+        if not self.records_total:
+            return 0
+        return min(100, int(100 * self.records_done / self.records_total))
+
+
+class JobFacts:
+    def __init__(self, job: Job):
+        self.job = job
+
+    @cached_property
+    def progress(self) -> Progress:
+        """Records and shards done, and the speed over the time held."""
+        job = self.job
+        done = Q(status__in=(Shard.Status.DONE, Shard.Status.FAILED))  # a failed shard of a partial output too
+        counted = ~Q(status=Shard.Status.SKIPPED)  # a sample's shards left when its time was up are not its work
+        totals = job.shards.aggregate(
+            shards=Count("pk", filter=counted),
+            shards_done=Count("pk", filter=done),
+            records_done=Sum("record_count", filter=done),
+            records=Sum("record_count", filter=counted),
+        )
+        records_done = totals["records_done"] or 0
+        total = (job.records_total if job.kind == Job.Kind.PASS else totals["records"]) or 0
+        rate = eta = None
+        if job.started_at and records_done:
+            released = job.allocations.aggregate(Max("held_to"))["held_to__max"] if job.state != State.RUNNING else None
+            # Held time only: a job held again after losing its nodes counts its earlier hold, not the queue between.
+            elapsed = ((released or timezone.now()) - job.started_at + job.held_before).total_seconds()
+            if elapsed > 0:
+                rate = records_done / elapsed
+                if job.state == State.RUNNING:
+                    eta = (total - records_done) / rate
+        return Progress(total, records_done, totals["shards"], totals["shards_done"], rate, eta)
+
+    @cached_property
+    def has_finished_shards(self) -> bool:
+        """A job that ended before its output keeps these, as a partial output."""
+        return self.job.shards.filter(status=Shard.Status.DONE).exists()
+
+    @cached_property
+    def meter(self) -> Meter | None:
+        return meter_for(self.job)
+
+    @cached_property
+    def held_noun(self) -> str | None:
+        return self.job.held_noun
+
+    @cached_property
+    def allocations(self) -> QuerySet:
+        return self.job.allocations.select_related("gpu__node")
+
+    @cached_property
+    def events(self) -> QuerySet:
+        return self.job.events.all()
+
+    @cached_property
+    def queue_position(self) -> int | None:
+        return scheduling.queue_position(self.job)
+
+    @cached_property
+    def on_hold_ahead(self) -> int:
+        return scheduling.on_hold_ahead(self.job)
+
+    @cached_property
+    def latest_start(self) -> datetime | None:
+        return scheduling.latest_start(self.job)
+
+    @cached_property
+    def staging_mb_per_s(self) -> float | None:
+        rate = self.job.staging_rate
+        return rate / 1e6 if rate else None
+
+    @cached_property
+    def purge_due(self) -> datetime | None:
+        return retention.purge_due_at(self.job)
+
+    @cached_property
+    def output_due(self) -> datetime | None:
+        return retention.output_due_at(self.job)
+
+    @cached_property
+    def output_files(self) -> list[str]:
+        return self.job.output_names
+
+    @cached_property
+    def copy_taken_by(self) -> Job | None:
+        """The full pass that took a sample's staged copy over: its retention governs the copy now."""
+        job = self.job
+        if job.kind != Job.Kind.SAMPLE or job.staged_path or job.staged_purged_at or job.input_bytes is None:
+            return None
+        return job.passes.exclude(input_bytes=None).order_by("pk").first()
+
+    @cached_property
+    def fleet(self) -> Fleet:
+        """The fleet now: a sample's estimates are sized on the slots online."""
+        return scheduling.fleet()
+
+    @cached_property
+    def measured(self) -> bool:
+        """A sample that measured the work's speed: it sizes a full pass."""
+        return self.job.kind == Job.Kind.SAMPLE and bool(self.job.sample_result.get("records_per_second"))
+
+    @cached_property
+    def shapes(self) -> list[sizing.Estimate]:
+        """The full pass in each shape, on the slots online now."""
+        return sizing.shapes(self.job.sample_result, self.fleet.online) if self.measured else []
+
+    @cached_property
+    def planned_pass(self) -> sizing.Estimate | None:
+        """The full pass on the GPUs asked for with the sample, no more than are online."""
+        asked = int(self.job.sample_result.get("request", {}).get("gpus", 1))
+        return self.estimate(max(1, min(asked, self.fleet.online)))
+
+    def estimate(self, gpus: int) -> sizing.Estimate | None:
+        """The full pass on `gpus` slots, as the sample predicts it."""
+        return sizing.estimate(self.job.sample_result, gpus)
