@@ -29,8 +29,9 @@ from django.utils import timezone
 from jobs import enqueue, lifecycle, processors
 from jobs.models import Allocation, Gpu, Job, Shard, State
 from jobs.outputs import RECORD_COLUMN, REJECT_SCHEMA, context_for, output_schema
+from jobs.processors import Record
 from jobs.staging import archives, parquet, ranged
-from jobs.staging.formats import FormatError, Record, iter_records
+from jobs.staging.formats import FormatError, iter_records
 
 log = logging.getLogger(__name__)
 
