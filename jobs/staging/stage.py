@@ -15,7 +15,6 @@ import stat
 import threading
 import time
 import uuid
-from dataclasses import dataclass
 
 from django.conf import settings
 from django.core.files import File
@@ -28,16 +27,14 @@ from django.utils import timezone
 from jobs import lifecycle, processors
 from jobs.models import Job, Shard, State
 from jobs.processors import ParamError
-from jobs.scheduling import sizing
 from jobs.signals import staging_finished
-from jobs.staging import archives, fastcsv, parquet, ranged, sources
+from jobs.staging import archives, fastcsv, parquet, ranged, shards, sources
 from jobs.staging.formats import SAMPLE_BYTES, FormatError, detect, iter_records, read_header
 from jobs.staging.progress import StagingProgress, StagingStopped, lease_end
+from jobs.staging.shards import Cut
 
 log = logging.getLogger(__name__)
 
-GRAIN = 250  # records between candidate cut points; doubled when a dataset has very many
-MAX_CUT_POINTS = 10_000
 CHANGED = "The file changed while it was staged; stage it again once it is complete."
 
 
@@ -89,15 +86,6 @@ class _Staged(File):
     DEFAULT_CHUNK_SIZE = _Hashing.CHUNK
 
 
-@dataclass
-class Cut:
-    """A record boundary where a shard may end."""
-
-    records: int
-    end_byte: int
-    end_line: int
-
-
 def staged_name(job: Job, claim: str) -> str:
     """Where an attempt stages the job's data: its own name, so two attempts never write one file."""
     suffix = job.source_name.rsplit(".", 1)[-1].lower() if "." in job.source_name else "data"
@@ -109,7 +97,7 @@ def copy_to_job_storage(
 ) -> tuple[str, int, str, fastcsv.Scanned | None]:
     """Copy the job's source into its storage at `target`; return the staged path, bytes, sha256, and
     what a scan of its CSV records beside the copy found."""
-    along = fastcsv.ScanAlong(job.source_name, GRAIN, MAX_CUT_POINTS)
+    along = fastcsv.ScanAlong(job.source_name, shards.GRAIN, shards.MAX_CUT_POINTS)
     hashing = None
     try:
         with sources.open_source(job, progress) as source:
@@ -265,8 +253,8 @@ def describe_and_cut(
                 try:
                     total, points, sampled = fastcsv.read(
                         stream, layout, data_offset, header_lines, size, getattr(scanner, "add_table", None),
-                        progress.advance, every_record=getattr(scanner, "needs_every_record", True), grain=GRAIN,
-                        max_cuts=MAX_CUT_POINTS, scanned=scanned,
+                        progress.advance, every_record=getattr(scanner, "needs_every_record", True), grain=shards.GRAIN,
+                        max_cuts=shards.MAX_CUT_POINTS, scanned=scanned,
                     )  # fmt: skip
                 except fastcsv.Unsure:
                     scanner = processor.scanner(job.params)  # count again from nothing, the exact way
@@ -278,12 +266,12 @@ def describe_and_cut(
                     if scanner and sampled < total:
                         plan["sampled_records"] = sampled
                     cuts = [Cut(*point) for point in points]
-                    return layout, plan, total, _shards(job, Cut(0, data_offset, header_lines), cuts, total)
+                    return layout, plan, total, shards.from_cuts(job, Cut(0, data_offset, header_lines), cuts, total)
             stream.seek(data_offset)
         else:
             data_offset, header_lines = 0, 0
         jsonl_columns: dict[str, None] = {}
-        grain, cuts, since, total = GRAIN, [], 0, 0
+        grain, cuts, since, total = shards.GRAIN, [], 0, 0
         start = Cut(0, data_offset, header_lines)
         last = start
         for record in iter_records(stream, layout, start=data_offset, first_line=header_lines + 1):
@@ -303,7 +291,7 @@ def describe_and_cut(
             ):
                 cuts.append(last)
                 since = 0
-                if len(cuts) > MAX_CUT_POINTS:
+                if len(cuts) > shards.MAX_CUT_POINTS:
                     cuts, grain = cuts[1::2], grain * 2
         # The last record always ends a shard (halving the cut points may have dropped its cut).
         if total and (not cuts or cuts[-1].records != total):
@@ -314,7 +302,7 @@ def describe_and_cut(
         layout["columns"] = list(jsonl_columns)
     layout["data_offset"] = data_offset
     plan = scanner.plan(layout["columns"]) if scanner else {}
-    return layout, plan, total, _shards(job, start, cuts, total)
+    return layout, plan, total, shards.from_cuts(job, start, cuts, total)
 
 
 def _describe_parquet(job: Job, stream, scanner, progress: StagingProgress) -> tuple[dict, dict, int, list[dict]]:
@@ -332,9 +320,9 @@ def _describe_parquet(job: Job, stream, scanner, progress: StagingProgress) -> t
                 progress.advance(size * record.position // total)  # the phase counts bytes
     layout["data_offset"] = 0
     plan = scanner.plan(layout["columns"]) if scanner else {}
-    grain = max(GRAIN, math.ceil(total / MAX_CUT_POINTS))
+    grain = max(shards.GRAIN, math.ceil(total / shards.MAX_CUT_POINTS))
     cuts = [Cut(records, 0, records) for records in [*range(grain, total, grain), total]]
-    return layout, plan, total, _shards(job, Cut(0, 0, 0), cuts, total)
+    return layout, plan, total, shards.from_cuts(job, Cut(0, 0, 0), cuts, total)
 
 
 def _describe_images(job: Job, stream, layout: dict, size: int) -> tuple[dict, dict, int, list[dict]]:
@@ -342,53 +330,13 @@ def _describe_images(job: Job, stream, layout: dict, size: int) -> tuple[dict, d
     images = archives.members(stream, layout["archive"])
     total = len(images)
     layout.update(columns=["name", "data"], data_offset=0)
-    grain = max(1, math.ceil(total / MAX_CUT_POINTS))
+    grain = max(1, math.ceil(total / shards.MAX_CUT_POINTS))
 
     def cut(records: int) -> Cut:
         return Cut(records, images[records].offset if records < total else size, records)
 
     cuts = [cut(records) for records in [*range(grain, total, grain), total]]
-    return layout, {}, total, _shards(job, cut(0), cuts, total, smallest=1)
-
-
-def shard_target(job: Job, total: int, smallest: int = GRAIN) -> int:
-    """Records per shard: about four shards per GPU, within the size limit, and no more than
-    E31_SHARD_SECONDS of work when the job's sample measured its speed. A sample's own shards are
-    small (a batch of the work), so it can stop soon after its time is up."""
-    if job.kind == Job.Kind.SAMPLE:
-        return max(smallest, min(processors.get(job.work).batch_size, settings.E31_SHARD_RECORDS))
-    target = min(settings.E31_SHARD_RECORDS, math.ceil(total / (job.gpus * 4)))
-    measured = sizing.shard_records(job)
-    return max(smallest, min(target, measured) if measured else target)
-
-
-def _shards(job: Job, start: Cut, cuts: list[Cut], total: int, smallest: int = GRAIN) -> list[dict]:
-    """Merge cut points into shards of similar size (see shard_target); a sample's cover only its
-    first E31_SAMPLE_MAX_RECORDS records."""
-    target = shard_target(job, total, smallest)
-    if job.kind == Job.Kind.SAMPLE:
-        cuts = [cut for cut in cuts if cut.records - start.records < settings.E31_SAMPLE_MAX_RECORDS] or cuts[:1]
-    shards, begin = [], start
-    for index, cut in enumerate(cuts):
-        last = index == len(cuts) - 1
-        following = cuts[index + 1] if not last else None
-        size = cut.records - begin.records
-        too_big_next = following is not None and (
-            following.records - begin.records > target or following.end_byte - begin.end_byte > settings.E31_SHARD_BYTES
-        )
-        if last or size >= target or too_big_next:
-            shards.append(
-                {
-                    "index": len(shards),
-                    "first_record": begin.records + 1,
-                    "record_count": size,
-                    "first_line": begin.end_line + 1,
-                    "start_byte": begin.end_byte,
-                    "end_byte": cut.end_byte,
-                }
-            )
-            begin = cut
-    return shards
+    return layout, {}, total, shards.from_cuts(job, cut(0), cuts, total, smallest=1)
 
 
 def take_sample_copy(job: Job) -> tuple[str, int, str]:

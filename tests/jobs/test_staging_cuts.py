@@ -16,8 +16,8 @@ pytestmark = pytest.mark.django_db
 
 @pytest.mark.parametrize("rows", [*range(1, 80), 250, 2501])
 def test_it_puts_every_record_in_exactly_one_shard(organisation, monkeypatch, rows):
-    monkeypatch.setattr(stage, "GRAIN", 5)
-    monkeypatch.setattr(stage, "MAX_CUT_POINTS", 6)  # forces the cut points to be halved, several times
+    monkeypatch.setattr("jobs.staging.shards.GRAIN", 5)
+    monkeypatch.setattr("jobs.staging.shards.MAX_CUT_POINTS", 6)  # forces the cut points to be halved, several times
     params = processors.get("clean-table").validate_params({})
     job = Job.objects.create(
         organisation=organisation,
