@@ -1,17 +1,26 @@
-"""Shards: where a staged dataset may be cut, and how its cut points merge into shards of similar size.
+"""Shards: where a staged dataset may be cut, how its cut points merge into shards, and each
+shard's records read back.
 
 A read of the data (the copy's scan, or describing it) notes a cut point every GRAIN records, at a
 record boundary; from_cuts merges them into shards sized for the job's GPUs and its measured speed.
+A slot reads its shard's records with read_shard, in batches; assembly reads them again to list the
+records of a shard that failed.
 """
 
+import io
 import math
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from itertools import islice
 
 from django.conf import settings
 
 from jobs import processors
-from jobs.models import Job
+from jobs.models import Job, Shard
+from jobs.processors import Record
 from jobs.scheduling import sizing
+from jobs.staging import archives, parquet, ranged
+from jobs.staging.formats import iter_records
 
 GRAIN = 250  # records between candidate cut points; doubled when a dataset has very many
 MAX_CUT_POINTS = 10_000
@@ -64,3 +73,35 @@ def from_cuts(job: Job, start: Cut, cuts: list[Cut], total: int, smallest: int =
             )
             begin = cut
     return shards
+
+
+def read_shard(job: Job, shard: Shard) -> tuple[Iterable[Record], Callable[[Record], str]]:
+    """The shard's records, and how a rejected one is shown: its text as it was, or a row as JSON."""
+    with ranged.open_for_ranges(job.staged_path) as staged:
+        if job.layout.get("format") == "parquet":
+            return list(parquet.iter_rows(staged, job.layout, shard.first_record, shard.record_count)), parquet.raw
+        if job.layout.get("format") == "images":
+            images = archives.iter_images(staged, job.layout, shard.start_byte, shard.first_record, shard.record_count)
+            return list(images), lambda record: record.value["name"]
+        staged.seek(shard.start_byte)
+        data = staged.read(shard.end_byte - shard.start_byte)
+    records = iter_records(
+        io.BytesIO(data),
+        job.layout,
+        start=shard.start_byte,
+        end=shard.end_byte,
+        first_position=shard.first_record,
+        first_line=shard.first_line,
+    )
+
+    def raw(record: Record) -> str:
+        text = data[record.start - shard.start_byte : record.end - shard.start_byte]
+        return text.decode("utf-8", "replace").rstrip("\r\n")
+
+    return records, raw
+
+
+def batched(items: Iterable, size: int) -> Iterator[list]:
+    iterator = iter(items)
+    while batch := list(islice(iterator, size)):
+        yield batch
