@@ -23,6 +23,7 @@ from billing.models import LedgerEntry
 from jobs.models import Job, State
 from jobs.staging import sources, stage
 from jobs.staging.progress import StagingProgress
+from jobs.staging.staged_copy import copy_to_job_storage
 from tests.conftest import EXAMPLE, job_form, wait_for_end
 
 
@@ -359,7 +360,7 @@ def test_a_server_file_is_staged_byte_for_byte_by_the_kernel_or_by_writes(organi
 
     monkeypatch.setattr(os, "copy_file_range", noted)
     job, progress = staging_from(organisation, root / "big.csv")
-    path, size, sha256, scanned = stage.copy_to_job_storage(job, f"{job.storage_prefix}/input/big.csv", progress)
+    path, size, sha256, scanned = copy_to_job_storage(job, f"{job.storage_prefix}/input/big.csv", progress)
     try:
         with default_storage.open(path) as staged:
             assert staged.read() == data
@@ -382,7 +383,7 @@ def test_a_server_file_that_changes_while_it_is_staged_fails_its_staging(organis
     monkeypatch.setattr(os, "copy_file_range", and_append)
     job, progress = staging_from(organisation, root / "big.csv")
     with pytest.raises(sources.SourceError, match="The file changed while it was staged"):
-        stage.copy_to_job_storage(job, f"{job.storage_prefix}/input/big.csv", progress)
+        copy_to_job_storage(job, f"{job.storage_prefix}/input/big.csv", progress)
     default_storage.delete(f"{job.storage_prefix}/input/big.csv")
 
 
@@ -453,5 +454,5 @@ def test_a_download_that_fails_on_our_side_fails_its_staging_rather_than_keep_a_
     Job.objects.filter(pk=job.pk).update(source_kind=Job.Source.URL, source_uri="http://localhost/data.csv")
     job.refresh_from_db()
     with pytest.raises(sources.SourceError, match="The download failed on our side"):
-        stage.copy_to_job_storage(job, f"{job.storage_prefix}/input/data.csv", progress)
+        copy_to_job_storage(job, f"{job.storage_prefix}/input/data.csv", progress)
     default_storage.delete(f"{job.storage_prefix}/input/data.csv")
