@@ -21,12 +21,6 @@ from portal import units
 from portal.text import clean_name
 
 
-def over_dataset_limit(what: str, size: int) -> str:
-    """Why a dataset of `size` bytes is refused: exact bytes, since rounded sizes can look equal."""
-    limit = settings.E31_MAX_DATASET_BYTES
-    return f"{what} is {size:,} bytes, more than the {limit:,}-byte ({units.size(limit)}) limit for a dataset."
-
-
 def too_large_message() -> str:
     return f"The file is larger than the {units.size(settings.E31_MAX_UPLOAD_BYTES)} upload limit."
 
