@@ -25,8 +25,7 @@ from jobs.outputs.assemble import open_output_file, signed_output_url
 from jobs.outputs.zipstream import stream_zip
 from jobs.retention import output_due_at, purge_due_at
 from jobs.scheduling import fleet, latest_start, on_hold_ahead, queue_position, sizing
-from jobs.staging import resumable
-from jobs.staging.uploads import too_large_message
+from jobs.uploads import resumable, too_large_message
 
 
 def _needs_organisation(request):

@@ -173,8 +173,9 @@ def test_a_job_that_ended_before_it_staged_has_its_upload_and_secrets_wiped_by_t
     organisation, monkeypatch
 ):
     """Cancelled while its staging message was lost with Redis: no staging attempt ever wipes them."""
+    from jobs import uploads
     from jobs.reconcile import reconcile
-    from jobs.staging import s3, uploads
+    from jobs.staging import s3
 
     common = {"organisation": organisation, "work": "clean-table", "gpus": 1, "hours": 1, "source_name": "c.csv"}
     signed = Job.objects.create(

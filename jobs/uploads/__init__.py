@@ -1,4 +1,5 @@
-"""Uploads: streamed to a temporary file under a size limit, inspected, then put in storage."""
+"""Uploads: a dataset or a model file sent to the portal, streamed to a temporary file under a size
+limit, inspected, then put in storage. Resumable uploads (tus) are in resumable.py."""
 
 import contextlib
 import os

@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from jobs.models import Upload
 from jobs.staging import over_dataset_limit
-from jobs.staging.uploads import safe_name
+from jobs.uploads import safe_name
 from portal.text import ascii_count, shown
 
 VERSION = "1.0.0"
