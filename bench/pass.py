@@ -38,7 +38,7 @@ from jobs.management.commands.gpuworker import slot_environment  # noqa: E402
 from jobs.models import Gpu, Job, State  # noqa: E402
 from jobs.outputs import RECORD_COLUMN, context_for, output_schema  # noqa: E402
 from jobs.spec import Data, JobSpec, NamedFile, Request, Retention, Work  # noqa: E402
-from jobs.workers.runner import batched, read_shard  # noqa: E402
+from jobs.staging.shards import batched, read_shard  # noqa: E402
 from portal.models import Organisation  # noqa: E402
 
 WORDS = [

@@ -29,7 +29,7 @@ from jobs.models import Job, State  # noqa: E402
 from jobs.outputs import context_for, output_schema  # noqa: E402
 from jobs.spec import Data, JobSpec, NamedFile, Request, Work  # noqa: E402
 from jobs.staging.formats import iter_records, read_header  # noqa: E402
-from jobs.workers.runner import batched  # noqa: E402
+from jobs.staging.shards import batched  # noqa: E402
 from portal.models import Organisation  # noqa: E402
 
 ROOT, SCRATCH = scratch.ROOT, scratch.SCRATCH

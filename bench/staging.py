@@ -46,6 +46,7 @@ from django.test import Client  # noqa: E402
 from jobs import processors  # noqa: E402
 from jobs.models import Job, State  # noqa: E402
 from jobs.staging import scankernel, stage  # noqa: E402
+from jobs.staging.describe import describe_and_cut  # noqa: E402
 from jobs.staging.progress import StagingProgress  # noqa: E402
 from portal.models import Membership, Organisation  # noqa: E402
 
@@ -313,7 +314,7 @@ def bench_csv(organisation, data: Path) -> None:
     with data.open("rb") as source:
         stored = default_storage.save("bench/rows.csv", source)
     began = time.perf_counter()
-    _, _, total, shards = stage.describe_and_cut(job, stored, StagingProgress(job.pk, job.staging_claim))
+    _, _, total, shards = describe_and_cut(job, stored, StagingProgress(job.pk, job.staging_claim))
     ours = total / (time.perf_counter() - began)
     began = time.perf_counter()
     # The rows with a field missing are skipped, as staging's read leaves them to be rejected.

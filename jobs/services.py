@@ -12,11 +12,11 @@ from django.shortcuts import get_object_or_404
 from django.utils import timezone
 
 from billing.models import RetentionPolicy
-from jobs import enqueue, processors
+from jobs import enqueue, processors, uploads
 from jobs.models import Job, State, Upload
 from jobs.scheduling import parse_request, sizing
 from jobs.spec import Data, JobSpec, NamedFile, Request, Retention
-from jobs.staging import s3, sources, uploads
+from jobs.staging import s3, sources
 from portal import units
 from portal.models import Organisation
 

@@ -12,8 +12,9 @@ from jobs import lifecycle, notify, retention, scheduling
 from jobs.models import Job, State
 from jobs.outputs.assemble import assemble as assemble_output
 from jobs.reconcile import reconcile as reconcile_jobs
-from jobs.staging import resumable, scankernel
+from jobs.staging import scankernel
 from jobs.staging.stage import stage as stage_job
+from jobs.uploads import resumable
 from jobs.workers.runner import run_slot as run_slot_loop
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-from django.urls import path
+from django.urls import include, path
 
 from jobs import views
 
@@ -6,8 +6,7 @@ app_name = "jobs"
 urlpatterns = [
     path("", views.job_list, name="list"),
     path("new/", views.job_new, name="new"),
-    path("uploads/", views.upload_create, name="uploads"),
-    path("uploads/<uuid:upload_id>/", views.upload_detail, name="upload"),
+    path("", include("jobs.uploads.urls")),
     path("<int:pk>/", views.job_detail, name="detail"),
     path("<int:pk>/progress/", views.job_progress, name="progress"),
     path("<int:pk>/cancel/", views.job_cancel, name="cancel"),

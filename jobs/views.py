@@ -2,17 +2,15 @@
 
 from collections.abc import Callable
 from datetime import datetime
-from functools import partial, wraps
+from functools import partial
 
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
-from django.http import FileResponse, Http404, HttpResponse, HttpResponseNotAllowed, StreamingHttpResponse
+from django.http import FileResponse, Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
-from django.urls import reverse
-from django.utils.http import http_date
 from django.views.decorators.http import require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseStopPolling
@@ -25,8 +23,7 @@ from jobs.models import ACTIVE, Job, Upload
 from jobs.outputs.assemble import open_output_file, signed_output_url
 from jobs.outputs.zipstream import stream_zip
 from jobs.scheduling import fleet
-from jobs.staging import resumable
-from jobs.staging.uploads import too_large_message
+from jobs.uploads import too_large_message
 
 
 def _needs_organisation(request):
@@ -232,86 +229,3 @@ def job_output_file(request, pk: int, name: str):
 def _output_gone(request, job: Job) -> HttpResponse:
     """410: the output was there, and its retention is up."""
     return render(request, "jobs/output_gone.html", {"job": job}, status=410)
-
-
-def _tus(response: HttpResponse) -> HttpResponse:
-    response["Tus-Resumable"] = resumable.VERSION
-    response["Cache-Control"] = "no-store"
-    return response
-
-
-def _tus_error(error: resumable.UploadError) -> HttpResponse:
-    response = HttpResponse(str(error), status=error.status, content_type="text/plain; charset=utf-8")
-    if error.status == 412:
-        response["Tus-Version"] = resumable.VERSION
-    return _tus(response)
-
-
-def _tus_request(view):
-    """Resumable-upload endpoints: members of an organisation only, answers in the protocol's terms."""
-
-    @wraps(view)
-    def checked(request, *args, **kwargs):
-        try:
-            if request.method != "OPTIONS" and request.headers.get("Tus-Resumable") != resumable.VERSION:
-                raise resumable.UploadError(412, f"Send Tus-Resumable: {resumable.VERSION}.")
-            organisation = services.organisation_for(request.user)
-            if organisation is None:
-                raise resumable.UploadError(403, "Log in as a member of an organisation to upload.")
-            return _tus(view(request, organisation, *args, **kwargs))
-        except resumable.UploadError as error:
-            return _tus_error(error)
-
-    return checked
-
-
-@_tus_request
-def upload_create(request, organisation):
-    if request.method == "OPTIONS":
-        response = HttpResponse(status=204)
-        response["Tus-Version"] = resumable.VERSION
-        response["Tus-Extension"] = resumable.EXTENSIONS
-        response["Tus-Max-Size"] = settings.E31_MAX_DATASET_BYTES
-        response["Tus-Checksum-Algorithm"] = ",".join(resumable.ALGORITHMS)
-        return response
-    if request.method != "POST":
-        return HttpResponseNotAllowed(["OPTIONS", "POST"])
-    upload = resumable.create(
-        organisation, request.user, request.headers.get("Upload-Length"), request.headers.get("Upload-Metadata", "")
-    )
-    response = HttpResponse(status=201)
-    response["Location"] = reverse("jobs:upload", args=[upload.pk])
-    response["Upload-Expires"] = http_date(upload.expires_at.timestamp())
-    return response
-
-
-@_tus_request
-def upload_detail(request, organisation, upload_id):
-    upload = Upload.objects.filter(organisation=organisation, pk=upload_id).first()
-    if upload is None:
-        raise resumable.UploadError(404, "There is no such upload.")
-    if request.method == "HEAD":
-        if upload.expired:
-            raise resumable.UploadError(410, "The upload expired and its data was deleted; start it again.")
-        response = HttpResponse(status=200)
-    elif request.method == "PATCH":
-        if request.content_type != resumable.CHUNK_TYPE:
-            raise resumable.UploadError(415, f"Send chunks as {resumable.CHUNK_TYPE}.")
-        resumable.write_chunk(
-            upload,
-            request.headers.get("Upload-Offset"),
-            request,
-            request.META.get("CONTENT_LENGTH"),
-            request.headers.get("Upload-Checksum", ""),
-        )
-        response = HttpResponse(status=204)
-    elif request.method == "DELETE":
-        resumable.discard(upload)
-        return HttpResponse(status=204)
-    else:
-        return HttpResponseNotAllowed(["HEAD", "PATCH", "DELETE"])
-    upload.refresh_from_db()
-    response["Upload-Offset"] = upload.offset
-    response["Upload-Length"] = upload.length
-    response["Upload-Expires"] = http_date(upload.expires_at.timestamp())
-    return response

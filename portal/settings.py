@@ -295,7 +295,7 @@ STORAGES = {
 
 # Uploads always go to a temporary file on disk, never into memory, through a size guard.
 FILE_UPLOAD_HANDLERS = [
-    "jobs.staging.uploads.SizeLimitUploadHandler",
+    "jobs.uploads.SizeLimitUploadHandler",
     "django.core.files.uploadhandler.TemporaryFileUploadHandler",
 ]
 FILE_UPLOAD_TEMP_DIR = VAR_DIR / "tmp"

@@ -27,7 +27,7 @@ from jobs.models import OUTPUT_FILES, Job, Shard, State
 from jobs.outputs import context_for, output_schema
 from jobs.retention import purge_staged_copy_if_due
 from jobs.scheduling import sizing
-from jobs.workers.runner import read_shard
+from jobs.staging.shards import read_shard
 
 
 def _digest(path: str) -> dict:

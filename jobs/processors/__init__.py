@@ -4,14 +4,25 @@ entry-point group `e31.processors`."""
 from functools import cache
 from importlib.metadata import entry_points
 
-from jobs.processors.base import Batch, Context, Param, ParamError, Processor, data_column
+from jobs.processors.base import Batch, Context, Param, ParamError, Processor, Record, data_column
 from jobs.processors.clean_table import CleanTable
 from jobs.processors.column_stats import ColumnStats
 from jobs.processors.embed_text import EmbedText
 from jobs.processors.image_thumbs import ImageThumbs
 from jobs.processors.onnx_infer import OnnxInfer
 
-__all__ = ["Batch", "Context", "Param", "ParamError", "Processor", "available", "data_column", "get", "runnable_here"]
+__all__ = [
+    "Batch",
+    "Context",
+    "Param",
+    "ParamError",
+    "Processor",
+    "Record",
+    "available",
+    "data_column",
+    "get",
+    "runnable_here",
+]
 
 BUILT_IN: tuple[type[Processor], ...] = (CleanTable, ColumnStats, EmbedText, ImageThumbs, OnnxInfer)
 

@@ -5,11 +5,22 @@ import math
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 
-from jobs.staging.formats import Record
+
+class Record(NamedTuple):
+    """One record as a processor gets it: its input position, the line it starts on, its value (None
+    when it could not be read, and `error` says why), its byte range and the line it ends on."""
+
+    position: int
+    line: int
+    value: list | dict | None
+    error: str | None
+    start: int
+    end: int
+    end_line: int
 
 
 class ParamError(ValueError):

@@ -16,8 +16,7 @@ from decimal import Decimal
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs.processors.base import Batch, Context, Param, ParamError, Processor, Scanner, data_column
-from jobs.staging.formats import Record
+from jobs.processors.base import Batch, Context, Param, ParamError, Processor, Record, Scanner, data_column
 
 TYPES = ("bool", "int", "float", "date", "datetime", "string")
 TYPE_NAMES = {

@@ -46,7 +46,7 @@ from datetime import date, datetime
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs.processors.base import Batch, Context, Param, ParamError, Processor, data_column
+from jobs.processors.base import Batch, Context, Param, ParamError, Processor, Record, data_column
 from jobs.processors.clean_table import (
     FLOAT_PATTERN,
     CleanTable,
@@ -59,7 +59,6 @@ from jobs.processors.clean_table import (
     kind_of,
     parse_types,
 )
-from jobs.staging.formats import Record
 
 DISTINCT_CAP = 10_000  # distinct values a column's summary keeps at a time
 EXAMPLE_CHARS = 200

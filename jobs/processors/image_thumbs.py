@@ -18,8 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from jobs.processors.base import Batch, Context, Param, ParamError, Processor
-from jobs.staging.formats import Record
+from jobs.processors.base import Batch, Context, Param, ParamError, Processor, Record
 
 FORMATS = {"webp": "WEBP", "jpeg": "JPEG", "png": "PNG"}
 SCHEMA = pa.schema(

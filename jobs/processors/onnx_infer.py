@@ -24,8 +24,7 @@ import numpy as np
 import pyarrow as pa
 from django.core.files.storage import default_storage
 
-from jobs.processors.base import Batch, Context, Param, ParamError, Processor, data_column
-from jobs.staging.formats import Record
+from jobs.processors.base import Batch, Context, Param, ParamError, Processor, Record, data_column
 
 # ONNX tensor element types this reads: the numpy dtype a batch is built in, the Arrow type output.
 TYPES = {

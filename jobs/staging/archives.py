@@ -15,7 +15,8 @@ from typing import BinaryIO, NamedTuple
 
 from django.conf import settings
 
-from jobs.staging.formats import FormatError, Record
+from jobs.processors import Record
+from jobs.staging.formats import FormatError
 from portal import units
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".gif", ".webp", ".bmp", ".tif", ".tiff"})

@@ -12,7 +12,9 @@ import csv
 import json
 import re
 from collections.abc import Iterator
-from typing import BinaryIO, NamedTuple
+from typing import BinaryIO
+
+from jobs.processors import Record
 
 SAMPLE_BYTES = 64 * 1024
 PARQUET_MAGIC = b"PAR1"
@@ -29,16 +31,6 @@ NEITHER = (
 
 class FormatError(ValueError):
     """The data cannot be read as the format it claims; the message is meant for the user."""
-
-
-class Record(NamedTuple):
-    position: int
-    line: int
-    value: list | dict | None
-    error: str | None
-    start: int
-    end: int
-    end_line: int
 
 
 def detect(head: bytes, *, at_eof: bool, name: str = "") -> dict:

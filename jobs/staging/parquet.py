@@ -13,7 +13,8 @@ from typing import BinaryIO
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from jobs.staging.formats import FormatError, Record
+from jobs.processors import Record
+from jobs.staging.formats import FormatError
 
 BATCH_ROWS = 65_536
 

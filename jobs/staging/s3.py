@@ -27,10 +27,9 @@ from django.conf import settings
 from s3transfer.manager import TransferManager
 from s3transfer.subscribers import BaseSubscriber
 
-from jobs.staging import archives
+from jobs.staging import archives, over_dataset_limit
 from jobs.staging.progress import StagingProgress
 from jobs.staging.ranged import RangedS3File
-from jobs.staging.uploads import over_dataset_limit
 
 BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z")
 # A region's name as botocore checks it, which would otherwise fail the job at staging.

@@ -6,7 +6,6 @@ runs out (or at once, when the same slot comes back). A shard's output is writte
 token and only the claim that marks the shard done is kept, so a shard done twice counts once.
 """
 
-import io
 import logging
 import os
 import resource
@@ -14,9 +13,8 @@ import tempfile
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
-from itertools import islice
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -29,20 +27,15 @@ from django.utils import timezone
 from jobs import enqueue, lifecycle, processors
 from jobs.models import Allocation, Gpu, Job, Shard, State
 from jobs.outputs import RECORD_COLUMN, REJECT_SCHEMA, context_for, output_schema
-from jobs.staging import archives, parquet, ranged
-from jobs.staging.formats import FormatError, Record, iter_records
+from jobs.processors import Record
+from jobs.staging.formats import FormatError
+from jobs.staging.shards import batched, read_shard
 
 log = logging.getLogger(__name__)
 
 
 class ShardLost(Exception):
     """The shard's claim ended while it ran: the job stopped, or another slot took it over."""
-
-
-def batched(items: Iterable, size: int) -> Iterator[list]:
-    iterator = iter(items)
-    while batch := list(islice(iterator, size)):
-        yield batch
 
 
 def run_slot(job_id: int, allocation_id: int, runner: str = "") -> str:
@@ -198,32 +191,6 @@ def _reject_rows(rejects: list[tuple[Record, str]], raw: Callable[[Record], str]
         "reason": [reason for _, reason in rejects],
         "raw": [raw(record) for record, _ in rejects],
     }
-
-
-def read_shard(job: Job, shard: Shard) -> tuple[Iterable[Record], Callable[[Record], str]]:
-    """The shard's records, and how a rejected one is shown: its text as it was, or a row as JSON."""
-    with ranged.open_for_ranges(job.staged_path) as staged:
-        if job.layout.get("format") == "parquet":
-            return list(parquet.iter_rows(staged, job.layout, shard.first_record, shard.record_count)), parquet.raw
-        if job.layout.get("format") == "images":
-            images = archives.iter_images(staged, job.layout, shard.start_byte, shard.first_record, shard.record_count)
-            return list(images), lambda record: record.value["name"]
-        staged.seek(shard.start_byte)
-        data = staged.read(shard.end_byte - shard.start_byte)
-    records = iter_records(
-        io.BytesIO(data),
-        job.layout,
-        start=shard.start_byte,
-        end=shard.end_byte,
-        first_position=shard.first_record,
-        first_line=shard.first_line,
-    )
-
-    def raw(record: Record) -> str:
-        text = data[record.start - shard.start_byte : record.end - shard.start_byte]
-        return text.decode("utf-8", "replace").rstrip("\r\n")
-
-    return records, raw
 
 
 def process_shard(job: Job, shard: Shard, token: str, gpu: Gpu) -> None:

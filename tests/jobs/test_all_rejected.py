@@ -16,10 +16,9 @@ import pytest
 
 from jobs import processors
 from jobs.models import Job, State
-from jobs.processors import Context
+from jobs.processors import Context, Record
 from jobs.processors.clean_table import CleanTable, TypeScanner
 from jobs.processors.column_stats import ColumnStats, StatsScanner
-from jobs.staging.formats import Record
 from tests.jobs.test_images import picture, zipped
 from tests.support import job_form, wait_for_end
 

@@ -3,9 +3,9 @@ from datetime import UTC, date, datetime, timedelta, timezone
 import pyarrow as pa
 import pytest
 
+from jobs.processors import Record
 from jobs.processors.base import Context, ParamError
 from jobs.processors.clean_table import CleanTable, TypeScanner, clean, kind_of, parse_types
-from jobs.staging.formats import Record
 
 
 def scan(values: list, columns: list[str], **raw_params) -> dict:

@@ -18,11 +18,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from jobs.models import Job, State
-from jobs.processors import column_stats
+from jobs.processors import Record, column_stats
 from jobs.processors.base import Context, ParamError
 from jobs.processors.column_stats import ColumnStats, StatsScanner, Summary, bin_edges, bin_of, combine_moments
 from jobs.staging import fastcsv
-from jobs.staging.formats import Record
 from tests.support import EXAMPLE, job_form, manage, process_env, wait_for_end
 
 ROWS = 3_000

@@ -17,10 +17,9 @@ from django.core.management import CommandError, call_command
 
 from jobs import processors
 from jobs.models import Gpu, Job, Node, State
-from jobs.processors import Context, ParamError
+from jobs.processors import Context, ParamError, Record
 from jobs.processors.embed_text import DIMENSION, EmbedText
 from jobs.scheduling import fleet, node_runs, schedule
-from jobs.staging.formats import Record
 from portal.text import clean_name
 from tests.support import EXAMPLE, ROOT, job_form, wait_for_end
 

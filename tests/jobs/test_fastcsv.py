@@ -15,6 +15,7 @@ from django.core.files.storage import default_storage
 from jobs import processors
 from jobs.models import Job, State
 from jobs.staging import fastcsv, scankernel, stage
+from jobs.staging.describe import describe_and_cut
 from jobs.staging.fastcsv import ScanAlong
 from jobs.staging.formats import FormatError, iter_records
 from jobs.staging.progress import StagingProgress
@@ -68,7 +69,7 @@ def described(job: Job, data: bytes, exact: bool = False):
         with pytest.MonkeyPatch.context() as patch:
             if exact:
                 patch.setattr(fastcsv, "read", _unsure)
-            return stage.describe_and_cut(job, path, StagingProgress(job.pk, job.staging_claim))
+            return describe_and_cut(job, path, StagingProgress(job.pk, job.staging_claim))
     finally:
         default_storage.delete(path)
 

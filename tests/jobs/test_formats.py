@@ -2,7 +2,8 @@ import io
 
 import pytest
 
-from jobs.staging.formats import NEITHER, FormatError, Record, detect, iter_records, read_header
+from jobs.processors import Record
+from jobs.staging.formats import NEITHER, FormatError, detect, iter_records, read_header
 
 COMMAS = {"format": "csv", "delimiter": ",", "quotechar": '"'}
 

@@ -12,7 +12,7 @@ from django.test import Client
 from django.utils import timezone
 
 from jobs.models import Job, State, Upload
-from jobs.staging import resumable
+from jobs.uploads import resumable
 from tests.support import EXAMPLE, job_form, wait_for_end
 
 pytestmark = pytest.mark.django_db

@@ -29,6 +29,7 @@ from jobs.models import Job, State
 from jobs.processors.onnx_infer import _ModelCopies
 from jobs.staging import fastcsv, ranged, stage
 from jobs.staging.progress import StagingProgress
+from jobs.staging.staged_copy import copy_to_job_storage
 from tests.support import EXAMPLE, Worker, job_form, s3_on_loopback, wait_for, wait_for_end, wait_for_slots
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -206,7 +207,7 @@ def test_a_download_staged_into_s3_goes_up_in_parts(s3_endpoint, organisation, t
     )  # fmt: skip
     try:
         with override_settings(STORAGES=_s3_storages(s3_endpoint)):
-            path, size, sha256, _ = stage.copy_to_job_storage(
+            path, size, sha256, _ = copy_to_job_storage(
                 job, f"{job.storage_prefix}/input/big.csv", StagingProgress(job.pk, "attempt")
             )
             client = boto3.client("s3", endpoint_url=s3_endpoint, **_client_credentials())

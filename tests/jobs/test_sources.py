@@ -23,6 +23,7 @@ from billing.models import LedgerEntry
 from jobs.models import Job, State
 from jobs.staging import sources, stage
 from jobs.staging.progress import StagingProgress
+from jobs.staging.staged_copy import copy_to_job_storage
 from tests.support import EXAMPLE, job_form, wait_for_end
 
 
@@ -172,8 +173,9 @@ def test_a_job_that_ended_before_it_staged_has_its_upload_and_secrets_wiped_by_t
     organisation, monkeypatch
 ):
     """Cancelled while its staging message was lost with Redis: no staging attempt ever wipes them."""
+    from jobs import uploads
     from jobs.reconcile import reconcile
-    from jobs.staging import s3, uploads
+    from jobs.staging import s3
 
     common = {"organisation": organisation, "work": "clean-table", "gpus": 1, "hours": 1, "source_name": "c.csv"}
     signed = Job.objects.create(
@@ -359,7 +361,7 @@ def test_a_server_file_is_staged_byte_for_byte_by_the_kernel_or_by_writes(organi
 
     monkeypatch.setattr(os, "copy_file_range", noted)
     job, progress = staging_from(organisation, root / "big.csv")
-    path, size, sha256, scanned = stage.copy_to_job_storage(job, f"{job.storage_prefix}/input/big.csv", progress)
+    path, size, sha256, scanned = copy_to_job_storage(job, f"{job.storage_prefix}/input/big.csv", progress)
     try:
         with default_storage.open(path) as staged:
             assert staged.read() == data
@@ -382,7 +384,7 @@ def test_a_server_file_that_changes_while_it_is_staged_fails_its_staging(organis
     monkeypatch.setattr(os, "copy_file_range", and_append)
     job, progress = staging_from(organisation, root / "big.csv")
     with pytest.raises(sources.SourceError, match="The file changed while it was staged"):
-        stage.copy_to_job_storage(job, f"{job.storage_prefix}/input/big.csv", progress)
+        copy_to_job_storage(job, f"{job.storage_prefix}/input/big.csv", progress)
     default_storage.delete(f"{job.storage_prefix}/input/big.csv")
 
 
@@ -453,5 +455,5 @@ def test_a_download_that_fails_on_our_side_fails_its_staging_rather_than_keep_a_
     Job.objects.filter(pk=job.pk).update(source_kind=Job.Source.URL, source_uri="http://localhost/data.csv")
     job.refresh_from_db()
     with pytest.raises(sources.SourceError, match="The download failed on our side"):
-        stage.copy_to_job_storage(job, f"{job.storage_prefix}/input/data.csv", progress)
+        copy_to_job_storage(job, f"{job.storage_prefix}/input/data.csv", progress)
     default_storage.delete(f"{job.storage_prefix}/input/data.csv")

@@ -8,7 +8,7 @@ from django.core.files.storage import default_storage
 
 from jobs import processors
 from jobs.models import Job
-from jobs.staging import stage
+from jobs.staging.describe import describe_and_cut
 from jobs.staging.progress import StagingProgress
 
 pytestmark = pytest.mark.django_db
@@ -16,8 +16,8 @@ pytestmark = pytest.mark.django_db
 
 @pytest.mark.parametrize("rows", [*range(1, 80), 250, 2501])
 def test_it_puts_every_record_in_exactly_one_shard(organisation, monkeypatch, rows):
-    monkeypatch.setattr(stage, "GRAIN", 5)
-    monkeypatch.setattr(stage, "MAX_CUT_POINTS", 6)  # forces the cut points to be halved, several times
+    monkeypatch.setattr("jobs.staging.shards.GRAIN", 5)
+    monkeypatch.setattr("jobs.staging.shards.MAX_CUT_POINTS", 6)  # forces the cut points to be halved, several times
     params = processors.get("clean-table").validate_params({})
     job = Job.objects.create(
         organisation=organisation,
@@ -31,7 +31,7 @@ def test_it_puts_every_record_in_exactly_one_shard(organisation, monkeypatch, ro
     data = b"n,text\n" + b"".join(b"%d,row %d\n" % (n, n) for n in range(1, rows + 1))
     path = default_storage.save(f"test-cuts/{rows}.csv", ContentFile(data))
     try:
-        _, _, total, shards = stage.describe_and_cut(job, path, StagingProgress(job.pk, job.staging_claim))
+        _, _, total, shards = describe_and_cut(job, path, StagingProgress(job.pk, job.staging_claim))
     finally:
         default_storage.delete(path)
     assert total == rows

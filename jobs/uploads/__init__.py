@@ -1,4 +1,5 @@
-"""Uploads: streamed to a temporary file under a size limit, inspected, then put in storage."""
+"""Uploads: a dataset or a model file sent to the portal, streamed to a temporary file under a size
+limit, inspected, then put in storage. Resumable uploads (tus) are in resumable.py."""
 
 import contextlib
 import os
@@ -19,12 +20,6 @@ from django.utils.text import get_valid_filename
 from jobs.staging.formats import SAMPLE_BYTES, FormatError, detect
 from portal import units
 from portal.text import clean_name
-
-
-def over_dataset_limit(what: str, size: int) -> str:
-    """Why a dataset of `size` bytes is refused: exact bytes, since rounded sizes can look equal."""
-    limit = settings.E31_MAX_DATASET_BYTES
-    return f"{what} is {size:,} bytes, more than the {limit:,}-byte ({units.size(limit)}) limit for a dataset."
 
 
 def too_large_message() -> str:

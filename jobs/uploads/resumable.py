@@ -20,7 +20,8 @@ from django.conf import settings
 from django.utils import timezone
 
 from jobs.models import Upload
-from jobs.staging.uploads import over_dataset_limit, safe_name
+from jobs.staging import over_dataset_limit
+from jobs.uploads import safe_name
 from portal.text import ascii_count, shown
 
 VERSION = "1.0.0"
