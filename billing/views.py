@@ -10,7 +10,8 @@ from django.shortcuts import render
 from billing.metering import ledger_row
 from billing.models import LedgerEntry
 from jobs.scheduling import fleet
-from jobs.services import get_job_for_user, organisation_for
+from jobs.services import get_job_for_user
+from portal.models import organisation_for
 
 COLUMNS = (
     "job", "kind", "gpus", "held_from", "held_to", "seconds", "gpu_hours",

@@ -18,7 +18,7 @@ from jobs.scheduling import parse_request, sizing
 from jobs.spec import Data, JobSpec, NamedFile, Request, Retention
 from jobs.staging import s3, sources
 from portal import units
-from portal.models import Organisation
+from portal.models import Organisation, organisation_for
 
 SHA256 = re.compile(r"[0-9a-f]{64}")
 
@@ -29,11 +29,6 @@ class SubmitError(ValueError):
     def __init__(self, field: str, message: str):
         super().__init__(message)
         self.field = field
-
-
-def organisation_for(user) -> Organisation | None:
-    membership = getattr(user, "membership", None) if user.is_authenticated else None
-    return membership.organisation if membership else None
 
 
 def jobs_for_user(user):

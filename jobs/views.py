@@ -24,6 +24,7 @@ from jobs.outputs.assemble import open_output_file, signed_output_url
 from jobs.outputs.zipstream import stream_zip
 from jobs.scheduling import fleet
 from jobs.uploads import too_large_message
+from portal.models import organisation_for
 
 
 def _needs_organisation(request):
@@ -33,7 +34,7 @@ def _needs_organisation(request):
 @login_required
 @vary_on_headers("HX-Request")
 def job_list(request):
-    organisation = services.organisation_for(request.user)
+    organisation = organisation_for(request.user)
     if organisation is None:
         return _needs_organisation(request)
     jobs = services.jobs_for_user(request.user)[:200]
@@ -44,7 +45,7 @@ def job_list(request):
 
 @login_required
 def job_new(request):
-    organisation = services.organisation_for(request.user)
+    organisation = organisation_for(request.user)
     if organisation is None:
         return _needs_organisation(request)
     policy = RetentionPolicy.in_force(organisation)

@@ -1,4 +1,4 @@
-from jobs.services import organisation_for
+from portal.models import organisation_for
 
 
 def portal(request) -> dict:

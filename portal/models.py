@@ -34,6 +34,12 @@ class Membership(TimeStamped):
         return f"{self.user} in {self.organisation}"
 
 
+def organisation_for(user) -> Organisation | None:
+    """The organisation a signed-in partner belongs to; None for operators and visitors."""
+    membership = getattr(user, "membership", None) if user.is_authenticated else None
+    return membership.organisation if membership else None
+
+
 class Application(TimeStamped):
     """A team asking to join the design-partner program, reviewed by an operator in the admin."""
 

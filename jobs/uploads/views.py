@@ -8,9 +8,9 @@ from django.http import HttpResponse, HttpResponseNotAllowed
 from django.urls import reverse
 from django.utils.http import http_date
 
-from jobs import services
 from jobs.models import Upload
 from jobs.uploads import resumable
+from portal.models import organisation_for
 
 
 def _tus(response: HttpResponse) -> HttpResponse:
@@ -34,7 +34,7 @@ def _tus_request(view):
         try:
             if request.method != "OPTIONS" and request.headers.get("Tus-Resumable") != resumable.VERSION:
                 raise resumable.UploadError(412, f"Send Tus-Resumable: {resumable.VERSION}.")
-            organisation = services.organisation_for(request.user)
+            organisation = organisation_for(request.user)
             if organisation is None:
                 raise resumable.UploadError(403, "Log in as a member of an organisation to upload.")
             return _tus(view(request, organisation, *args, **kwargs))
