@@ -376,9 +376,10 @@ def test_a_column_the_data_lacks_fails_staging_with_its_name(fleet, partner_clie
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_submit_command_writes_the_summary(fleet, organisation, tmp_path):
+def test_the_submit_command_writes_the_summary(fleet, organisation, partner, tmp_path):
     command = manage(
-        "submit", "--org", "partner-lab", "--data", str(EXAMPLE), "--work", "column-stats", "--gpus", "2",
+        "submit", "--org", "partner-lab", "--as", "partner",
+        "--data", str(EXAMPLE), "--work", "column-stats", "--gpus", "2",
         "--hours", "0.5", "--param", "columns=lifetime_value,country", "--param", "bins=5", "--wait",
         "--output", str(tmp_path),
     )  # fmt: skip

@@ -46,8 +46,19 @@ def test_the_form_takes_a_deadline_in_the_future_only(partner_client, online_slo
 
 
 @pytest.mark.django_db
-def test_the_cli_reads_an_iso_deadline_as_utc_unless_it_says_otherwise(organisation, online_slots):
-    common = ["--org", organisation.slug, "--data", str(EXAMPLE), "--work", "clean-table", "--gpus", "1"]
+def test_the_cli_reads_an_iso_deadline_as_utc_unless_it_says_otherwise(organisation, partner, online_slots):
+    common = [
+        "--org",
+        organisation.slug,
+        "--as",
+        "partner",
+        "--data",
+        str(EXAMPLE),
+        "--work",
+        "clean-table",
+        "--gpus",
+        "1",
+    ]
     call_command("submit", *common, "--hours", "1", "--deadline", "2099-01-02T03:04")
     call_command("submit", *common, "--hours", "1", "--deadline", "2099-01-02T03:04+02:00")
     first, second = Job.objects.order_by("pk")

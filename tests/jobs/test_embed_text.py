@@ -220,11 +220,11 @@ def test_the_request_counts_only_the_slots_that_can_run_the_work(partner_client,
 
 
 @pytest.mark.django_db
-def test_the_cli_refuses_a_kind_no_online_node_can_run(organisation, online_slots):
+def test_the_cli_refuses_a_kind_no_online_node_can_run(organisation, partner, online_slots):
     reported(*WITHOUT_EMBED)
     with pytest.raises(CommandError, match=r"^Refused: No online node can run embed-text: its libraries"):
         call_command(
-            "submit", "--org", "partner-lab", "--data", str(EXAMPLE), "--work", "embed-text",
+            "submit", "--org", "partner-lab", "--as", "partner", "--data", str(EXAMPLE), "--work", "embed-text",
             "--gpus", "1", "--hours", "1", stderr=io.StringIO(),
         )  # fmt: skip
     assert not Job.objects.exists()

@@ -58,11 +58,12 @@ def test_it_cleans_the_operator_s_hold_reason(organisation, operator):
     assert Job.objects.get(pk=job.pk).on_hold_reason == "fleet maintenance"
 
 
-def test_it_cleans_the_command_line_s_parameters_and_file_name(organisation, online_slots, tmp_path):
+def test_it_cleans_the_command_line_s_parameters_and_file_name(organisation, partner, online_slots, tmp_path):
     data = tmp_path / "invoice\u202evsc.csv"
     data.write_bytes(EXAMPLE.read_bytes())
     call_command(
-        "submit", "--org", "partner-lab", "--data", str(data), "--work", "clean-table", "--gpus", "1", "--hours", "1",
+        "submit", "--org", "partner-lab", "--as", "partner",
+        "--data", str(data), "--work", "clean-table", "--gpus", "1", "--hours", "1",
         "--param", "\u200btypes=\u2066id:int\u2069",
     )  # fmt: skip
     job = Job.objects.get()

@@ -193,14 +193,15 @@ def test_it_runs_the_partners_model_over_every_row(fleet, partner_client, rate_c
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_cli_runs_a_model_whose_inputs_take_columns_of_their_names(fleet, organisation, tmp_path):
+def test_the_cli_runs_a_model_whose_inputs_take_columns_of_their_names(fleet, organisation, partner, tmp_path):
     lines = [json.dumps({"id": i, "age": 20 + i / 4, "visits": i % 5}) for i in range(1, 301)]
     lines[99] = json.dumps({"id": 100, "age": 45.0, "visits": 2.5})
     data = write(tmp_path, "people.jsonl", "\n".join(lines).encode() + b"\n")
     model = write(tmp_path, "sum.onnx", sum_model())
     out = io.StringIO()
     call_command(
-        "submit", "--org", organisation.slug, "--data", data, "--work", "onnx-infer", "--model", model,
+        "submit", "--org", organisation.slug, "--as", "partner",
+        "--data", data, "--work", "onnx-infer", "--model", model,
         "--gpus", "2", "--hours", "1", "--wait", "--output", str(tmp_path / "out"), stdout=out, stderr=io.StringIO(),
     )  # fmt: skip
     job = Job.objects.get(pk=json.loads(out.getvalue())["job"])

@@ -84,7 +84,7 @@ def submit(server: PrivateRedis, rows: int) -> Job:
     path = settings.VAR_DIR / f"outage-{rows}.csv"
     path.write_bytes(csv_bytes(rows))
     command = manage(
-        "submit", "--org", "partner-lab", "--data", str(path), "--work", "test-slow-echo",
+        "submit", "--org", "partner-lab", "--as", "partner", "--data", str(path), "--work", "test-slow-echo",
         "--param", "seconds_per_batch=0.1", "--gpus", "2", "--hours", "1",
     )  # fmt: skip
     env = process_env(REDIS_URL=server.url)
@@ -98,7 +98,7 @@ def output_records(job: Job) -> list[int]:
         return pq.read_table(output).column("_record").to_pylist()
 
 
-def test_a_job_survives_redis_stopping_for_ten_seconds(redis_with_a_worker, organisation):
+def test_a_job_survives_redis_stopping_for_ten_seconds(redis_with_a_worker, organisation, partner):
     server, worker = redis_with_a_worker
     wait_for_slots(worker)
     rows = 8000
@@ -244,12 +244,13 @@ def test_it_answers_cancel_hold_and_a_pass_with_their_usual_pages_while_redis_is
     server.start()
 
 
-def test_it_records_a_submit_while_redis_is_down_and_waits_until_the_job_runs(outage, organisation, tmp_path):
+def test_it_records_a_submit_while_redis_is_down_and_waits_until_the_job_runs(outage, organisation, partner, tmp_path):
     server, _ = outage
     data = tmp_path / "numbers.csv"
     data.write_bytes(csv_bytes(400))
     command = manage(
-        "submit", "--org", "partner-lab", "--data", str(data), "--work", "test-slow-echo", "--gpus", "1", "--hours", "1"
+        "submit", "--org", "partner-lab", "--as", "partner",
+        "--data", str(data), "--work", "test-slow-echo", "--gpus", "1", "--hours", "1"
     )  # fmt: skip
     env = process_env(REDIS_URL=server.url)
     server.stop()

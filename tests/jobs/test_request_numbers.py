@@ -32,11 +32,13 @@ def test_it_refuses_huge_hours_in_the_job_form(partner_client, online_slots, hou
 
 
 def submit(*args: str) -> None:
-    call_command("submit", "--org", "partner-lab", "--data", str(EXAMPLE), "--work", "clean-table", *args)
+    call_command(
+        "submit", "--org", "partner-lab", "--as", "partner", "--data", str(EXAMPLE), "--work", "clean-table", *args
+    )
 
 
 @pytest.mark.parametrize("gpus", ODD)
-def test_it_refuses_gpus_on_the_command_line_that_are_not_ascii_digits(organisation, online_slots, gpus):
+def test_it_refuses_gpus_on_the_command_line_that_are_not_ascii_digits(organisation, partner, online_slots, gpus):
     with pytest.raises(CommandError) as refused:
         submit("--gpus", gpus, "--hours", "1")
     assert str(refused.value).startswith("Refused: GPUs must be a whole number, not '")
@@ -45,7 +47,7 @@ def test_it_refuses_gpus_on_the_command_line_that_are_not_ascii_digits(organisat
 
 
 @pytest.mark.parametrize("hours", ["1e30", "9" * 5000, "1" + "0" * 40 + ".5"])
-def test_it_refuses_huge_hours_on_the_command_line(organisation, online_slots, hours):
+def test_it_refuses_huge_hours_on_the_command_line(organisation, partner, online_slots, hours):
     with pytest.raises(CommandError) as refused:
         submit("--gpus", "1", "--hours", hours)
     assert str(refused.value).startswith("Refused: A job can run at most 72 hours; this asks for ")

@@ -138,10 +138,10 @@ def test_a_sample_measures_the_work_and_its_pass_reuses_the_staged_copy(fleet, p
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_cli_runs_a_sample_then_the_pass_it_sized(fleet, organisation, rate_card, tmp_path):
+def test_the_cli_runs_a_sample_then_the_pass_it_sized(fleet, organisation, partner, rate_card, tmp_path):
     data = tmp_path / "records.csv"
     data.write_bytes(dataset(2000))
-    common = ["--org", organisation.slug, "--gpus", "2"]
+    common = ["--org", organisation.slug, "--as", "partner", "--gpus", "2"]
     out, err = io.StringIO(), io.StringIO()
     call_command(
         "submit", *common, "--data", str(data), "--work", "test-slow-echo", "--hours", "1", "--sample",
@@ -174,9 +174,11 @@ def test_the_cli_runs_a_sample_then_the_pass_it_sized(fleet, organisation, rate_
         (["--data", "x.csv", "--hours", "1"], "Give --work"),
     ],
 )
-def test_the_cli_refuses_a_pass_it_cannot_run(db, organisation, online_slots, args, message):
+def test_the_cli_refuses_a_pass_it_cannot_run(db, organisation, partner, online_slots, args, message):
     with pytest.raises(CommandError, match=message):
-        call_command("submit", "--org", organisation.slug, "--gpus", "1", *args, stdout=io.StringIO())
+        call_command(
+            "submit", "--org", organisation.slug, "--as", "partner", "--gpus", "1", *args, stdout=io.StringIO()
+        )
 
 
 def finished_sample(organisation, **fields) -> Job:

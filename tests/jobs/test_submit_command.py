@@ -20,14 +20,15 @@ def submit(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(command, check=False, env=process_env(), capture_output=True, text=True, timeout=120)
 
 
-def test_it_runs_a_job_and_writes_the_output_and_the_ledger_line(fleet, organisation, tmp_path):
+def test_it_runs_a_job_and_writes_the_output_and_the_ledger_line(fleet, organisation, partner, tmp_path):
     result = submit(
-        "--org", "partner-lab", "--data", str(EXAMPLE), "--work", "clean-table",
+        "--org", "partner-lab", "--as", "partner", "--data", str(EXAMPLE), "--work", "clean-table",
         "--gpus", "2", "--hours", "0.5", "--param", "type_threshold=0.99", "--wait", "--output", str(tmp_path),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     job = Job.objects.get()
     assert job.state == State.SUCCEEDED
+    assert job.created_by == partner, "the job is the partner's: its receipt and email name them"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["manifest.json", "output.parquet", "rejects.csv"]
     assert pq.read_table(tmp_path / "output.parquet").num_rows == job.records_out
     line = json.loads(result.stdout.strip().splitlines()[-1])
@@ -42,6 +43,9 @@ def test_it_runs_a_job_and_writes_the_output_and_the_ledger_line(fleet, organisa
     ("args", "reason"),
     [
         (["--org", "nobody"], "There is no organisation 'nobody'."),
+        (["--as", "nobody"], "There is no user 'nobody'."),
+        (["--as", "outsider"], "outsider is not a member of partner-lab: submit --as one of its members."),
+        (["--as", "operator"], "operator is not a member of partner-lab: submit --as one of its members."),
         (["--gpus", "0"], "Refused: Ask for at least one GPU, not 0."),
         (["--gpus", "many"], "Refused: GPUs must be a whole number, not 'many'."),
         (["--gpus", "3"], "Refused: The fleet has 2 CPU slots online; ask for 2 or fewer."),
@@ -58,8 +62,15 @@ def test_it_runs_a_job_and_writes_the_output_and_the_ledger_line(fleet, organisa
         (["--deadline", "2001-01-01T02:00+02:00"], "Refused: The deadline, 2001-01-01 00:00 UTC, has passed"),
     ],
 )
-def test_it_refuses_with_a_one_line_reason(fleet, organisation, args, reason):
-    base = {"--org": "partner-lab", "--data": str(EXAMPLE), "--work": "clean-table", "--gpus": "1", "--hours": "1"}
+def test_it_refuses_with_a_one_line_reason(fleet, organisation, partner, outsider, operator, args, reason):
+    base = {
+        "--org": "partner-lab",
+        "--as": "partner",
+        "--data": str(EXAMPLE),
+        "--work": "clean-table",
+        "--gpus": "1",
+        "--hours": "1",
+    }
     extra = []
     for flag, value in zip(args[::2], args[1::2], strict=True):
         if flag in base:
@@ -73,11 +84,36 @@ def test_it_refuses_with_a_one_line_reason(fleet, organisation, args, reason):
     assert not Job.objects.exists()
 
 
-def test_it_refuses_a_binary_file(fleet, organisation, tmp_path):
+def test_it_names_the_partner_a_job_is_submitted_as(fleet, organisation, partner):
+    result = submit(
+        "--org", "partner-lab", "--data", str(EXAMPLE), "--work", "clean-table", "--gpus", "1", "--hours", "1"
+    )
+    assert result.returncode != 0
+    assert "the following arguments are required: --as" in result.stderr
+    by_email = submit(
+        "--org", "partner-lab", "--as", "PARTNER@example.com", "--data", str(EXAMPLE), "--work", "clean-table",
+        "--gpus", "1", "--hours", "1",
+    )  # fmt: skip
+    assert by_email.returncode == 0, by_email.stderr
+    assert Job.objects.get().created_by == partner
+
+
+def test_it_refuses_a_binary_file(fleet, organisation, partner, tmp_path):
     binary = tmp_path / "model.bin"
     binary.write_bytes(bytes(range(256)) * 10)
     result = submit(
-        "--org", "partner-lab", "--data", str(binary), "--work", "clean-table", "--gpus", "1", "--hours", "1"
+        "--org",
+        "partner-lab",
+        "--as",
+        "partner",
+        "--data",
+        str(binary),
+        "--work",
+        "clean-table",
+        "--gpus",
+        "1",
+        "--hours",
+        "1",
     )
     assert result.returncode != 0
     assert "This is a binary file, not CSV or JSONL text." in result.stderr

@@ -1,4 +1,7 @@
-"""`manage.py submit`: a job from the terminal, through the same path as the browser form.
+"""`manage.py submit`: the operators' tool on the server for a job on a partner's behalf, through the
+same path as the browser form. `--as` names the partner it is submitted as (a member of `--org`):
+the job's submitter, who gets its receipt and its end-of-job email. Partners on their own machines
+use the `e31` client and the API instead.
 
 Exit 0 when the job is accepted (or, with --wait, when it succeeds); otherwise a one-line reason
 and a non-zero exit. A job accepted while the job queue is unreachable is recorded, and says so:
@@ -13,6 +16,7 @@ from contextlib import ExitStack
 from datetime import datetime
 from pathlib import Path
 
+from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from billing.metering import ledger_row
@@ -24,8 +28,23 @@ from jobs.outputs.assemble import open_output_file
 from jobs.scheduling import sizing
 from jobs.spec import Data, JobSpec, NamedFile, Request, Retention, Work
 from jobs.staging import sources
-from portal.models import Organisation
+from portal.models import Organisation, organisation_for
 from portal.text import clean_name
+
+
+def submitter(given: str, organisation: Organisation):
+    """The member of the organisation named by username or email; CommandError for anyone else."""
+    User = get_user_model()
+    name = clean_name(given)
+    active = User.objects.filter(is_active=True)
+    user = active.filter(username=name).first() or active.filter(email__iexact=name).first()
+    if user is None:
+        raise CommandError(f"There is no user {given!r}.")
+    if organisation_for(user) != organisation:
+        raise CommandError(
+            f"{user.get_username()} is not a member of {organisation.slug}: submit --as one of its members."
+        )
+    return user
 
 
 def parse_params(pairs: list[str]) -> dict[str, str]:
@@ -100,6 +119,13 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--org", required=True, help="The organisation's slug or name.")
+        parser.add_argument(
+            "--as",
+            dest="as_user",
+            required=True,
+            metavar="USER",
+            help="The member of --org (username or email) the job is submitted as: its submitter.",
+        )
         parser.add_argument("--data", help="A file to upload, an http(s) URL, or a path under a staging root.")
         parser.add_argument("--work", help="The work kind, e.g. clean-table.")
         parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
@@ -147,12 +173,17 @@ class Command(BaseCommand):
         )
         if organisation is None:
             raise CommandError(f"There is no organisation {opts['org']!r}.")
+        user = submitter(opts["as_user"], organisation)
         opts["wait"] = opts["wait"] or opts["sample"]  # a sample is run for what it measures
         opts["deadline"] = parse_deadline(opts["deadline"])
         self.check_options(opts)
         try:
             with enqueue.unsent() as unsent:
-                job = self.submit_pass(organisation, opts) if opts["from_sample"] else self.submit(organisation, opts)
+                job = (
+                    self.submit_pass(organisation, user, opts)
+                    if opts["from_sample"]
+                    else self.submit(organisation, user, opts)
+                )
         except services.SubmitError as error:
             raise CommandError(f"Refused: {error}") from None
         job.refresh_from_db()
@@ -195,7 +226,7 @@ class Command(BaseCommand):
         if missing:
             raise CommandError(f"Give {', '.join(missing)} (or --from-sample JOB).")
 
-    def submit_pass(self, organisation: Organisation, opts: dict) -> Job:
+    def submit_pass(self, organisation: Organisation, user, opts: dict) -> Job:
         sample = Job.objects.filter(organisation=organisation, pk=opts["from_sample"]).first()
         if sample is None:
             raise CommandError(f"{organisation.slug} has no job {opts['from_sample']}.")
@@ -208,7 +239,7 @@ class Command(BaseCommand):
             if found is None:
                 raise CommandError(f"Refused: job {sample.pk} is not a sample that measured the work; give --hours.")
             hours = found.hours
-        return services.submit_pass(sample, None, request_of({**opts, "hours": hours}), retention_of(opts))
+        return services.submit_pass(sample, user, request_of({**opts, "hours": hours}), retention_of(opts))
 
     def report_sample(self, job: Job) -> dict:
         """The sample's figures, and the full pass in each shape, on stderr as a table and as data."""
@@ -228,7 +259,8 @@ class Command(BaseCommand):
                 f"{cost}; ask for --hours {found.hours}"
             )
         self.stderr.write(
-            f"Run the full pass with: submit --org {job.organisation.slug} --from-sample {job.pk} --gpus N"
+            f"Run the full pass with: submit --org {job.organisation.slug} --as {job.created_by.get_username()} "
+            f"--from-sample {job.pk} --gpus N"
         )
         return {
             **{name: result.get(name) for name in ("records", "records_total", "seconds", "records_per_second")},
@@ -247,9 +279,9 @@ class Command(BaseCommand):
             ],
         }
 
-    def submit(self, organisation: Organisation, opts: dict) -> Job:
+    def submit(self, organisation: Organisation, user, opts: dict) -> Job:
         with ExitStack() as files:
-            return services.submit_job(organisation, None, spec_of(opts, organisation, files))
+            return services.submit_job(organisation, user, spec_of(opts, organisation, files))
 
     def wait(self, job: Job) -> Job:
         interactive = sys.stderr.isatty()
