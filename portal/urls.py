@@ -13,5 +13,6 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     path("jobs/", include("jobs.urls")),
     path("billing/", include("billing.urls")),
+    path("api/v1/", include("api.urls")),
     path("admin/", admin.site.urls),
 ]

@@ -1,0 +1,17 @@
+"""The routes under /api/v1/ (docs/api.md). tests/api/test_it_isolates_organisations.py lists every route that
+takes an object's id: a new one must be added there."""
+
+from django.urls import path, re_path
+from drf_spectacular.views import SpectacularAPIView
+
+from api import docs, errors, views
+
+app_name = "api"
+urlpatterns = [
+    path("", views.index, name="index"),
+    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("docs/", docs.SwaggerDocs.as_view(url_name="api:schema"), name="docs"),
+    path("me/", views.me, name="me"),
+    # Any other path under /api/ is answered in JSON too.
+    re_path(r"^.*$", errors.not_found, name="no_such_route"),
+]
