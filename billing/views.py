@@ -1,22 +1,15 @@
 """The organisation's ledger: on a page, and exported as CSV and JSON; and each ended job's receipt."""
 
-import csv
-
 from django.contrib.auth.decorators import login_required
 from django.db.models import Sum
 from django.http import HttpResponse, JsonResponse
 from django.shortcuts import render
 
-from billing.metering import ledger_row
+from billing import exports
 from billing.models import LedgerEntry
 from jobs.scheduling import fleet
 from jobs.services import get_job_for_user
 from portal.models import organisation_for
-
-COLUMNS = (
-    "job", "kind", "gpus", "held_from", "held_to", "seconds", "gpu_hours",
-    "bytes", "source", "rate", "currency", "amount", "reason", "hash", "previous_hash",
-)  # fmt: skip
 
 
 def _entries(request):
@@ -47,12 +40,7 @@ def ledger_csv(request):
     entries = _entries(request)
     if entries is None:
         return HttpResponse("Your account is not in an organisation.", status=403, content_type="text/plain")
-    response = HttpResponse(content_type="text/csv; charset=utf-8")
-    response["Content-Disposition"] = 'attachment; filename="ledger.csv"'
-    writer = csv.DictWriter(response, fieldnames=COLUMNS)
-    writer.writeheader()
-    writer.writerows(ledger_row(entry) for entry in entries.iterator())
-    return response
+    return exports.csv_response(entries)
 
 
 @login_required
@@ -60,7 +48,7 @@ def ledger_json(request):
     entries = _entries(request)
     if entries is None:
         return JsonResponse({"error": "Your account is not in an organisation."}, status=403)
-    return JsonResponse({"entries": [ledger_row(entry) for entry in entries.iterator()]})
+    return exports.json_response(entries)
 
 
 @login_required
