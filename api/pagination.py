@@ -1,13 +1,25 @@
-"""Pages of a list: `?page=N&page_size=M` (at most 100), as `{"count", "next", "previous", "results"}`. A page
-or size that is not a whole number in range is refused (400, naming it), never silently replaced."""
+"""Pages of a list: `?page=N&page_size=M` (at most 100), as `{"count", "next", "previous", "results"}`, and the
+query string of a list read strictly. A page or size that is not a whole number in range, a filter's value not
+of its kind, and a parameter the route does not know are refused (400, naming it), never silently ignored."""
 
 from django.core.paginator import InvalidPage
+from rest_framework import serializers
 from rest_framework.pagination import PageNumberPagination
 
 from api.errors import invalid
 from portal.text import ascii_count, shown
 
 MAX_PAGE_SIZE = 100
+
+
+def query(request, filters: type[serializers.Serializer]) -> dict:
+    """The query string read by `filters` (a serializer of its parameters, pages included)."""
+    unknown = sorted(set(request.query_params) - set(filters().fields))
+    if unknown:
+        raise invalid(unknown[0], f"{shown(unknown[0])} is no parameter of this route.")
+    found = filters(data=request.query_params.dict())
+    found.is_valid(raise_exception=True)
+    return found.validated_data
 
 
 class Pages(PageNumberPagination):

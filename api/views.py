@@ -23,6 +23,8 @@ def index(request):
             "docs": reverse("api:docs"),
             "contract": "docs/api.md",
             "me": reverse("api:me"),
+            "jobs": reverse("api:jobs"),
+            "ledger": reverse("api:ledger"),
         }
     )
 

@@ -1,11 +1,12 @@
-"""The ledger exported as CSV and as JSON, written row by row while it downloads: memory stays flat whatever
-the ledger's length. The ledger page's exports and the API's stream the same rows (metering.ledger_row)."""
+"""The ledger exported as CSV and as JSON, written row by row while it downloads: memory stays flat whatever the
+ledger's length. The ledger page's exports and the API's stream the same rows (metering.ledger_row); the totals
+per currency of the page and the receipts are here too."""
 
 import csv
 import json
 from collections.abc import Iterator
 
-from django.db.models import QuerySet
+from django.db.models import QuerySet, Sum
 from django.http import StreamingHttpResponse
 
 from billing.metering import ledger_row
@@ -15,6 +16,11 @@ COLUMNS = (
     "bytes", "source", "rate", "currency", "amount", "reason", "hash", "previous_hash",
 )  # fmt: skip
 CHUNK = 500
+
+
+def per_currency(entries: QuerySet) -> QuerySet:
+    """The amounts added up, a total per currency: amounts add up within a currency only (a rate card may change it)."""
+    return entries.order_by("currency").values("currency").annotate(amount=Sum("amount"))
 
 
 class _Line:

@@ -19,18 +19,13 @@ def _entries(request):
     return LedgerEntry.objects.filter(organisation=organisation).order_by("-held_to", "-pk")
 
 
-def _per_currency(entries):
-    """The amounts added up, a total per currency: amounts add up within a currency only (a rate card may change it)."""
-    return entries.order_by("currency").values("currency").annotate(amount=Sum("amount"))
-
-
 @login_required
 def ledger(request):
     entries = _entries(request)
     if entries is None:
         return render(request, "jobs/no_organisation.html", status=403)
     totals = entries.aggregate(gpu_hours=Sum("gpu_hours"))
-    totals["amounts"] = _per_currency(entries)
+    totals["amounts"] = exports.per_currency(entries)
     context = {"entries": entries, "totals": totals}
     return render(request, "billing/ledger.html", context)
 
@@ -59,7 +54,7 @@ def receipt(request, job_id: int):
     if not job.ended:
         return render(request, "billing/receipt_pending.html", {"job": job}, status=404)
     entries = job.ledger_entries.order_by("held_from", "pk")
-    totals = _per_currency(entries)
+    totals = exports.per_currency(entries)
     noun = job.held_noun or fleet().noun  # what the job held, whatever the fleet has now
     context = {"job": job, "entries": entries, "totals": totals, "noun": noun}
     return render(request, "billing/receipt.html", context)
