@@ -50,15 +50,15 @@ def body(code: str, message: str, field: str | None = None) -> dict:
 
 def exception_handler(exc, context):
     """DRF's handler (its status, and headers such as Retry-After and WWW-Authenticate) with our body."""
-    if isinstance(exc, exceptions.Throttled):
-        wait = int(exc.wait or 1)
-        exc = exceptions.Throttled(wait, f"Too many requests: try again in {wait} second{'s' * (wait != 1)}.")
     response = drf_exception_handler(exc, context)
     if response is None:
         return None
     field, message = _first(response.data)
     if isinstance(exc, Http404):  # Django's sentences name models and queries: not for a partner
         message = NOT_FOUND
+    if isinstance(exc, exceptions.Throttled):
+        wait = response.get("Retry-After", "1")
+        message = f"Too many requests: try again in {wait} second{'s' * (wait != '1')}."
     response.data = body(CODES.get(response.status_code, "error"), message, field)
     return response
 

@@ -19,7 +19,7 @@ from api.ranges import ranged_file_response
 from api.representation import event_json, job_json
 from api.schema import OBJECT, answers
 from billing.exports import per_currency
-from billing.metering import ledger_row
+from billing.metering import MONEY, ledger_row
 from jobs import enqueue, lifecycle
 from jobs.models import Job, State
 from jobs.outputs.assemble import open_output_file, signed_output_url
@@ -159,6 +159,8 @@ def job_receipt(request, pk: int):
             "job": job.pk,
             "reference": f"E31-{job.organisation.slug}-{job.pk}",
             "entries": [ledger_row(entry) for entry in entries],
-            "totals": [{"currency": total["currency"], "amount": str(total["amount"])} for total in totals],
+            "totals": [
+                {"currency": total["currency"], "amount": str(total["amount"].quantize(MONEY))} for total in totals
+            ],
         }
     )

@@ -34,12 +34,12 @@ def requested_range(header: str | None, size: int) -> tuple[int, int] | None:
         if suffix == 0 or size == 0:
             raise Unsatisfiable
         return max(0, size - suffix), size - 1
-    start, end = int(first), int(last) if last else size - 1
-    if end < start:
+    start = int(first)
+    if last and int(last) < start:
         return None
     if start >= size:
         raise Unsatisfiable
-    return start, min(end, size - 1)
+    return start, min(int(last), size - 1) if last else size - 1
 
 
 def _read(file: BinaryIO, start: int, length: int) -> Iterator[bytes]:

@@ -14,6 +14,6 @@ urlpatterns = [
     path("jobs/", include("jobs.urls")),
     path("billing/", include("billing.urls")),
     path("account/tokens/", include("api.token_urls")),
-    path("api/v1/", include("api.urls")),
+    path("api/", include("api.urls")),
     path("admin/", admin.site.urls),
 ]
