@@ -50,7 +50,10 @@ class JobFilters(serializers.Serializer):
 
 
 @extend_schema(
-    summary="The organisation's jobs, newest first", parameters=[JobFilters], responses=answers(OBJECT, 400, 403)
+    operation_id="jobs_list",
+    summary="The organisation's jobs, newest first",
+    parameters=[JobFilters],
+    responses=answers(OBJECT, 400, 403),
 )
 @api_view(["GET"])
 def job_list(request):
@@ -68,13 +71,15 @@ def job_list(request):
     return pages.get_paginated_response([job_json(job) for job in page])
 
 
-@extend_schema(summary="One job with its live figures", responses=answers(OBJECT, 403, 404))
+@extend_schema(operation_id="job", summary="One job with its live figures", responses=answers(OBJECT, 403, 404))
 @api_view(["GET"])
 def job_detail(request, pk: int):
     return Response(job_json(get_job_for_user(request, pk)))
 
 
-@extend_schema(summary="The job's timeline, oldest first", responses=answers(OBJECT, 403, 404))
+@extend_schema(
+    operation_id="job_events", summary="The job's timeline, oldest first", responses=answers(OBJECT, 403, 404)
+)
 @api_view(["GET"])
 def job_events(request, pk: int):
     job = get_job_for_user(request, pk)
@@ -91,7 +96,9 @@ def _output_of(job: Job) -> None:
         )
 
 
-@extend_schema(summary="The output's manifest.json", responses=answers(OBJECT, 403, 404, 410))
+@extend_schema(
+    operation_id="job_manifest", summary="The output's manifest.json", responses=answers(OBJECT, 403, 404, 410)
+)
 @api_view(["GET"])
 def job_manifest(request, pk: int):
     job = get_job_for_user(request, pk)
@@ -108,6 +115,7 @@ def _no_output(job: Job, name: str = "") -> NotFound:
 
 
 @extend_schema(
+    operation_id="job_output_file",
     summary="One output file: HTTP Range for a resumable download, or a redirect to a signed URL on S3",
     responses={**answers(bytes, 403, 404, 410), 206: bytes, 302: None, 416: OBJECT},
 )
@@ -128,7 +136,9 @@ def job_output_file(request, pk: int, name: str):
     return ranged_file_response(request, open_output_file(job, name), size, filename, etag)
 
 
-@extend_schema(summary="Cancel the job", request=None, responses=answers(OBJECT, 403, 404, 409))
+@extend_schema(
+    operation_id="job_cancel", summary="Cancel the job", request=None, responses=answers(OBJECT, 403, 404, 409)
+)
 @api_view(["POST"])
 def job_cancel(request, pk: int):
     job = get_job_for_user(request, pk)
@@ -143,7 +153,7 @@ def job_cancel(request, pk: int):
     return Response(answer)
 
 
-@extend_schema(summary="An ended job's receipt", responses=answers(OBJECT, 403, 404, 409))
+@extend_schema(operation_id="job_receipt", summary="An ended job's receipt", responses=answers(OBJECT, 403, 404, 409))
 @api_view(["GET"])
 def job_receipt(request, pk: int):
     job = get_job_for_user(request, pk)

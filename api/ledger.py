@@ -43,6 +43,7 @@ def _entries(request, filters: type[serializers.Serializer]):
 
 
 @extend_schema(
+    operation_id="ledger",
     summary="The organisation's ledger entries, newest first",
     parameters=[PagedLedgerFilters],
     responses=answers(OBJECT, 400, 403, 404),
@@ -56,6 +57,7 @@ def ledger(request):
 
 
 @extend_schema(
+    operation_id="ledger_csv",
     summary="The whole (filtered) ledger as CSV, streamed",
     parameters=[LedgerFilters],
     responses=answers(str, 400, 403, 404),
@@ -67,6 +69,7 @@ def ledger_csv(request):
 
 
 @extend_schema(
+    operation_id="ledger_json",
     summary="The whole (filtered) ledger as JSON, streamed",
     parameters=[LedgerFilters],
     responses=answers(OBJECT, 400, 403, 404),

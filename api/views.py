@@ -11,7 +11,12 @@ from api.schema import OBJECT, answers
 from portal.models import organisation_for
 
 
-@extend_schema(summary="The API's version and where its routes and documentation are", responses=OBJECT, auth=[])
+@extend_schema(
+    operation_id="index",
+    summary="The API's version and where its routes and documentation are",
+    responses=OBJECT,
+    auth=[],
+)
 @api_view(["GET"])
 @authentication_classes([])
 @permission_classes([AllowAny])
@@ -29,7 +34,9 @@ def index(request):
     )
 
 
-@extend_schema(summary="The token's user, their organisation and the token itself", responses=answers(OBJECT))
+@extend_schema(
+    operation_id="me", summary="The token's user, their organisation and the token itself", responses=answers(OBJECT)
+)
 @api_view(["GET"])
 @permission_classes([IsAuthenticated])
 def me(request):

@@ -1,6 +1,7 @@
 """The API's index, its OpenAPI schema and the docs page that reads it, public; any other path under /api/ is
 answered 404 in the API's JSON."""
 
+from django.core.management import call_command
 from django.test import Client
 
 
@@ -34,3 +35,8 @@ def test_it_answers_an_unknown_route_in_json(db):
     answer = Client().get("/api/v1/no-such-thing/")
     assert answer.status_code == 404
     assert answer.json()["error"]["code"] == "not_found"
+
+
+def test_the_schema_is_valid_openapi_without_a_warning(tmp_path, db):
+    call_command("spectacular", "--validate", "--fail-on-warn", "--file", str(tmp_path / "schema.yaml"))
+    assert "/api/v1/jobs/{id}/output/{name}:" in (tmp_path / "schema.yaml").read_text()
