@@ -119,7 +119,7 @@ def _no_output(job: Job, name: str = "") -> NotFound:
     summary="One output file: HTTP Range for a resumable download, or a redirect to a signed URL on S3",
     responses={**answers(bytes, 403, 404, 410), 206: bytes, 302: None, 416: OBJECT},
 )
-@api_view(["GET"])
+@api_view(["GET", "HEAD"])
 @any_accept
 def job_output_file(request, pk: int, name: str):
     job = get_job_for_user(request, pk)

@@ -32,6 +32,12 @@ def test_it_sends_the_whole_file_and_says_it_takes_ranges(finished_job, partner_
     assert answer["ETag"].startswith('"')
 
 
+def test_a_head_request_gives_the_size_without_the_bytes(finished_job, partner_api):
+    answer = partner_api.head(f"/api/v1/jobs/{finished_job.pk}/output/output.parquet")
+    assert answer.status_code == 200
+    assert answer["Content-Length"] == str(SIZE) and answer["Accept-Ranges"] == "bytes"
+
+
 @pytest.mark.parametrize(
     ("header", "first", "last"),
     [

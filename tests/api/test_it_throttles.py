@@ -1,9 +1,13 @@
 """E31_API_RATE per token on every route: past it, 429 with Retry-After and the API's error body. Counted in the
 shared cache (Redis), per token: another token, of the same user too, has its own count."""
 
+from types import SimpleNamespace
+
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
+from api.models import ApiToken
+from api.throttling import SubmitRate, TokenRate
 from portal.env import env_rate
 from tests.api.conftest import api_client, token_for
 
@@ -35,3 +39,15 @@ def test_a_wrong_rate_stops_the_start(monkeypatch, value):
     monkeypatch.setenv("E31_API_RATE", value)
     with pytest.raises(ImproperlyConfigured, match="E31_API_RATE must be a count per period"):
         env_rate("E31_API_RATE", "120/min")
+
+
+def test_creating_jobs_has_a_rate_of_its_own(partner, settings):
+    """SubmitRate, for the routes that create jobs: E31_API_SUBMIT_RATE, counted apart from E31_API_RATE."""
+    settings.E31_API_RATE, settings.E31_API_SUBMIT_RATE = "100/min", "2/hour"
+    token_for(partner)
+    request = SimpleNamespace(auth=ApiToken.objects.get(), user=partner, META={})
+    assert [SubmitRate().allow_request(request, None) for _ in range(3)] == [True, True, False]
+    refused = SubmitRate()
+    refused.allow_request(request, None)
+    assert 3500 < refused.wait() <= 3600
+    assert TokenRate().allow_request(request, None), "the rate of every route is counted apart"
