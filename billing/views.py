@@ -1,22 +1,15 @@
 """The organisation's ledger: on a page, and exported as CSV and JSON; and each ended job's receipt."""
 
-import csv
-
 from django.contrib.auth.decorators import login_required
 from django.db.models import Sum
 from django.http import HttpResponse, JsonResponse
 from django.shortcuts import render
 
-from billing.metering import ledger_row
+from billing import exports
 from billing.models import LedgerEntry
 from jobs.scheduling import fleet
 from jobs.services import get_job_for_user
 from portal.models import organisation_for
-
-COLUMNS = (
-    "job", "kind", "gpus", "held_from", "held_to", "seconds", "gpu_hours",
-    "bytes", "source", "rate", "currency", "amount", "reason", "hash", "previous_hash",
-)  # fmt: skip
 
 
 def _entries(request):
@@ -26,18 +19,13 @@ def _entries(request):
     return LedgerEntry.objects.filter(organisation=organisation).order_by("-held_to", "-pk")
 
 
-def _per_currency(entries):
-    """The amounts added up, a total per currency: amounts add up within a currency only (a rate card may change it)."""
-    return entries.order_by("currency").values("currency").annotate(amount=Sum("amount"))
-
-
 @login_required
 def ledger(request):
     entries = _entries(request)
     if entries is None:
         return render(request, "jobs/no_organisation.html", status=403)
     totals = entries.aggregate(gpu_hours=Sum("gpu_hours"))
-    totals["amounts"] = _per_currency(entries)
+    totals["amounts"] = exports.per_currency(entries)
     context = {"entries": entries, "totals": totals}
     return render(request, "billing/ledger.html", context)
 
@@ -47,12 +35,7 @@ def ledger_csv(request):
     entries = _entries(request)
     if entries is None:
         return HttpResponse("Your account is not in an organisation.", status=403, content_type="text/plain")
-    response = HttpResponse(content_type="text/csv; charset=utf-8")
-    response["Content-Disposition"] = 'attachment; filename="ledger.csv"'
-    writer = csv.DictWriter(response, fieldnames=COLUMNS)
-    writer.writeheader()
-    writer.writerows(ledger_row(entry) for entry in entries.iterator())
-    return response
+    return exports.csv_response(entries)
 
 
 @login_required
@@ -60,7 +43,7 @@ def ledger_json(request):
     entries = _entries(request)
     if entries is None:
         return JsonResponse({"error": "Your account is not in an organisation."}, status=403)
-    return JsonResponse({"entries": [ledger_row(entry) for entry in entries.iterator()]})
+    return exports.json_response(entries)
 
 
 @login_required
@@ -71,7 +54,7 @@ def receipt(request, job_id: int):
     if not job.ended:
         return render(request, "billing/receipt_pending.html", {"job": job}, status=404)
     entries = job.ledger_entries.order_by("held_from", "pk")
-    totals = _per_currency(entries)
+    totals = exports.per_currency(entries)
     noun = job.held_noun or fleet().noun  # what the job held, whatever the fleet has now
     context = {"job": job, "entries": entries, "totals": totals, "noun": noun}
     return render(request, "billing/receipt.html", context)

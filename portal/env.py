@@ -1,6 +1,7 @@
 """Read configuration from the environment through helpers that fail loudly on a wrong value."""
 
 import os
+import re
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -42,3 +43,14 @@ def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
 
 def env_list(name: str, default: str) -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+RATE = re.compile(r"[1-9][0-9]*/(s|sec|second|m|min|minute|h|hour|d|day)")
+
+
+def env_rate(name: str, default: str) -> str:
+    """A request rate as Django REST framework's throttles read it: a count per second, minute, hour or day."""
+    value = os.environ.get(name, default)
+    if not RATE.fullmatch(value):
+        raise ImproperlyConfigured(f"{name} must be a count per period such as 120/min or 30/hour, not {value!r}")
+    return value

@@ -11,7 +11,7 @@ from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.crypto import salted_hmac
 
-from portal.env import env_bool, env_choice, env_int, env_list, env_str
+from portal.env import env_bool, env_choice, env_int, env_list, env_rate, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("E31_VAR_DIR", str(BASE_DIR / "var"))).resolve()
@@ -82,9 +82,14 @@ INSTALLED_APPS = [
     "axes",
     "django_ratelimit",
     "csp",
+    "rest_framework",
+    "knox",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "portal",
     "jobs",
     "billing",
+    "api",
 ]
 
 MIDDLEWARE = [
@@ -117,6 +122,42 @@ CONTENT_SECURITY_POLICY = {
         "form-action": [SELF],
         "frame-ancestors": [NONE],
     }
+}
+
+# The API (/api/v1/, docs/api.md): personal tokens only, no session and so no CSRF; JSON in and out; every
+# error as {"error": {...}} (api/errors.py); E31_API_RATE per token on every route, E31_API_SUBMIT_RATE on
+# top for creating jobs, counted in the cache (api/throttling.py).
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["api.authentication.BearerTokenAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["api.permissions.InOrganisation"],
+    "DEFAULT_THROTTLE_CLASSES": ["api.throttling.TokenRate"],
+    "DEFAULT_PAGINATION_CLASS": "api.pagination.Pages",
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "api.errors.exception_handler",
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+E31_API_RATE = env_rate("E31_API_RATE", "120/min")
+E31_API_SUBMIT_RATE = env_rate("E31_API_SUBMIT_RATE", "30/hour")
+# knox keeps a token's SHA-512 only; ours is "e31_" and 64 hex digits, sent as "Authorization: Bearer …", with
+# the expiry its owner chose (none by default) and never extended by use.
+KNOX_TOKEN_MODEL = "api.ApiToken"
+REST_KNOX = {
+    "TOKEN_PREFIX": "e31_",
+    "AUTH_HEADER_PREFIX": "Bearer",
+    "TOKEN_TTL": None,
+    "AUTO_REFRESH": False,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "E31 portal API",
+    "DESCRIPTION": "Jobs, their outputs and the ledger, from a partner's own machine. The contract is docs/api.md.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SCHEMA_PATH_PREFIX": "/api/v1",
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 ROOT_URLCONF = "portal.urls"

@@ -13,5 +13,7 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     path("jobs/", include("jobs.urls")),
     path("billing/", include("billing.urls")),
+    path("account/tokens/", include("api.token_urls")),
+    path("api/", include("api.urls")),
     path("admin/", admin.site.urls),
 ]

@@ -7,7 +7,7 @@ import pytest
 from importlinter.cli import EXIT_STATUS_SUCCESS, lint_imports
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("jobs", "billing", "portal")
+PACKAGES = ("jobs", "billing", "portal", "api")
 
 
 def module_name(path: Path) -> str:

@@ -65,13 +65,13 @@ def test_an_operator_records_a_credit_as_an_entry_of_its_own(ended_job, operator
     assert f'<code class="hash" title="HMAC-SHA256 {credit.hash}">{credit.hash[:12]}…</code>' in receipt
     assert '<th class="num when">0.7000 USD</th>' in receipt
 
-    rows = list(csv.DictReader(io.StringIO(partner_client.get("/billing/ledger.csv").content.decode())))
+    rows = list(csv.DictReader(io.StringIO(partner_client.get("/billing/ledger.csv").getvalue().decode())))
     assert rows[0] | {"held_from": "", "held_to": ""} == {
         "job": str(ended_job.pk), "kind": "correction", "gpus": "0", "held_from": "", "held_to": "", "seconds": "0",
         "gpu_hours": "0.000000", "bytes": "", "source": "", "rate": "0.0000", "currency": "USD", "amount": "-0.5000",
         "reason": "Slot 1 stalled for five minutes", "hash": credit.hash, "previous_hash": credit.previous_hash,
     }  # fmt: skip
-    exported = json.loads(partner_client.get("/billing/ledger.json").content)["entries"]
+    exported = json.loads(partner_client.get("/billing/ledger.json").getvalue())["entries"]
     assert exported[0]["reason"] == "Slot 1 stalled for five minutes" and exported[0]["hash"] == credit.hash
 
 

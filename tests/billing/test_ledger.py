@@ -103,7 +103,7 @@ def test_it_shows_and_exports_only_the_organisations_entries(running_job, partne
     shown = f'<code class="hash" title="HMAC-SHA256 {entry.hash}">{entry.hash[:12]}…</code>'
     assert shown in page, "its hash, in full on hover"
 
-    rows = list(csv.DictReader(io.StringIO(partner_client.get("/billing/ledger.csv").content.decode())))
+    rows = list(csv.DictReader(io.StringIO(partner_client.get("/billing/ledger.csv").getvalue().decode())))
     assert rows == [
         {
             "job": str(running_job.pk),
@@ -123,15 +123,15 @@ def test_it_shows_and_exports_only_the_organisations_entries(running_job, partne
             "previous_hash": "",
         }
     ]
-    assert json.loads(partner_client.get("/billing/ledger.json").content)["entries"][0] == rows[0] | {
+    assert json.loads(partner_client.get("/billing/ledger.json").getvalue())["entries"][0] == rows[0] | {
         "job": running_job.pk,
         "gpus": 2,
         "seconds": entry.seconds,
         "bytes": None,
     }
     assert f"/jobs/{running_job.pk}/" not in outsider_client.get("/billing/ledger/").content.decode()
-    assert list(csv.DictReader(io.StringIO(outsider_client.get("/billing/ledger.csv").content.decode()))) == []
-    assert json.loads(outsider_client.get("/billing/ledger.json").content) == {"entries": []}
+    assert list(csv.DictReader(io.StringIO(outsider_client.get("/billing/ledger.csv").getvalue().decode()))) == []
+    assert json.loads(outsider_client.get("/billing/ledger.json").getvalue()) == {"entries": []}
 
 
 def test_it_shows_the_ledger_read_only_to_operators(running_job, operator):

@@ -1,0 +1,100 @@
+"""A job, its timeline and a receipt as the API gives them (docs/api.md), in plain JSON types, so that the
+routes and the webhooks (which send the job as GET /api/v1/jobs/<id>/ does) write the same thing. The live
+figures are JobFacts', the job page's own: nothing here computes a figure a second way."""
+
+from datetime import datetime
+from decimal import Decimal
+
+from django.urls import reverse
+
+from billing.metering import Meter
+from jobs.facts import JobFacts
+from jobs.models import Job, JobEvent
+
+
+def at(moment: datetime | None) -> str | None:
+    return moment.isoformat() if moment else None
+
+
+def _number(value: Decimal | None) -> str | None:
+    """Decimals as strings, exact: hours, GPU-hours and money."""
+    return None if value is None else str(value)
+
+
+def job_json(job: Job, facts: JobFacts | None = None) -> dict:
+    """The job with its live figures. `facts` is the one reading of the job (JobFacts(job) if not given)."""
+    facts = facts or JobFacts(job)
+    progress = facts.progress
+    return {
+        "id": job.pk,
+        "url": reverse("api:job", args=[job.pk]),
+        "page": reverse("jobs:detail", args=[job.pk]),
+        "kind": job.kind,
+        "work": job.work,
+        "params": job.params,
+        "state": job.state,
+        "state_display": job.get_state_display(),
+        "on_hold": job.on_hold,
+        "on_hold_reason": job.on_hold_reason if job.on_hold else "",
+        "error": job.error,
+        "data": {
+            "source_kind": job.source_kind,
+            "name": job.source_name,
+            "location": job.source_location,
+            "bytes": job.input_bytes,
+            "sha256": job.input_sha256,
+            "format": job.input_format,
+        },
+        "request": {
+            "gpus": job.gpus,
+            "hours": _number(job.hours),
+            "shape": job.shape,
+            "deadline": at(job.deadline),
+            "allow_partial": job.allow_partial,
+        },
+        "retention": {
+            "staged_days": job.retention_days,
+            "output_days": job.output_keep_days,
+            "staged_purge_at": at(facts.purge_due),
+            "output_purge_at": at(facts.output_due),
+            "staged_purged_at": at(job.staged_purged_at),
+            "output_purged_at": at(job.output_purged_at),
+        },
+        "created": at(job.created),
+        "queued_at": at(job.queued_at),
+        "started_at": at(job.started_at),
+        "ended_at": at(job.ended_at),
+        "progress": {
+            "records_done": progress.records_done,
+            "records_total": progress.records_total,
+            "percent": progress.percent,
+            "records_per_second": progress.records_per_second,
+            "eta_seconds": progress.eta_seconds,
+            "staging_percent": job.staging_percent,
+        },
+        "queue": {"place": facts.queue_position, "latest_start": at(facts.latest_start)},
+        "meter": meter_json(facts.meter),
+        "output": output_json(job, facts.output_files),
+        "sample": {"of": job.sample_id, "result": job.sample_result},
+    }
+
+
+def meter_json(meter: Meter | None) -> dict | None:
+    if meter is None:
+        return None
+    return {
+        "gpu_hours": _number(meter.gpu_hours),
+        "amount": _number(meter.amount),
+        "currency": meter.currency,
+        "rate": _number(meter.rate),
+    }
+
+
+def output_json(job: Job, names: list[str]) -> dict:
+    files = [{"name": name, "url": reverse("api:output_file", args=[job.pk, name])} for name in names]
+    manifest = reverse("api:manifest", args=[job.pk]) if "manifest.json" in names else None
+    return {"files": files, "manifest": manifest}
+
+
+def event_json(event: JobEvent) -> dict:
+    return {"at": at(event.at), "state": event.state, "message": event.message}

@@ -1,0 +1,73 @@
+"""Every error of the API is `{"error": {"code", "message", "field"?}}` with its status (docs/api.md): the
+handler's translation of Django REST framework's exceptions, nested fields named with dots."""
+
+import pytest
+from django.http import Http404
+from rest_framework import exceptions
+
+from api.errors import Conflict, Gone, exception_handler
+
+
+def error_of(exc) -> tuple[int, dict]:
+    response = exception_handler(exc, {})
+    return response.status_code, response.data["error"]
+
+
+NOT_FOUND = "There is no such object in your organisation."
+CANCELLED = "Job 4 is succeeded and can no longer be cancelled."
+PARSE = "JSON parse error - Expecting value: line 1 column 1 (char 0)"
+
+
+@pytest.mark.parametrize(
+    ("exc", "status", "error"),
+    [
+        (
+            exceptions.ValidationError({"request": {"gpus": ["Ask for at most 8 GPUs: the fleet has 8."]}}),
+            400,
+            {"code": "invalid", "message": "Ask for at most 8 GPUs: the fleet has 8.", "field": "request.gpus"},
+        ),
+        (
+            exceptions.ValidationError({"data": [{"location": ["No such file."]}]}),
+            400,
+            {"code": "invalid", "message": "No such file.", "field": "data.location"},
+        ),
+        (
+            exceptions.ValidationError({"non_field_errors": ["Give one of upload or location."]}),
+            400,
+            {"code": "invalid", "message": "Give one of upload or location."},
+        ),
+        (exceptions.ParseError(PARSE), 400, {"code": "invalid", "message": PARSE}),
+        (
+            exceptions.NotAuthenticated(),
+            401,
+            {"code": "unauthenticated", "message": "Authentication credentials were not provided."},
+        ),
+        (Http404("No Job matches the given query."), 404, {"code": "not_found", "message": NOT_FOUND}),
+        (Conflict(CANCELLED), 409, {"code": "conflict", "message": CANCELLED}),
+        (Gone("Deleted."), 410, {"code": "gone", "message": "Deleted."}),
+        (
+            exceptions.UnsupportedMediaType("text/plain"),
+            415,
+            {"code": "unsupported_media_type", "message": 'Unsupported media type "text/plain" in request.'},
+        ),
+    ],
+)
+def test_it_writes_each_error_in_one_shape(exc, status, error):
+    assert error_of(exc) == (status, error)
+
+
+def test_it_leaves_other_exceptions_to_django():
+    assert exception_handler(ValueError("a bug"), {}) is None
+
+
+def test_a_route_that_does_not_exist_is_404_in_json(db, partner_api):
+    for path in ("/api/v1/nope/", "/api/v1/jobs/abc/", "/api/v2/", "/api/v1/jobs/1/output/"):
+        answer = partner_api.get(path)
+        assert answer.status_code == 404, path
+        assert answer.json()["error"]["code"] == "not_found", path
+
+
+def test_an_unknown_method_is_405_in_json(db, partner_api):
+    answer = partner_api.delete("/api/v1/jobs/")
+    assert answer.status_code == 405
+    assert answer.json() == {"error": {"code": "method_not_allowed", "message": 'Method "DELETE" not allowed.'}}

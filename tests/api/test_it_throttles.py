@@ -1,0 +1,53 @@
+"""E31_API_RATE per token on every route: past it, 429 with Retry-After and the API's error body. Counted in the
+shared cache (Redis), per token: another token, of the same user too, has its own count."""
+
+from types import SimpleNamespace
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from api.models import ApiToken
+from api.throttling import SubmitRate, TokenRate
+from portal.env import env_rate
+from tests.api.conftest import api_client, token_for
+
+pytestmark = pytest.mark.django_db
+
+
+def test_past_the_rate_it_answers_429_with_retry_after(partner, settings):
+    settings.E31_API_RATE = "3/min"
+    client = api_client(token_for(partner))
+    assert [client.get("/api/v1/jobs/").status_code for _ in range(3)] == [200, 200, 200]
+    answer = client.get("/api/v1/me/")
+    assert answer.status_code == 429
+    assert 1 <= int(answer["Retry-After"]) <= 60
+    error = answer.json()["error"]
+    assert error["code"] == "throttled"
+    assert error["message"] == f"Too many requests: try again in {answer['Retry-After']} seconds."
+    assert api_client(token_for(partner, name="other")).get("/api/v1/me/").status_code == 200
+
+
+def test_the_public_pages_are_not_counted(partner, settings, db):
+    settings.E31_API_RATE = "1/min"
+    client = api_client(token_for(partner))
+    assert [client.get("/api/v1/").status_code for _ in range(3)] == [200, 200, 200]
+    assert client.get("/api/v1/me/").status_code == 200
+
+
+@pytest.mark.parametrize("value", ["120", "120/fortnight", "0/min", "-1/min", "ten/min", "120 / min"])
+def test_a_wrong_rate_stops_the_start(monkeypatch, value):
+    monkeypatch.setenv("E31_API_RATE", value)
+    with pytest.raises(ImproperlyConfigured, match="E31_API_RATE must be a count per period"):
+        env_rate("E31_API_RATE", "120/min")
+
+
+def test_creating_jobs_has_a_rate_of_its_own(partner, settings):
+    """SubmitRate, for the routes that create jobs: E31_API_SUBMIT_RATE, counted apart from E31_API_RATE."""
+    settings.E31_API_RATE, settings.E31_API_SUBMIT_RATE = "100/min", "2/hour"
+    token_for(partner)
+    request = SimpleNamespace(auth=ApiToken.objects.get(), user=partner, META={})
+    assert [SubmitRate().allow_request(request, None) for _ in range(3)] == [True, True, False]
+    refused = SubmitRate()
+    refused.allow_request(request, None)
+    assert 3500 < refused.wait() <= 3600
+    assert TokenRate().allow_request(request, None), "the rate of every route is counted apart"
