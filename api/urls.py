@@ -4,7 +4,7 @@ takes an object's id: a new one must be added there."""
 from django.urls import path, re_path
 from drf_spectacular.views import SpectacularAPIView
 
-from api import docs, errors, views
+from api import docs, errors, uploads, views
 
 app_name = "api"
 urlpatterns = [
@@ -12,6 +12,9 @@ urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", docs.SwaggerDocs.as_view(url_name="api:schema"), name="docs"),
     path("me/", views.me, name="me"),
+    # Making jobs, uploads and webhooks (api/submit.py, api/uploads.py, api/webhooks/).
+    path("uploads/", uploads.upload_create, name="uploads"),
+    path("uploads/<uuid:upload_id>/", uploads.upload_detail, name="upload"),
     # Any other path under /api/ is answered in JSON too.
     re_path(r"^.*$", errors.not_found, name="no_such_route"),
 ]
