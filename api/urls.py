@@ -5,6 +5,7 @@ from django.urls import path, re_path
 from drf_spectacular.views import SpectacularAPIView
 
 from api import docs, errors, uploads, views
+from api.webhooks import views as webhooks
 
 app_name = "api"
 urlpatterns = [
@@ -13,8 +14,11 @@ urlpatterns = [
     path("docs/", docs.SwaggerDocs.as_view(url_name="api:schema"), name="docs"),
     path("me/", views.me, name="me"),
     # Making jobs, uploads and webhooks (api/submit.py, api/uploads.py, api/webhooks/).
+    path("jobs/<int:pk>/webhooks/", webhooks.job_deliveries, name="job_webhooks"),
     path("uploads/", uploads.upload_create, name="uploads"),
     path("uploads/<uuid:upload_id>/", uploads.upload_detail, name="upload"),
+    path("webhooks/", webhooks.endpoint_list, name="webhooks"),
+    path("webhooks/<int:pk>/", webhooks.endpoint_detail, name="webhook"),
     # Any other path under /api/ is answered in JSON too.
     re_path(r"^.*$", errors.not_found, name="no_such_route"),
 ]
