@@ -4,7 +4,7 @@ takes an object's id: a new one must be added there."""
 from django.urls import path, re_path
 from drf_spectacular.views import SpectacularAPIView
 
-from api import docs, errors, uploads, views
+from api import docs, errors, submit, uploads, views
 from api.webhooks import views as webhooks
 
 app_name = "api"
@@ -14,6 +14,9 @@ urlpatterns = [
     path("docs/", docs.SwaggerDocs.as_view(url_name="api:schema"), name="docs"),
     path("me/", views.me, name="me"),
     # Making jobs, uploads and webhooks (api/submit.py, api/uploads.py, api/webhooks/).
+    path("jobs/", submit.job_create, name="jobs"),
+    path("jobs/<int:pk>/estimate/", submit.job_estimate, name="estimate"),
+    path("jobs/<int:pk>/pass/", submit.job_pass, name="pass"),
     path("jobs/<int:pk>/webhooks/", webhooks.job_deliveries, name="job_webhooks"),
     path("uploads/", uploads.upload_create, name="uploads"),
     path("uploads/<uuid:upload_id>/", uploads.upload_detail, name="upload"),

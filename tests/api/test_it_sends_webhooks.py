@@ -18,9 +18,9 @@ from api.webhooks.receivers import record
 from jobs import lifecycle
 from jobs.models import Job, State
 from tests.api.conftest import api_client, token_for
-from tests.api.loopback import webhook_receiver
+from tests.api.loopback import file_server, webhook_receiver
 from tests.factories import make_job
-from tests.support import client_for, wait_for
+from tests.support import EXAMPLE, client_for, wait_for, wait_for_end
 
 REPLAY_WINDOW = 300  # seconds: how old a signature a receiver should still take (docs/api.md)
 
@@ -143,6 +143,35 @@ def test_a_removed_endpoint_hears_nothing_more(fleet, partner_api, organisation)
     assert len(receiver.posts) == 1
     assert Delivery.objects.get().status == Delivery.Status.STOPPED
     assert not Delivery.objects.filter(job=later).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_jobs_own_webhook_hears_each_of_its_changes_signed_with_its_own_secret(fleet, partner_api, organisation):
+    with webhook_receiver() as receiver, file_server(EXAMPLE.parent) as server:
+        body = {
+            "work": {"kind": "clean-table"},
+            "data": {"location": f"{server}/customers.csv"},
+            "request": {"gpus": 1, "hours": 1},
+            "webhook_url": receiver.url("/job"),
+        }
+        answer = partner_api.post("/api/v1/jobs/", body, content_type="application/json")
+        assert answer.status_code == 201, answer.content
+        secret = answer.json()["webhook_secret"]
+        job = wait_for_end(Job.objects.get())
+        assert job.state == State.SUCCEEDED, job.error
+        wait_for(lambda: len(receiver.posts) == 5, timeout=20, what="a delivery for each change")
+    changes = sorted(
+        (
+            (body["data"]["previous_state"], body["data"]["state"])
+            for body in (verified(p, secret) for p in receiver.posts)
+        ),
+        key=lambda change: list(State).index(change[1]),
+    )
+    assert changes == [
+        ("submitted", "staging"), ("staging", "queued"), ("queued", "running"),
+        ("running", "finishing"), ("finishing", "succeeded"),
+    ]  # fmt: skip
+    assert partner_api.get("/api/v1/webhooks/").json() == [], "a job's own webhook is not the organisation's"
 
 
 @pytest.mark.django_db
