@@ -403,6 +403,8 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_DEFAULT_QUEUE = "control"
+# A webhook's attempt may wait 10 s on another server: on a queue of its own, it never holds up staging.
+CELERY_TASK_ROUTES = {"api.webhooks.tasks.deliver": {"queue": "webhooks"}}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # The visibility timeout is above the longest slot slice plus a shard, so Redis never hands a running
 # task to a second worker. A broker that does not answer (its host gone, the server hung) fails a
