@@ -8,16 +8,18 @@ from django.core.files.storage import default_storage
 from django.shortcuts import redirect
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
-from rest_framework.decorators import api_view
+from rest_framework.decorators import api_view, throttle_classes
 from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
 
+from api import submit
 from api.errors import Conflict, Gone
 from api.negotiation import any_accept
 from api.pagination import Pages, query
 from api.ranges import ranged_file_response
 from api.representation import event_json, job_json
 from api.schema import OBJECT, answers
+from api.throttling import SubmitRate, TokenRate
 from billing.exports import per_currency
 from billing.metering import MONEY, ledger_row
 from jobs import enqueue, lifecycle
@@ -50,13 +52,24 @@ class JobFilters(serializers.Serializer):
 
 
 @extend_schema(
+    methods=["GET"],
     operation_id="jobs_list",
     summary="The organisation's jobs, newest first",
     parameters=[JobFilters],
     responses=answers(OBJECT, 400, 403),
 )
-@api_view(["GET"])
+@extend_schema(
+    methods=["POST"],
+    operation_id="jobs_create",
+    summary="Make a job: its work, data (an upload's id, a URL, s3:// or a server path), request and retention",
+    request=submit.JobIn,
+    responses=answers(OBJECT, 400, 403, ok_status=201),
+)
+@api_view(["GET", "POST"])
+@throttle_classes([TokenRate, SubmitRate])
 def job_list(request):
+    if request.method == "POST":
+        return submit.create(request)
     wanted = query(request, JobFilters)
     jobs = jobs_for_user(request.user).order_by("-created", "-pk")
     for name in ("state", "kind", "work"):

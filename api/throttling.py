@@ -3,6 +3,7 @@ the routes that create jobs. Past one, 429 with Retry-After (errors.py). Counted
 shared by every web process. The rate is read from settings on each request, so a test can change it."""
 
 from django.conf import settings
+from rest_framework.permissions import SAFE_METHODS
 from rest_framework.throttling import SimpleRateThrottle
 
 
@@ -20,7 +21,11 @@ class TokenRate(SimpleRateThrottle):
 
 
 class SubmitRate(TokenRate):
-    """For the views that create a job (the create and pass routes), in their throttle_classes beside TokenRate."""
+    """For the views that create a job (the create and pass routes), in their throttle_classes beside TokenRate.
+    A reading (GET, HEAD, OPTIONS) is not counted: the list of jobs and their creation share a route."""
 
     scope = "api-submit"
     setting = "E31_API_SUBMIT_RATE"
+
+    def allow_request(self, request, view) -> bool:
+        return request.method in SAFE_METHODS or super().allow_request(request, view)

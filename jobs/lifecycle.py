@@ -20,6 +20,7 @@ starting puts it on hold (put_on_hold, lift_hold): a flag on the job, not a stat
 import logging
 import uuid
 from datetime import datetime, timedelta
+from functools import partial
 
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q, Value
@@ -28,7 +29,7 @@ from django.utils import timezone
 
 from jobs import enqueue
 from jobs.models import ENDED, Allocation, Gpu, Job, JobEvent, Shard, State, hold_periods
-from jobs.signals import hold_released
+from jobs.signals import hold_released, state_changed
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,8 @@ def _move(
     **fields,
 ) -> bool:
     """Move a job from one of `frm` to `to` (and only while `where` holds); False when another process
-    moved it first. A job that ends is emailed about to whoever submitted it, unless not `notify`."""
+    moved it first. A job that ends is emailed about to whoever submitted it, unless not `notify`. Once the
+    move is committed, `state_changed` tells whoever listens."""
     sources = (frm,) if isinstance(frm, str) else frm
     for source in sources:
         if to not in TRANSITIONS.get(source, ()):
@@ -65,13 +67,23 @@ def _move(
     if to in ENDED:
         fields.setdefault("ended_at", now)
     with transaction.atomic():
-        jobs = Job.objects.filter(pk=job_id, state__in=sources).filter(where or Q())
-        moved = jobs.update(state=to, modified=now, **fields)
+        previous = sources[0] if len(sources) == 1 else _locked_state(job_id, sources)
+        jobs = Job.objects.filter(pk=job_id, state=previous).filter(where or Q())
+        moved = previous is not None and jobs.update(state=to, modified=now, **fields)
         if moved:
             JobEvent.objects.create(job_id=job_id, state=to, at=now, message=message)
             if to in ENDED and notify:
                 enqueue.notify_ended(job_id)
+            changed = partial(state_changed.send_robust, Job, job_id=job_id, state=to, previous=previous, at=now)
+            transaction.on_commit(changed)
     return bool(moved)
+
+
+def _locked_state(job_id: int, sources: tuple[str, ...]) -> str | None:
+    """Which of `sources` the job is in, its row locked until the move commits (the UPDATE would lock it at
+    this point anyway), so the state left is known exactly; None when it is in none of them."""
+    jobs = Job.objects.select_for_update().filter(pk=job_id, state__in=sources)
+    return jobs.values_list("state", flat=True).first()
 
 
 def begin_staging(job: Job, claim: str, lease_until: datetime) -> bool:

@@ -195,14 +195,21 @@ def submit_pass(sample: Job, user, request: Request, retention: Retention) -> Jo
 
 def _find_upload(organisation: Organisation, data: Data) -> Upload:
     """The resumable upload the data names, if it is the organisation's, finished, and given alone."""
-    upload = Upload.objects.filter(organisation=organisation, pk=data.upload).first()
-    if upload is None:
-        raise SubmitError("data", "That upload is gone: it expired or was used. Upload the file again.")
+    upload = finished_upload(organisation, data.upload)
     if data.file is not None or data.location.strip():
         raise SubmitError("data", "Give the data one way: upload a file, or give a URL or a server path.")
+    return upload
+
+
+def finished_upload(organisation: Organisation, upload_id, field: str = "data") -> Upload:
+    """A resumable upload of the organisation's that is finished and not expired (the API sends a model file
+    this way too); SubmitError on `field` says why not."""
+    upload = Upload.objects.filter(organisation=organisation, pk=upload_id).first()
+    if upload is None:
+        raise SubmitError(field, "That upload is gone: it expired or was used. Upload the file again.")
     if not upload.complete or upload.expired:
         state = "expired" if upload.expired else f"at {upload.offset:,} of {upload.length:,} bytes"
-        raise SubmitError("data", f"The upload of {upload.filename} is {state}: finish it, then submit.")
+        raise SubmitError(field, f"The upload of {upload.filename} is {state}: finish it, then submit.")
     return upload
 
 

@@ -1,4 +1,5 @@
-"""Signals other apps listen to: billing hears when staging ends and when a hold is released."""
+"""Signals other apps listen to: billing hears when staging ends and when a hold is released; webhooks hear
+every change of a job's state."""
 
 from django.dispatch import Signal
 
@@ -6,3 +7,6 @@ from django.dispatch import Signal
 hold_released = Signal()
 # sent with job, size (bytes staged), started, finished
 staging_finished = Signal()
+# sent once the change is committed (never for one rolled back), with job_id, state (the new one), previous
+# and at; robustly: a listener that raises is logged, and the job's move stands
+state_changed = Signal()

@@ -45,6 +45,18 @@ def env_list(name: str, default: str) -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
 
 
+def env_ints(name: str, default: str, *, minimum: int | None = None) -> list[int]:
+    """Whole numbers separated by commas, each at least `minimum`."""
+    raw = os.environ.get(name, default)
+    items = [item.strip() for item in raw.split(",")]
+    if not all(re.fullmatch(r"-?[0-9]+", item) for item in items):
+        raise ImproperlyConfigured(f"{name} must be whole numbers separated by commas, not {raw!r}")
+    values = [int(item) for item in items]
+    if minimum is not None and any(value < minimum for value in values):
+        raise ImproperlyConfigured(f"{name} must be numbers of at least {minimum}, not {raw!r}")
+    return values
+
+
 RATE = re.compile(r"[1-9][0-9]*/(s|sec|second|m|min|minute|h|hour|d|day)")
 
 

@@ -11,7 +11,7 @@ from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.crypto import salted_hmac
 
-from portal.env import env_bool, env_choice, env_int, env_list, env_rate, env_str
+from portal.env import env_bool, env_choice, env_int, env_ints, env_list, env_rate, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("E31_VAR_DIR", str(BASE_DIR / "var"))).resolve()
@@ -90,6 +90,7 @@ INSTALLED_APPS = [
     "jobs",
     "billing",
     "api",
+    "api.webhooks",
 ]
 
 MIDDLEWARE = [
@@ -140,6 +141,9 @@ REST_FRAMEWORK = {
 }
 E31_API_RATE = env_rate("E31_API_RATE", "120/min")
 E31_API_SUBMIT_RATE = env_rate("E31_API_SUBMIT_RATE", "30/hour")
+# Webhooks (api/webhooks/): a delivery not answered 2xx is tried again after each of these delays in turn (1 min,
+# 5 min, 30 min, 2 h, 6 h), then given up; each attempt is on the job's delivery log.
+E31_WEBHOOK_RETRY_SECONDS = env_ints("E31_WEBHOOK_RETRY_SECONDS", "60,300,1800,7200,21600", minimum=1)
 # knox keeps a token's SHA-512 only; ours is "e31_" and 64 hex digits, sent as "Authorization: Bearer …", with
 # the expiry its owner chose (none by default) and never extended by use.
 KNOX_TOKEN_MODEL = "api.ApiToken"
@@ -399,6 +403,8 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_DEFAULT_QUEUE = "control"
+# A webhook's attempt may wait 10 s on another server: on a queue of its own, it never holds up staging.
+CELERY_TASK_ROUTES = {"api.webhooks.tasks.deliver": {"queue": "webhooks"}}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # The visibility timeout is above the longest slot slice plus a shard, so Redis never hands a running
 # task to a second worker. A broker that does not answer (its host gone, the server hung) fails a
@@ -415,6 +421,7 @@ CELERY_BEAT_SCHEDULE = {
     "reconcile-jobs": {"task": "jobs.tasks.reconcile", "schedule": 30.0},
     "purge-expired-copies-and-outputs": {"task": "jobs.tasks.purge_expired", "schedule": 600.0},
     "purge-abandoned-uploads": {"task": "jobs.tasks.purge_abandoned_uploads", "schedule": 600.0},
+    "send-due-webhooks": {"task": "api.webhooks.tasks.send_due", "schedule": 60.0},
 }
 
 LOGGING = {

@@ -20,6 +20,8 @@ os.environ.setdefault("E31_SHARD_LEASE_SECONDS", "5")
 # from although it is not public (the tests' own HTTP servers). 127.0.0.1 stays refused.
 os.environ.setdefault("E31_STAGING_ROOTS", str(ROOT / "var" / "test" / "staging-root"))
 os.environ.setdefault("E31_STAGING_ALLOWED_HOSTS", "localhost")
+# Webhook retries after 1 s, then 2 s: a test sees a delivery fail twice and succeed within seconds.
+os.environ.setdefault("E31_WEBHOOK_RETRY_SECONDS", "1,2,2,2,2")
 os.environ.setdefault("E31_SECRET_KEY", "tests-only-secret-key-not-for-production-0123456789")
 # Email goes to the SMTP server the tests start on loopback (tests/conftest.py), whatever the shell
 # has set: its port is chosen here, once, and the workers the tests start (which import this too)

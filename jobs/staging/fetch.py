@@ -1,4 +1,5 @@
-"""Fetching a dataset by URL for staging: http(s) only, public addresses only, streamed, resumable.
+"""Fetching a dataset by URL for staging: http(s) only, public addresses only, streamed, resumable; and
+posting to a URL (a webhook) through the same guard.
 
 Each hop (redirects included) is resolved once, every address the host resolves to is checked, and the TCP
 connection is opened to a checked address by us, so DNS cannot answer differently between check and connect
@@ -97,7 +98,7 @@ def _target(url: str, allowed_hosts: Sequence[str]) -> _Target:
         for address in addresses:
             if not is_public(address):
                 named = host if address == host else f"{host} resolves to {address}, which"
-                raise FetchError(f"{named} is not a public address; only public hosts can be fetched from.")
+                raise FetchError(f"{named} is not a public address; only public hosts can be reached.")
     path = quote(parts.path or "/", safe=URL_SAFE) + (f"?{quote(parts.query, safe=URL_SAFE)}" if parts.query else "")
     return _Target(parts.scheme, host, port, path, addresses)
 
@@ -144,14 +145,14 @@ class _PinnedHTTPSConnection(_PinnedHTTPConnection):
 
 
 def _request(
-    target: _Target, headers: dict[str, str], timeout: float
+    target: _Target, headers: dict[str, str], timeout: float, method: str = "GET", body: bytes | None = None
 ) -> tuple[http.client.HTTPResponse, socket.socket]:
-    """Send one GET; return the response and its socket. Connection failures become FetchErrors."""
+    """Send one request; return the response and its socket. Connection failures become FetchErrors."""
     kind = _PinnedHTTPSConnection if target.scheme == "https" else _PinnedHTTPConnection
     connection = kind(target, timeout)
     where = f"{target.host} (port {target.port})"
     try:
-        connection.request("GET", target.path, headers={**HEADERS, **headers})
+        connection.request(method, target.path, body=body, headers={**HEADERS, **headers})
         return connection.getresponse(), connection.pinned
     except ssl.SSLCertVerificationError as error:
         message = f"The certificate of {target.host} could not be verified ({error.verify_message})."
@@ -307,3 +308,24 @@ def fetch(
         response.close()
         sock.close()
     return Fetched(copy.written, url, content_type, resumes)
+
+
+@dataclass(frozen=True)
+class Posted:
+    status: int
+    reason: str
+
+
+def post(
+    url: str, body: bytes, headers: dict[str, str], *, allowed_hosts: Sequence[str] = (), timeout: float = 10.0
+) -> Posted:
+    """POST `body` to url, checked and pinned as a fetch is; the answer's status, its body left unread.
+
+    A redirect is not followed: the body is not sent again elsewhere on the word of a 3xx. `timeout` bounds
+    the connect and each read. FetchError when the URL is refused or nothing answers."""
+    response, sock = _request(_target(url, allowed_hosts), headers, timeout, method="POST", body=body)
+    try:
+        return Posted(response.status, response.reason)
+    finally:
+        response.close()
+        sock.close()

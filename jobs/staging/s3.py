@@ -1,13 +1,11 @@
 """S3 sources: `s3://bucket/key`, read with boto3 in parallel ranged GETs.
 
 A partner reads from their own bucket with credentials they give for the job; they are stored
-encrypted (Fernet, with a key derived from the portal's secret key), used only to stage, and wiped
-when staging ends. Without credentials, an organisation reads from the operator's buckets
+encrypted (portal.crypto: Fernet, with a key derived from the portal's secret key), used only to
+stage, and wiped when staging ends. Without credentials, an organisation reads from the operator's buckets
 (E31_STAGING_S3_BUCKETS, with the portal's own AWS credentials), and there only under `<slug>/`.
 """
 
-import base64
-import hashlib
 import io
 import json
 import re
@@ -22,7 +20,6 @@ import pyarrow.parquet as pq
 from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
-from cryptography.fernet import Fernet, InvalidToken
 from django.conf import settings
 from s3transfer.manager import TransferManager
 from s3transfer.subscribers import BaseSubscriber
@@ -30,6 +27,7 @@ from s3transfer.subscribers import BaseSubscriber
 from jobs.staging import archives, over_dataset_limit
 from jobs.staging.progress import StagingProgress
 from jobs.staging.ranged import RangedS3File
+from portal import crypto
 
 BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z")
 # A region's name as botocore checks it, which would otherwise fail the job at staging.
@@ -96,19 +94,17 @@ def prefix_in_use(prefix: str) -> bool:
     return False
 
 
-def _fernet() -> Fernet:
-    digest = hashlib.sha256(b"e31 staging credentials\0" + settings.SECRET_KEY.encode()).digest()
-    return Fernet(base64.urlsafe_b64encode(digest))
+SEALED_FOR = "e31 staging credentials"
 
 
 def seal(credentials: dict) -> str:
-    return _fernet().encrypt(json.dumps(credentials).encode()).decode()
+    return crypto.seal(SEALED_FOR, json.dumps(credentials).encode())
 
 
 def unseal(sealed: str) -> dict:
     try:
-        return json.loads(_fernet().decrypt(sealed.encode()))
-    except InvalidToken:
+        return json.loads(crypto.unseal(SEALED_FOR, sealed))
+    except crypto.InvalidToken:
         raise S3Error("The S3 credentials given with the job can no longer be read; submit it again.") from None
 
 

@@ -1,5 +1,6 @@
 """The resumable-upload endpoints (tus 1.0, see resumable.py): create an upload, then ask its offset,
-send its chunks or discard it. Members of an organisation only."""
+send its chunks or discard it. Members of an organisation only: logged in on the pages, or by an API token
+(api/uploads.py serves these same views under /api/v1/uploads/)."""
 
 from functools import wraps
 
@@ -59,7 +60,8 @@ def upload_create(request, organisation):
         organisation, request.user, request.headers.get("Upload-Length"), request.headers.get("Upload-Metadata", "")
     )
     response = HttpResponse(status=201)
-    response["Location"] = reverse("jobs:upload", args=[upload.pk])
+    # The upload's own route beside the one that created it: /jobs/uploads/<id>/, or the API's /api/v1/uploads/<id>/.
+    response["Location"] = reverse(f"{request.resolver_match.namespace}:upload", args=[upload.pk])
     response["Upload-Expires"] = http_date(upload.expires_at.timestamp())
     return response
 

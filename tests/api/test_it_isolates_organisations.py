@@ -16,12 +16,17 @@ ROUTES = {
     "output_file": ("get", "/api/v1/jobs/{pk}/output/output.parquet"),
     "cancel": ("post", "/api/v1/jobs/{pk}/cancel/"),
     "receipt": ("get", "/api/v1/jobs/{pk}/receipt/"),
+    "estimate": ("get", "/api/v1/jobs/{pk}/estimate/"),
+    "pass": ("post", "/api/v1/jobs/{pk}/pass/"),
+    "job_webhooks": ("get", "/api/v1/jobs/{pk}/webhooks/"),
     "ledger": ("get", "/api/v1/ledger/?job={pk}"),
     "ledger_csv": ("get", "/api/v1/ledger.csv?job={pk}"),
     "ledger_json": ("get", "/api/v1/ledger.json?job={pk}"),
 }
 # The organisation's lists, which show its own objects only.
-LISTS = {"jobs": "/api/v1/jobs/"}
+LISTS = {"jobs": "/api/v1/jobs/", "webhooks": "/api/v1/webhooks/"}
+# Routes naming an upload or a webhook endpoint: test_it_isolates_what_it_makes.py.
+MADE = {"uploads", "upload", "webhook"}
 # Routes about no organisation's objects.
 PUBLIC = {"index", "schema", "docs", "no_such_route"}
 ANY_TOKEN = {"me"}
@@ -31,7 +36,7 @@ pytestmark = pytest.mark.django_db
 
 def test_every_route_of_the_api_is_listed_here():
     names = {pattern.name for pattern in get_resolver("api.urls").url_patterns}
-    assert names == set(ROUTES) | set(LISTS) | PUBLIC | ANY_TOKEN
+    assert names == set(ROUTES) | set(LISTS) | MADE | PUBLIC | ANY_TOKEN
 
 
 @pytest.mark.parametrize("route", sorted(ROUTES))

@@ -429,3 +429,39 @@ def test_it_refuses_a_certificate_for_another_name(tls_server, certificate, monk
 def test_it_refuses_an_untrusted_certificate(tls_server):
     with pytest.raises(FetchError, match="certificate of localhost could not be verified"):
         get(tls_server.url(host="localhost", scheme="https"), allowed_hosts=("localhost",))
+
+
+class Poster(BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.server.requests.append((self.path, self.headers, body))
+        route = self.server.routes.get(self.path)
+        if route:
+            route(self)
+        else:
+            reply(self, status=204)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def post_server():
+    httpd = Server()
+    httpd.RequestHandlerClass = Poster
+    threading.Thread(target=httpd.serve_forever, args=(0.01,), daemon=True).start()
+    yield httpd
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_it_posts_through_the_same_guard_and_follows_no_redirect(post_server):
+    with pytest.raises(FetchError, match=r"127\.0\.0\.1 is not a public address"):
+        fetcher.post(post_server.url("/hook"), b"{}", {})
+    assert post_server.requests == [], "refused before anything was sent"
+    posted = fetcher.post(post_server.url("/hook"), b'{"a": 1}', {"X-Test": "yes"}, allowed_hosts=LOCAL)
+    _, headers, body = post_server.requests[0]
+    assert (posted.status, body, headers["X-Test"]) == (204, b'{"a": 1}', "yes")
+    post_server.routes["/moved"] = lambda handler: reply(handler, status=307, Location=post_server.url("/hook"))
+    assert fetcher.post(post_server.url("/moved"), b"{}", {}, allowed_hosts=LOCAL).status == 307
+    assert len(post_server.requests) == 2, "the 307 was not followed with the body"

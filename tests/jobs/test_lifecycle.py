@@ -8,6 +8,7 @@ from django.utils import timezone
 from jobs import lifecycle, tasks
 from jobs.models import Allocation, Gpu, Job, Node, Shard, State
 from jobs.scheduling import fleet, queue_position, schedule
+from jobs.signals import state_changed
 from tests.support import client_for
 
 pytestmark = pytest.mark.django_db
@@ -142,3 +143,31 @@ def test_it_runs_jobs_on_gpus_only_once_any_gpu_is_online(organisation, online_s
     )  # fmt: skip
     assert schedule() == [job.pk]
     assert [a.gpu for a in job.allocations.all()] == [gpu]
+
+
+def test_it_tells_listeners_of_each_move_once_it_is_committed(job, django_capture_on_commit_callbacks):
+    heard = []
+
+    def listener(sender, job_id, state, previous, at, **kwargs):
+        heard.append((job_id, previous, state))
+
+    def broken(sender, **kwargs):
+        raise RuntimeError("a listener that fails")
+
+    state_changed.connect(listener, weak=False)
+    state_changed.connect(broken, weak=False)
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            assert lifecycle.begin_staging(job, "claim-1", None)
+            assert heard == [], "not before the move is committed"
+        with django_capture_on_commit_callbacks(execute=True):
+            assert lifecycle.cancel(job), "a listener that fails does not undo the move"
+        with django_capture_on_commit_callbacks(execute=True) as moves:
+            assert not lifecycle.cancel(job)
+        assert moves == []
+    finally:
+        state_changed.disconnect(listener)
+        state_changed.disconnect(broken)
+    # cancel moves from one of four states: the one it left is the one it was in.
+    assert heard == [(job.pk, State.SUBMITTED, State.STAGING), (job.pk, State.STAGING, State.CANCELLED)]
+    assert Job.objects.get(pk=job.pk).state == State.CANCELLED

@@ -1,7 +1,8 @@
 """`manage.py gpuworker`: the worker side of one machine.
 
 One Celery worker process per GPU found by NVML (or per CPU slot), pinned to it and consuming a
-queue of its own, plus one worker for the control queue (staging, scheduling, assembly). The node
+queue of its own, plus one worker for the control queue (staging, scheduling, assembly) and one for
+the webhooks queue (posts that wait on other servers, never ahead of staging). The node
 and its slots are registered and kept alive with heartbeats; a slot counts once its worker is ready.
 A worker that dies is restarted, and its slot's holds end when it was last seen: a dead GPU is not
 metered. Each heartbeat also takes nodes that missed theirs offline
@@ -59,7 +60,9 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--cpu-slots", type=int, help="Run this many CPU slots even if GPUs are found.")
         parser.add_argument("--name", default=nodes.default_node_name(), help="The node's name (default: hostname).")
-        parser.add_argument("--no-control", action="store_true", help="Do not run a control-queue worker here.")
+        parser.add_argument(
+            "--no-control", action="store_true", help="Do not run the control and webhooks queues' workers here."
+        )
 
     def handle(self, *args, cpu_slots, name, no_control, **options):
         gpus = [] if cpu_slots else nvml.discover()
@@ -84,9 +87,9 @@ class Command(BaseCommand):
                 death_signal=signal.SIGKILL,
             )
         if not no_control:
-            children.start(
-                "control", celery_worker("control", f"control@{name}", 2), KEEP_FREED_MEMORY, stop_signal=signal.SIGQUIT
-            )
+            for queue in ("control", "webhooks"):
+                worker = celery_worker(queue, f"{queue}@{name}", 2)
+                children.start(queue, worker, KEEP_FREED_MEMORY, stop_signal=signal.SIGQUIT)
         noun = "GPU" if gpus else "CPU slot"
         work_kinds = processors.runnable_here()
         self.stdout.write(

@@ -1,0 +1,322 @@
+"""Making jobs through the API (docs/api.md, "Jobs"): a job, and the full pass of a finished sample with the
+sample's estimate beside it. The JSON becomes a jobs.spec.JobSpec and goes to jobs.services, the job form's
+and `submit`'s path: the checks and their sentences are the service's, and a refusal names its value as
+docs/api.md does (`request.gpus`). What is read here is only the JSON's shape: a number given as text or a
+value of the wrong kind is passed on as given, for the service to say what is wrong with it."""
+
+from collections.abc import Mapping
+from contextlib import ExitStack
+
+from django.urls import reverse
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
+from rest_framework import serializers, status
+from rest_framework.decorators import api_view, throttle_classes
+from rest_framework.exceptions import ValidationError
+from rest_framework.response import Response
+
+from api.errors import Conflict, invalid
+from api.representation import job_json
+from api.schema import OBJECT, answers
+from api.throttling import SubmitRate, TokenRate
+from api.webhooks import endpoints
+from jobs import enqueue, services
+from jobs.facts import JobFacts
+from jobs.models import Job, Upload
+from jobs.scheduling import sizing
+from jobs.spec import Data, JobSpec, NamedFile, Request, Retention, Work
+from jobs.uploads import resumable
+from portal.models import organisation_for
+from portal.text import ascii_count, clean_name, shown
+
+NO_SAMPLE = "This job is no finished sample."
+
+
+class Strict(serializers.Serializer):
+    """An object of the body that refuses a key it does not know, naming it: a misspelt key is not silently a
+    default."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, Mapping) and (unknown := sorted(set(data) - set(self.fields))):
+            known = ", ".join(self.fields)
+            raise ValidationError({unknown[0]: [f"There is no {shown(unknown[0])} here; the keys are: {known}."]})
+        return super().to_internal_value(data)
+
+
+@extend_schema_field({"oneOf": [{"type": "number"}, {"type": "string"}]})
+class AsGiven(serializers.Field):
+    """A number, as JSON or as text, passed on as given: the service reads it and says what is wrong."""
+
+    default_error_messages = {"invalid": "Give a number, or a number as text."}
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, int | float | str):
+            self.fail("invalid")
+        return data
+
+    def to_representation(self, value):
+        return value
+
+
+@extend_schema_field({"oneOf": [{"type": "string"}, {"type": "number"}, {"type": "boolean"}]})
+class ParamValue(serializers.Field):
+    """A work parameter's value as the form would have it typed: text (true and false as words, a number as
+    its digits), cleaned as the form cleans it."""
+
+    default_error_messages = {"invalid": "A parameter's value is text, a number, true or false."}
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool):
+            return "true" if data else "false"
+        if data is None:
+            return ""
+        if not isinstance(data, int | float | str):
+            self.fail("invalid")
+        return clean_name(str(data))
+
+    def to_representation(self, value):
+        return value
+
+
+class WorkIn(Strict):
+    kind = serializers.CharField(max_length=100)
+    params = serializers.DictField(child=ParamValue(), required=False, default=dict)
+    model_upload = serializers.UUIDField(required=False, allow_null=True, default=None)
+
+
+class S3CredentialsIn(Strict):
+    access_key_id = serializers.CharField(required=False, allow_blank=True, max_length=128)
+    secret_access_key = serializers.CharField(required=False, allow_blank=True, max_length=256)
+    region = serializers.CharField(required=False, allow_blank=True, max_length=40)
+    session_token = serializers.CharField(required=False, allow_blank=True, max_length=4096)
+
+
+class DataIn(Strict):
+    upload = serializers.UUIDField(required=False, allow_null=True, default=None)
+    location = serializers.CharField(
+        required=False, allow_blank=True, default="", max_length=2000, trim_whitespace=False
+    )
+    s3_credentials = S3CredentialsIn(required=False, allow_null=True, default=None)
+    sha256 = serializers.CharField(required=False, allow_blank=True, default="", max_length=100)
+
+
+class RequestIn(Strict):
+    gpus = AsGiven()
+    hours = AsGiven()
+    shape = serializers.CharField(required=False, default=Job.Shape.SHORT_WIDE, max_length=20)
+    deadline = serializers.DateTimeField(required=False, allow_null=True, default=None)
+    allow_partial = serializers.BooleanField(required=False, default=False)
+
+
+class RetentionIn(Strict):
+    staged_days = serializers.IntegerField(required=False, default=0)
+    output_days = serializers.IntegerField(required=False, allow_null=True, default=None)
+
+
+class JobIn(Strict):
+    work = WorkIn()
+    data = DataIn()
+    request = RequestIn()
+    retention = RetentionIn(required=False)
+    sample = serializers.BooleanField(required=False, default=False)
+    webhook_url = serializers.CharField(required=False, allow_blank=True, default="", trim_whitespace=False)
+
+
+class PassIn(Strict):
+    request = RequestIn()
+    retention = RetentionIn(required=False)
+    webhook_url = serializers.CharField(required=False, allow_blank=True, default="", trim_whitespace=False)
+
+
+def _read(serializer: type[serializers.Serializer], request) -> dict:
+    given = serializer(data=request.data)
+    given.is_valid(raise_exception=True)
+    return given.validated_data
+
+
+def _request(given: dict) -> Request:
+    return Request(
+        given["gpus"],
+        given["hours"],
+        given["shape"],
+        deadline=given["deadline"],
+        allow_partial=given["allow_partial"],
+    )
+
+
+def _retention(given: dict | None) -> Retention:
+    given = given or {}
+    return Retention(given.get("staged_days", 0), output_days=given.get("output_days"))
+
+
+def _credentials(given: dict | None) -> dict | None:
+    """The S3 credentials given, as the form takes them: each cleaned, the blank ones left out."""
+    if not given:
+        return None
+    cleaned = {
+        name: (value.strip() if name == "secret_access_key" else clean_name(value)) for name, value in given.items()
+    }
+    return {name: value for name, value in cleaned.items() if value} or None
+
+
+def _spec(given: dict, model: NamedFile | None) -> JobSpec:
+    work, data = given["work"], given["data"]
+    return JobSpec(
+        Work(clean_name(work["kind"]), {clean_name(name): value for name, value in work["params"].items()}, model),
+        Data(
+            upload=data["upload"],
+            location=data["location"],
+            s3_credentials=_credentials(data["s3_credentials"]),
+            sha256=clean_name(data["sha256"]),
+        ),
+        _request(given["request"]),
+        _retention(given.get("retention")),
+        sample=given["sample"],
+    )
+
+
+# The service's names for what it refuses, as docs/api.md names them.
+FIELDS = {
+    "sha256": "data.sha256",
+    "model": "work.model_upload",
+    "gpus": "request.gpus",
+    "hours": "request.hours",
+    "shape": "request.shape",
+    "deadline": "request.deadline",
+    "keep_days": "retention.staged_days",
+    "output_days": "retention.output_days",
+}
+
+
+def refused(error: services.SubmitError, spec: JobSpec | None = None) -> ValidationError:
+    """The service's refusal as a 400, its field in the API's dotted names."""
+    message = str(error)
+    field = FIELDS.get(error.field, error.field)
+    if error.field == "work":
+        field = _work_field(message, spec.work if spec else None)
+    elif error.field == "data" and spec is not None:
+        given = [name for name in ("upload", "location") if getattr(spec.data, name)]
+        field = f"data.{given[0]}" if len(given) == 1 else "data"
+    return invalid(field, message)
+
+
+def _work_field(message: str, work: Work | None) -> str:
+    """A parameter's own name when the service's sentence is about it (a ParamError begins with the name, or
+    names it as a parameter the kind does not take), else the work kind."""
+    for name in work.params if work else ():
+        if message.startswith(f"{name} ") or f"parameter {name!r}" in message:
+            return f"work.params.{name}"
+    return "work.kind"
+
+
+def _created(job: Job, unsent: list[str], webhook_url: str, user) -> Response:
+    """201 with the job as GET shows it, where it is, whether the task queue took it, and its own webhook's
+    secret."""
+    job.refresh_from_db()
+    answer = job_json(job)
+    if webhook_url:
+        _, answer["webhook_secret"] = endpoints.make(job.organisation, webhook_url, user, job=job)
+    if unsent:
+        answer["task_queue"] = "unreachable"
+    return Response(answer, status=status.HTTP_201_CREATED, headers={"Location": reverse("api:job", args=[job.pk])})
+
+
+def _model_file(organisation, upload_id, files: ExitStack) -> tuple[Upload | None, NamedFile | None]:
+    """A finished upload sent as the work's model file, opened on `files`."""
+    if upload_id is None:
+        return None, None
+    try:
+        upload = services.finished_upload(organisation, upload_id, field="model")
+    except services.SubmitError as error:
+        raise refused(error) from None
+    return upload, NamedFile(files.enter_context(upload.path.open("rb")), upload.filename)
+
+
+def create(request) -> Response:
+    """POST /api/v1/jobs/: the list of jobs (api.jobs.job_list) shares the route and answers a POST with this."""
+    organisation = organisation_for(request.user)
+    given = _read(JobIn, request)
+    webhook_url = given["webhook_url"] and endpoints.check_target("webhook_url", given["webhook_url"])
+    if given["work"]["model_upload"] is not None and given["work"]["model_upload"] == given["data"]["upload"]:
+        raise invalid("work.model_upload", "The model and the data are one upload: upload the model on its own.")
+    with ExitStack() as files:
+        model_upload, model = _model_file(organisation, given["work"]["model_upload"], files)
+        spec = _spec(given, model)
+        try:
+            with enqueue.unsent() as unsent:
+                job = services.submit_job(organisation, request.user, spec)
+        except services.SubmitError as error:
+            raise refused(error, spec) from None
+    if model_upload is not None:
+        resumable.discard(model_upload)  # the model was copied into storage with the job
+    return _created(job, unsent, webhook_url, request.user)
+
+
+def _sample_for(request, pk: int) -> JobFacts:
+    """The job's facts, if it is the organisation's (404) and a sample that measured the work (409): what the
+    estimate and the pass need, before their query or body is read."""
+    facts = JobFacts(services.get_job_for_user(request, pk))
+    if not facts.measured:
+        raise Conflict(NO_SAMPLE)
+    return facts
+
+
+def estimate_json(found: sizing.Estimate) -> dict:
+    return {
+        "gpus": found.gpus,
+        "seconds": round(found.seconds, 3),
+        "duration": found.duration,
+        "hours": str(found.hours),
+        "gpu_hours": str(found.gpu_hours),
+        "cost": None if found.cost is None else str(found.cost),
+        "currency": found.currency,
+    }
+
+
+@extend_schema(
+    summary="A finished sample's estimate of the full pass: in each shape on the fleet now, and on `gpus`",
+    parameters=[OpenApiParameter("gpus", int, description="GPUs for the pass; the sample's request by default")],
+    responses=answers(OBJECT, 400, 403, 404, 409),
+)
+@api_view(["GET"])
+def job_estimate(request, pk: int):
+    facts = _sample_for(request, pk)
+    raw = request.query_params.get("gpus")
+    if raw is None:
+        found = facts.planned_pass
+    else:
+        gpus = ascii_count(raw)
+        found = facts.estimate(gpus) if gpus else None
+        if found is None:
+            raise invalid("gpus", f"Give a whole number of {facts.fleet.noun}s, not {shown(raw)}.")
+    shapes = zip(("wide", "narrow"), facts.shapes, strict=False)
+    return Response(
+        {
+            "job": facts.job.pk,
+            "measured": facts.job.sample_result,
+            "shapes": [{"shape": name, **estimate_json(shape)} for name, shape in shapes],
+            "estimate": estimate_json(found),
+        }
+    )
+
+
+@extend_schema(
+    summary="The full pass of a finished sample, on the data the sample staged",
+    request=PassIn,
+    responses=answers(OBJECT, 400, 403, 404, 409, ok_status=201),
+)
+@api_view(["POST"])
+@throttle_classes([TokenRate, SubmitRate])
+def job_pass(request, pk: int):
+    sample = _sample_for(request, pk).job  # as on the page, the pass is offered for a measured sample only
+    given = _read(PassIn, request)
+    webhook_url = given["webhook_url"] and endpoints.check_target("webhook_url", given["webhook_url"])
+    try:
+        with enqueue.unsent() as unsent:
+            job = services.submit_pass(
+                sample, request.user, _request(given["request"]), _retention(given.get("retention"))
+            )
+    except services.SubmitError as error:
+        if error.field == "sample":
+            raise Conflict(str(error)) from None
+        raise refused(error) from None
+    return _created(job, unsent, webhook_url, request.user)

@@ -1,0 +1,15 @@
+"""The webhooks app: its receiver hears every committed change of a job's state."""
+
+from django.apps import AppConfig
+
+
+class WebhooksConfig(AppConfig):
+    name = "api.webhooks"
+    label = "webhooks"
+    verbose_name = "Webhooks"
+
+    def ready(self) -> None:
+        from api.webhooks import receivers  # noqa: PLC0415 (the models are ready only now)
+        from jobs.signals import state_changed  # noqa: PLC0415
+
+        state_changed.connect(receivers.job_state_changed, dispatch_uid="webhooks.job_state_changed")

@@ -1,0 +1,236 @@
+"""POST /api/v1/jobs/: a job from JSON, through the service the form and `submit` use. Its data is a finished
+upload (sent over the token), a URL, an S3 URI or a server path; a refusal is the service's sentence with the
+value named as docs/api.md names it; nothing is made of a refused job; creating jobs has its own rate."""
+
+import contextlib
+import hashlib
+import uuid
+
+import pytest
+from django.urls import reverse
+
+from jobs.models import Job, State, Upload
+from portal.celery import app as celery_app
+from tests.api.conftest import api_client, token_for
+from tests.api.loopback import file_server, upload
+from tests.jobs.test_onnx_infer import linear_model, table_csv
+from tests.support import EXAMPLE, wait_for_end
+
+DATA = EXAMPLE.read_bytes()
+
+
+def job_body(data: dict | None = None, **parts) -> dict:
+    body = {
+        "work": {"kind": "clean-table", "params": {}},
+        "data": {"location": "http://localhost:9/customers.csv"} if data is None else data,
+        "request": {"gpus": 1, "hours": "1"},
+    }
+    return {**body, **parts}
+
+
+def post_job(client, body: dict):
+    return client.post("/api/v1/jobs/", body, content_type="application/json")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_makes_a_job_of_an_upload_sent_over_the_token_and_runs_it(fleet, partner, partner_api, rate_card):
+    upload_id = upload(partner_api, DATA, chunk=50_000)
+    answer = post_job(partner_api, job_body({"upload": upload_id}, request={"gpus": 2, "hours": "1"}))
+    assert answer.status_code == 201, answer.content
+    job = Job.objects.get()
+    made = answer.json()
+    assert answer["Location"] == f"/api/v1/jobs/{job.pk}/" == made["url"]
+    assert (made["id"], made["state"], made["data"]["source_kind"], made["data"]["name"]) == (
+        job.pk, "submitted", "upload", "customers.csv",
+    )  # fmt: skip
+    assert made["request"] == {
+        "gpus": 2, "hours": "1.00", "shape": "short-wide", "deadline": None, "allow_partial": False,
+    }  # fmt: skip
+    assert "task_queue" not in made
+    assert job.created_by == partner, "the token's user is the submitter: the receipt and the email name them"
+    assert not Upload.objects.exists(), "the upload became the job's data"
+    wait_for_end(job)
+    assert job.state == State.SUCCEEDED, job.error
+    assert job.input_sha256 == hashlib.sha256(DATA).hexdigest()
+    assert job.allocations.count() == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_makes_a_job_of_a_url_and_checks_the_data_against_its_sha256(fleet, partner_api):
+    with file_server(EXAMPLE.parent) as server:
+        data = {"location": f"{server}/customers.csv", "sha256": hashlib.sha256(DATA).hexdigest().upper()}
+        answer = post_job(partner_api, job_body(data, retention={"staged_days": 0, "output_days": 3}))
+        assert answer.status_code == 201, answer.content
+        job = wait_for_end(Job.objects.get())
+    assert job.state == State.SUCCEEDED, job.error
+    assert (job.source_kind, job.source_name, job.output_keep_days) == ("url", "customers.csv", 3)
+
+
+def test_it_makes_a_sample_and_keeps_the_request_for_its_pass(partner_api, online_slots):
+    body = job_body(request={"gpus": 4, "hours": 2, "shape": "short-wide"}, sample=True)
+    answer = post_job(partner_api, body)
+    assert answer.status_code == 201, answer.content
+    job = Job.objects.get()
+    assert (job.kind, job.gpus, answer.json()["kind"]) == (Job.Kind.SAMPLE, 1, "sample")
+    assert job.sample_result["request"]["gpus"] == 4
+
+
+def test_it_reads_parameters_s3_credentials_deadline_and_partial_output(partner_api, online_slots):
+    body = job_body(
+        {
+            "location": "s3://partner-bucket/data/customers.csv",
+            "s3_credentials": {"access_key_id": "AKIA1", "secret_access_key": " s3cr3t ", "region": "eu-west-1"},
+        },
+        work={"kind": "clean-table", "params": {"type_threshold": 0.9, "types": "id:int"}},
+        request={"gpus": "2", "hours": 1.5, "deadline": "2099-01-01T12:00:00Z", "allow_partial": True},
+    )
+    answer = post_job(partner_api, body)
+    assert answer.status_code == 201, answer.content
+    job = Job.objects.get()
+    assert job.params["type_threshold"] == 0.9
+    assert (job.gpus, str(job.hours), job.deadline.year, job.allow_partial) == (2, "1.50", 2099, True)
+    assert job.source_kind == "s3" and "s3cr3t" not in job.source_secret
+    assert "s3cr3t" not in answer.content.decode()
+
+
+def test_it_takes_a_model_file_as_an_upload_for_onnx_infer(partner_api, online_slots):
+    model_id = upload(partner_api, linear_model(), name="scorer.onnx")
+    data_id = upload(partner_api, table_csv(10), name="table.csv")
+    work = {"kind": "onnx-infer", "params": {"inputs": "features=a+b+c"}, "model_upload": model_id}
+    body = job_body({"upload": data_id}, work=work)
+    answer = post_job(partner_api, body)
+    assert answer.status_code == 201, answer.content
+    job = Job.objects.get()
+    assert job.model_name == "scorer.onnx" and job.model_path
+    assert not Upload.objects.exists(), "both uploads were used"
+
+
+def test_a_model_that_does_not_load_is_refused_in_the_services_words(partner_api, online_slots):
+    model_id = upload(partner_api, b"\x08\x07garbage", name="scorer.onnx")
+    body = job_body(work={"kind": "onnx-infer", "params": {}, "model_upload": model_id})
+    error = post_job(partner_api, body).json()["error"]
+    assert error["field"] == "work.model_upload"
+    assert error["message"].startswith("scorer.onnx: the model does not load")
+    assert Upload.objects.filter(pk=model_id).exists(), "a refused job leaves the upload for the next try"
+
+
+GPUS, HOURS = "request.gpus", "request.hours"
+ONE_WAY = "Give the data one way: upload a file, or give a URL or a server path."
+REFUSED = [
+    ("gpus 0", {"request": {"gpus": 0, "hours": "1"}}, GPUS, "Ask for at least one GPU, not 0."),
+    ('gpus "many"', {"request": {"gpus": "many", "hours": "1"}}, GPUS, "GPUs must be a whole number, not 'many'."),
+    ("gpus [1]", {"request": {"gpus": [1], "hours": 1}}, GPUS, "Give a number, or a number as text."),
+    ("hours -1", {"request": {"gpus": 1, "hours": -1}}, HOURS, "Hours must be more than zero, not -1."),
+    ("a shape", {"request": {"gpus": 1, "hours": 1, "shape": "tall"}}, "request.shape", "not 'tall'."),
+    (
+        "a past deadline",
+        {"request": {"gpus": 1, "hours": 1, "deadline": "2001-01-01T00:00Z"}},
+        "request.deadline",
+        "The deadline, 2001-01-01 00:00 UTC, has passed; give a later one.",
+    ),
+    ("no request", {"request": None}, "request", "This field may not be null."),
+    ("a misspelt key", {"request": {"gpu": 1, "hours": 1}}, "request.gpu", "There is no 'gpu' here"),
+    ("an unknown kind", {"work": {"kind": "frobnicate"}}, "work.kind", "There is no work kind 'frobnicate'"),
+    (
+        "an unknown parameter",
+        {"work": {"kind": "clean-table", "params": {"bogus": "1"}}},
+        "work.params.bogus",
+        "clean-table has no parameter 'bogus'",
+    ),
+    (
+        "a parameter's value",
+        {"work": {"kind": "clean-table", "params": {"type_threshold": "x"}}},
+        "work.params.type_threshold",
+        "type_threshold must be a float, not 'x'",
+    ),
+    ("no data", {"data": {}}, "data", ONE_WAY),
+    ("an upload id", {"data": {"upload": "not-a-uuid"}}, "data.upload", "Must be a valid UUID."),
+    ("an ftp URL", {"data": {"location": "ftp://example.com/a.csv"}}, "data.location", "ftp"),
+    (
+        "a sha256",
+        {"data": {"location": "http://localhost/a.csv", "sha256": "abc"}},
+        "data.sha256",
+        "A SHA-256 is 64 hexadecimal digits, not 'abc'.",
+    ),
+    ("staged days", {"retention": {"staged_days": 9999}}, "retention.staged_days", "Keep the staged copy 0 to"),
+    ("output days", {"retention": {"output_days": 0}}, "retention.output_days", "Keep the output 1 to"),
+    ("an unknown key", {"gpus": 2}, "gpus", "There is no 'gpus' here; the keys are: work, data, request, retention"),
+    ("a webhook to loopback", {"webhook_url": "http://127.0.0.1/h"}, "webhook_url", "127.0.0.1 is not a public"),
+]
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "message"), [case[1:] for case in REFUSED], ids=[case[0] for case in REFUSED]
+)
+def test_it_refuses_a_bad_value_naming_it_in_the_services_words(partner_api, online_slots, change, field, message):
+    answer = post_job(partner_api, job_body(**change))
+    assert answer.status_code == 400, answer.content
+    error = answer.json()["error"]
+    assert (error["code"], error["field"]) == ("invalid", field), error
+    assert message in error["message"]
+    assert not Job.objects.exists()
+
+
+def test_it_refuses_two_sources_at_once(partner_api, online_slots):
+    upload_id = upload(partner_api, DATA)
+    error = post_job(partner_api, job_body({"upload": upload_id, "location": "http://localhost/a.csv"})).json()["error"]
+    assert (error["field"], error["message"]) == ("data", ONE_WAY)
+    assert Upload.objects.filter(pk=upload_id).exists() and not Job.objects.exists()
+
+
+def test_an_upload_of_another_organisation_is_as_good_as_none(partner_api, outsider, online_slots):
+    theirs = upload(api_client(token_for(outsider)), DATA)
+    answers = [post_job(partner_api, job_body({"upload": upload_id})) for upload_id in (theirs, str(uuid.uuid4()))]
+    assert [answer.status_code for answer in answers] == [400, 400]
+    assert (
+        answers[0].json()
+        == answers[1].json()
+        == {
+            "error": {
+                "code": "invalid",
+                "message": "That upload is gone: it expired or was used. Upload the file again.",
+                "field": "data.upload",
+            }
+        }
+    )
+    assert Upload.objects.filter(pk=theirs).exists()
+
+
+def test_it_limits_the_jobs_a_token_makes(partner_api, online_slots, settings):
+    settings.E31_API_SUBMIT_RATE = "2/hour"
+    assert [post_job(partner_api, job_body()).status_code for _ in range(2)] == [201, 201]
+    throttled = post_job(partner_api, job_body())
+    assert throttled.status_code == 429
+    assert throttled.json()["error"]["code"] == "throttled"
+    assert 3000 < int(throttled["Retry-After"]) <= 3600
+    assert partner_api.get("/api/v1/me/").status_code == 200, "only making jobs is limited so"
+    assert Job.objects.count() == 2
+
+
+@contextlib.contextmanager
+def broker_away():
+    """This process sends its tasks to a Redis that is not there."""
+    before = celery_app.conf.broker_url
+    celery_app.conf.broker_url = "redis+socket:///nonexistent/redis.sock"
+    celery_app._pool = celery_app.amqp._producer_pool = None
+    try:
+        yield
+    finally:
+        celery_app.conf.broker_url = before
+        celery_app._pool = celery_app.amqp._producer_pool = None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_made_while_the_task_queue_is_away_is_kept_and_says_so(partner_api, online_slots):
+    with broker_away():
+        answer = post_job(partner_api, job_body())
+    assert answer.status_code == 201
+    assert answer.json()["task_queue"] == "unreachable"
+    assert Job.objects.get().state == State.SUBMITTED, "the safety net stages it once the queue is back"
+
+
+def test_the_route_is_in_the_schema(partner_api):
+    schema = partner_api.get(reverse("api:schema"), HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
+    assert "post" in schema["paths"]["/api/v1/jobs/"]
+    made = {"/api/v1/jobs/{id}/estimate/", "/api/v1/jobs/{id}/pass/", "/api/v1/webhooks/", "/api/v1/uploads/"}
+    assert made <= set(schema["paths"])

@@ -1,0 +1,121 @@
+"""A sample through the API, its estimate and the full pass it sized: the estimate is the page's (JobFacts), the
+pass takes the sample's staged copy over; a job that is no finished sample is a conflict, in the page's words."""
+
+import os
+
+import pytest
+
+from jobs.facts import JobFacts
+from jobs.models import Job, State
+from tests.api.loopback import upload
+from tests.factories import make_job
+from tests.jobs.test_sample import SECONDS_PER_BATCH, dataset
+from tests.support import Worker, wait_for_end
+
+
+@pytest.fixture(scope="module")
+def gpuworker(django_db_setup, django_db_blocker, redis_server):
+    """Two CPU slots whose samples stop after 3 s, and whose passes are cut into shards of 1 s of work."""
+    worker = Worker(f"test-api-sample-{os.getpid()}", slots=2, E31_SAMPLE_SECONDS="3", E31_SHARD_SECONDS="1")
+    yield worker
+    worker.stop()
+
+
+def post(client, path: str, body: dict):
+    return client.post(path, body, content_type="application/json")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_sample_sizes_its_pass_and_the_pass_runs_on_its_staged_copy(fleet, partner_api, rate_card):
+    data = upload(partner_api, dataset(), name="records.csv")
+    made = post(
+        partner_api,
+        "/api/v1/jobs/",
+        {
+            "work": {"kind": "test-slow-echo", "params": {"seconds_per_batch": SECONDS_PER_BATCH}},
+            "data": {"upload": data},
+            "request": {"gpus": 2, "hours": 3},
+            "retention": {"staged_days": 3},
+            "sample": True,
+        },
+    )
+    assert made.status_code == 201, made.content
+    sample = wait_for_end(Job.objects.get(pk=made.json()["id"]))
+    assert sample.state == State.SUCCEEDED, sample.error
+
+    estimate = partner_api.get(f"/api/v1/jobs/{sample.pk}/estimate/?gpus=2").json()
+    facts = JobFacts(sample)
+    expected = facts.estimate(2)
+    assert estimate["estimate"]["gpus"] == 2
+    assert (estimate["estimate"]["hours"], estimate["estimate"]["gpu_hours"]) == (
+        str(expected.hours), str(expected.gpu_hours),
+    )  # fmt: skip
+    assert estimate["estimate"]["cost"] == str(expected.cost) and estimate["estimate"]["currency"] == "USD"
+    assert [shape["gpus"] for shape in estimate["shapes"]] == [shape.gpus for shape in facts.shapes]
+    assert estimate["shapes"][0]["shape"] == "wide"
+    assert estimate["measured"]["records_per_second"] == sample.sample_result["records_per_second"]
+    planned = partner_api.get(f"/api/v1/jobs/{sample.pk}/estimate/").json()["estimate"]
+    assert planned["gpus"] == facts.planned_pass.gpus, "without gpus: the GPUs asked for with the sample"
+
+    passed = post(
+        partner_api,
+        f"/api/v1/jobs/{sample.pk}/pass/",
+        {"request": {"gpus": 2, "hours": estimate["estimate"]["hours"]}, "retention": {"staged_days": 0}},
+    )
+    assert passed.status_code == 201, passed.content
+    assert passed["Location"] == f"/api/v1/jobs/{passed.json()['id']}/"
+    full = wait_for_end(Job.objects.get(pk=passed.json()["id"]))
+    assert full.state == State.SUCCEEDED, full.error
+    assert (full.sample_id, full.gpus, full.records_out) == (sample.pk, 2, 4000)
+    assert full.events.filter(message__startswith="took over the staged copy").exists(), "not staged again"
+
+    again = post(partner_api, f"/api/v1/jobs/{sample.pk}/pass/", {"request": {"gpus": 1, "hours": 1}})
+    assert again.status_code == 409
+    assert again.json()["error"]["message"].startswith(f"The staged copy of sample {sample.pk} is gone")
+
+
+@pytest.mark.django_db
+def test_a_job_that_is_no_finished_sample_is_a_conflict(partner_api, organisation, online_slots):
+    for job in (make_job(organisation, State.SUCCEEDED), make_job(organisation, State.RUNNING, kind=Job.Kind.SAMPLE)):
+        estimate = partner_api.get(f"/api/v1/jobs/{job.pk}/estimate/")
+        assert estimate.status_code == 409
+        assert estimate.json()["error"] == {"code": "conflict", "message": "This job is no finished sample."}
+        passed = post(partner_api, f"/api/v1/jobs/{job.pk}/pass/", {"request": {"gpus": 1, "hours": 1}})
+        assert passed.status_code == 409
+        assert passed.json()["error"] == estimate.json()["error"], "before the body is read"
+    assert Job.objects.count() == 2
+
+
+@pytest.mark.django_db
+def test_an_estimate_needs_a_whole_number_of_gpus(partner_api, organisation, online_slots):
+    sample = make_job(
+        organisation,
+        State.SUCCEEDED,
+        kind=Job.Kind.SAMPLE,
+        sample_result={"records_per_second": 100.0, "records_total": 10_000, "startup_seconds": 1.0},
+    )
+    for gpus in ("0", "two", "-1", "1.5"):
+        answer = partner_api.get(f"/api/v1/jobs/{sample.pk}/estimate/?gpus={gpus}")
+        assert answer.status_code == 400
+        assert answer.json()["error"]["field"] == "gpus"
+        assert answer.json()["error"]["message"] == f"Give a whole number of CPU slots, not '{gpus}'."
+    assert partner_api.get(f"/api/v1/jobs/{sample.pk}/estimate/?gpus=3").json()["estimate"]["gpus"] == 3
+
+
+@pytest.mark.django_db
+def test_a_pass_is_refused_in_the_services_words(partner_api, organisation, online_slots):
+    sample = make_job(
+        organisation,
+        State.SUCCEEDED,
+        kind=Job.Kind.SAMPLE,
+        staged_path="jobs/1/input/records.csv",
+        sample_result={"records_per_second": 100.0, "records_total": 10_000},
+    )
+    answer = post(partner_api, f"/api/v1/jobs/{sample.pk}/pass/", {"request": {"gpus": 9, "hours": 1}})
+    assert answer.status_code == 400
+    assert answer.json()["error"] == {
+        "code": "invalid",
+        "message": "The fleet has 4 CPU slots online; ask for 4 or fewer.",
+        "field": "request.gpus",
+    }
+    assert Job.objects.count() == 1
