@@ -45,7 +45,7 @@ def test_creating_jobs_has_a_rate_of_its_own(partner, settings):
     """SubmitRate, for the routes that create jobs: E31_API_SUBMIT_RATE, counted apart from E31_API_RATE."""
     settings.E31_API_RATE, settings.E31_API_SUBMIT_RATE = "100/min", "2/hour"
     token_for(partner)
-    request = SimpleNamespace(auth=ApiToken.objects.get(), user=partner, META={})
+    request = SimpleNamespace(auth=ApiToken.objects.get(), user=partner, META={}, method="POST")
     assert [SubmitRate().allow_request(request, None) for _ in range(3)] == [True, True, False]
     refused = SubmitRate()
     refused.allow_request(request, None)
