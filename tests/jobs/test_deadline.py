@@ -12,7 +12,7 @@ from jobs import lifecycle, tasks
 from jobs.models import Job, State
 from jobs.scheduling import latest_start, schedule
 from jobs.spec import Data, JobSpec, NamedFile, Request, Work
-from tests.jobs.test_worker_killed import csv_bytes
+from tests.datasets import csv_bytes
 from tests.support import EXAMPLE, job_form, wait_for_end
 
 

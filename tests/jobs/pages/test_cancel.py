@@ -8,7 +8,7 @@ from django.core.files.storage import default_storage
 
 from billing.models import LedgerEntry
 from jobs.models import Gpu, Job, Shard, State
-from tests.jobs.test_worker_killed import csv_bytes
+from tests.datasets import csv_bytes
 from tests.support import job_form, wait_for, wait_for_end
 
 HOLD = LedgerEntry.Kind.HOLD

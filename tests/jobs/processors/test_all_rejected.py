@@ -19,7 +19,7 @@ from jobs.models import Job, State
 from jobs.processors import Context, Record
 from jobs.processors.clean_table import CleanTable, TypeScanner
 from jobs.processors.column_stats import ColumnStats, StatsScanner
-from tests.jobs.test_images import picture, zipped
+from tests.datasets import picture, zipped
 from tests.support import job_form, wait_for_end
 
 BROKEN_IMAGE = b"\x89PNG\r\n\x1a\nthis is not the rest of a png"

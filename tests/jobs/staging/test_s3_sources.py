@@ -16,7 +16,7 @@ from jobs.models import Job, State
 from jobs.staging import s3
 from portal import onboarding
 from portal.models import Application
-from tests.jobs.test_images import picture
+from tests.datasets import picture
 from tests.support import EXAMPLE, Worker, client_for, job_form, s3_on_loopback, wait_for_end, wait_for_slots
 
 CREDENTIALS = {"access_key_id": "partner-key", "secret_access_key": "partner-secret-value"}

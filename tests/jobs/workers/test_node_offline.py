@@ -23,7 +23,7 @@ from jobs.scheduling import schedule
 from jobs.staging import stage
 from jobs.workers.node import go_offline, take_silent_nodes_offline
 from jobs.workers.runner import ShardLost, claim_next, process_shard, run_slot
-from tests.jobs.test_worker_killed import csv_bytes
+from tests.datasets import csv_bytes
 from tests.support import job_form, wait_for, wait_for_end, wait_for_slots
 
 

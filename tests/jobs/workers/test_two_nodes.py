@@ -6,7 +6,7 @@ import pytest
 from django.core.files.storage import default_storage
 
 from jobs.models import Job, Shard, State
-from tests.jobs.test_worker_killed import csv_bytes
+from tests.datasets import csv_bytes
 from tests.support import job_form, wait_for_end, wait_for_slots
 
 pytestmark = pytest.mark.django_db(transaction=True)

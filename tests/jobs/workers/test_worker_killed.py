@@ -9,6 +9,7 @@ import pytest
 from django.core.files.storage import default_storage
 
 from jobs.models import Job, Shard, State
+from tests.datasets import csv_bytes
 from tests.support import job_form, wait_for, wait_for_end
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -16,12 +17,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 ROWS = 2000
 
 
-def csv_bytes(rows: int = ROWS) -> bytes:
-    return ("id,text\n" + "".join(f"{n},record {n}\n" for n in range(1, rows + 1))).encode()
-
-
 def test_it_processes_the_shard_again_after_sigkill(fleet, partner_client):
-    form = job_form(csv_bytes(), name="numbers.csv", work="test-slow-echo")
+    form = job_form(csv_bytes(ROWS), name="numbers.csv", work="test-slow-echo")
     form["param-test-slow-echo-seconds_per_batch"] = "0.15"
     assert partner_client.post("/jobs/new/", form).status_code == 302
     job = Job.objects.get()
