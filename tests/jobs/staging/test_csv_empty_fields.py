@@ -15,8 +15,7 @@ import pytest
 from jobs.models import Job, State
 from jobs.staging import fastcsv
 from jobs.staging.formats import iter_records
-from tests.jobs.test_fastcsv import described, job_for, small_blocks  # noqa: F401 (a fixture)
-from tests.jobs.test_formats import COMMAS, read
+from tests.jobs.staging.reading import COMMAS, described, job_for, read
 from tests.support import job_form, wait_for_end
 
 VALUES = ["", " ", "x", "a b", 'say "hi"', "two\nlines", "1,5", "2;5", "é", "  padded  ", "12"]

@@ -15,11 +15,10 @@ from django.core.files.storage import default_storage
 from jobs import processors
 from jobs.models import Job, State
 from jobs.staging import fastcsv, scankernel, stage
-from jobs.staging.describe import describe_and_cut
 from jobs.staging.fastcsv import ScanAlong
 from jobs.staging.formats import FormatError, iter_records
-from jobs.staging.progress import StagingProgress
 from jobs.staging.scankernel import scan_block
+from tests.jobs.staging.reading import described, job_for
 from tests.support import EXAMPLE
 
 pytestmark = pytest.mark.django_db
@@ -49,41 +48,6 @@ DATASETS = {
     "blank quoted fields alone on a line": HEADER + rows(1500) + b'""\n" "\n"\t"\n' + rows(1500),
     "a record longer than a block": HEADER + rows(300) + b'7,"' + b"long line\n" * 20_000 + b'",1.5,2026-01-01\n',
 }
-
-
-def job_for(organisation) -> Job:
-    return Job.objects.create(
-        organisation=organisation,
-        work="clean-table",
-        params=processors.get("clean-table").validate_params({}),
-        source_name="data.csv",
-        gpus=2,
-        hours=1,
-        state=State.STAGING,
-    )
-
-
-def described(job: Job, data: bytes, exact: bool = False):
-    path = default_storage.save("test-fastcsv/data.csv", ContentFile(data))
-    try:
-        with pytest.MonkeyPatch.context() as patch:
-            if exact:
-                patch.setattr(fastcsv, "read", _unsure)
-            return describe_and_cut(job, path, StagingProgress(job.pk, job.staging_claim))
-    finally:
-        default_storage.delete(path)
-
-
-def _unsure(*args, **kwargs):
-    raise fastcsv.Unsure
-
-
-@pytest.fixture
-def small_blocks(monkeypatch):
-    """Many blocks, even for small data, so records cross the scan's block boundaries."""
-    monkeypatch.setattr(fastcsv, "MIN_BLOCK", 1024)
-    monkeypatch.setattr(fastcsv, "SCAN_BLOCK", 4096)
-    monkeypatch.setattr(fastcsv, "MAX_BLOCK", 8192)  # and records parsed in many pieces
 
 
 @pytest.mark.parametrize("name", list(DATASETS))

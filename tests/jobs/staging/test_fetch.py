@@ -21,9 +21,9 @@ from cryptography.x509.oid import NameOID
 
 from jobs.staging import fetch as fetcher
 from jobs.staging.fetch import FetchError, check_url, fetch, tls_context
+from tests.jobs.staging.reading import LOCAL, get
 
 BODY = os.urandom(300_000)
-LOCAL = ("127.0.0.1",)
 REAL_GETADDRINFO = socket.getaddrinfo
 
 
@@ -79,34 +79,6 @@ def server():
     httpd.server_close()
 
 
-@pytest.fixture
-def raw_server():
-    """Start a socket server answering its connections, in turn, with these exact bytes."""
-    listeners = []
-
-    def start(*replies: bytes) -> str:
-        listener = socket.create_server(("127.0.0.1", 0))
-        listeners.append(listener)
-
-        def serve():
-            for answer in replies:
-                try:
-                    connection, _ = listener.accept()
-                except OSError:
-                    return
-                with connection:
-                    while b"\r\n\r\n" not in connection.recv(65536):
-                        pass
-                    connection.sendall(answer)
-
-        threading.Thread(target=serve, daemon=True).start()
-        return f"http://127.0.0.1:{listener.getsockname()[1]}/data"
-
-    yield start
-    for listener in listeners:
-        listener.close()
-
-
 def resolver(monkeypatch, name: str, *answers: list[str]) -> list[str]:
     """Make `name` resolve to the next list of addresses on each lookup; return the lookups made."""
     lookups = []
@@ -120,12 +92,6 @@ def resolver(monkeypatch, name: str, *answers: list[str]) -> list[str]:
 
     monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
     return lookups
-
-
-def get(url: str, **options) -> tuple[fetcher.Fetched, bytes]:
-    dest = io.BytesIO()
-    result = fetch(url, dest, **{"max_bytes": 10_000_000, "timeout": 5.0, **options})
-    return result, dest.getvalue()
 
 
 def test_it_streams_the_body_into_dest(server):

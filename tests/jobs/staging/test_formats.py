@@ -4,19 +4,7 @@ import pytest
 
 from jobs.processors import Record
 from jobs.staging.formats import NEITHER, FormatError, detect, iter_records, read_header
-
-COMMAS = {"format": "csv", "delimiter": ",", "quotechar": '"'}
-
-
-def read(data: bytes, layout: dict | None = None) -> tuple[dict, list[Record]]:
-    """Detect (unless given the layout), read the header for CSV and read every record, as staging does."""
-    layout = dict(layout or detect(data, at_eof=True))
-    stream = io.BytesIO(data)
-    offset, header_lines = 0, 0
-    if layout["format"] == "csv":
-        layout["columns"], offset, header_lines = read_header(stream, layout)
-        stream.seek(offset)
-    return layout, list(iter_records(stream, layout, start=offset, first_line=header_lines + 1))
+from tests.jobs.staging.reading import COMMAS, read
 
 
 def reread(data: bytes, layout: dict, previous: Record | None, last: Record, *, header: int = 0) -> list[Record]:

@@ -10,7 +10,7 @@ import pytest
 from billing.models import LedgerEntry
 from jobs.models import Job, State
 from jobs.staging.formats import FormatError, detect, iter_records, open_quote_line
-from tests.jobs.test_formats import COMMAS, read
+from tests.jobs.staging.reading import COMMAS, read
 from tests.support import job_form, wait_for_end
 
 NEVER_CLOSED = "a quote opened here is never closed."
