@@ -7,7 +7,7 @@ import pytest
 from django.core.management import call_command
 
 from jobs.models import Job, State, Upload
-from tests.jobs.test_resumable_upload import TUS
+from tests.jobs.uploads.tus import TUS
 from tests.support import EXAMPLE, client_for, job_form
 
 pytestmark = pytest.mark.django_db

@@ -1,7 +1,6 @@
 """Resumable uploads (tus 1.0): chunks with offsets and checksums; every bad chunk is refused and
 leaves what is stored as it was; a finished upload becomes a job's data without being sent again."""
 
-import base64
 import fcntl
 import hashlib
 import io
@@ -13,52 +12,10 @@ from django.utils import timezone
 
 from jobs.models import Job, State, Upload
 from jobs.uploads import resumable
-from tests.support import EXAMPLE, job_form, wait_for_end
+from tests.jobs.uploads.tus import DATA, TUS, b64, create, created, job_with_upload, send, upload_of, upload_whole
+from tests.support import wait_for_end
 
 pytestmark = pytest.mark.django_db
-
-TUS = {"HTTP_TUS_RESUMABLE": "1.0.0"}
-DATA = EXAMPLE.read_bytes()
-DATA_LENGTH = len(DATA)
-
-
-def b64(raw: bytes) -> str:
-    return base64.b64encode(raw).decode()
-
-
-def create(client, length=DATA_LENGTH, name="customers.csv", **extra):
-    headers = {**TUS, "HTTP_UPLOAD_LENGTH": str(length), "HTTP_UPLOAD_METADATA": f"filename {b64(name.encode())}"}
-    return client.post("/jobs/uploads/", **{**headers, **extra})
-
-
-def created(client, **kwargs) -> str:
-    response = create(client, **kwargs)
-    assert response.status_code == 201, response.content
-    return response["Location"]
-
-
-def send(client, url, offset, chunk: bytes, checksum: str | None = "computed", **extra):
-    headers = {**TUS, "HTTP_UPLOAD_OFFSET": str(offset)}
-    if checksum == "computed":
-        headers["HTTP_UPLOAD_CHECKSUM"] = "sha256 " + b64(hashlib.sha256(chunk).digest())
-    elif checksum:
-        headers["HTTP_UPLOAD_CHECKSUM"] = checksum
-    return client.generic(
-        "PATCH", url, chunk, content_type=extra.pop("content_type", resumable.CHUNK_TYPE), **{**headers, **extra}
-    )
-
-
-def upload_of(url) -> Upload:
-    return Upload.objects.get(pk=url.rstrip("/").rsplit("/", 1)[-1])
-
-
-def upload_whole(client, data=DATA, chunk=4096) -> str:
-    url = created(client, length=len(data))
-    for offset in range(0, len(data), chunk):
-        response = send(client, url, offset, data[offset : offset + chunk])
-        assert response.status_code == 204, response.content
-        assert int(response["Upload-Offset"]) == min(offset + chunk, len(data))
-    return url
 
 
 def test_it_says_what_it_supports(partner_client):
@@ -273,13 +230,6 @@ def test_it_needs_the_csrf_token(partner):
     url = created(client, HTTP_X_CSRFTOKEN=token)
     assert send(client, url, 0, DATA[:100]).status_code == 403
     assert send(client, url, 0, DATA[:100], HTTP_X_CSRFTOKEN=token).status_code == 204
-
-
-def job_with_upload(url, **fields):
-    form = job_form(**fields)
-    del form["data"]
-    form["upload"] = str(upload_of(url).pk)
-    return form
 
 
 def test_the_form_refuses_an_unfinished_upload_and_keeps_it(partner_client, online_slots):

@@ -6,8 +6,8 @@ import pytest
 
 from jobs.models import Upload
 from jobs.staging.fetch import FetchError
-from tests.jobs.test_fetch import LOCAL, get, raw_server  # noqa: F401 (raw_server is a fixture)
-from tests.jobs.test_resumable_upload import DATA, create, created, send, upload_of
+from tests.jobs.staging.reading import LOCAL, get
+from tests.jobs.uploads.tus import DATA, create, created, send, upload_of
 
 pytestmark = pytest.mark.django_db
 
@@ -67,14 +67,14 @@ def test_it_still_takes_plain_ascii_counts(partner_client):
 
 
 @pytest.mark.parametrize("declared", [b"\xb2", b"1\xb2", b"+5", b"-1", b"1e3", b"0x10", b"1_000", b"9" * 5000])
-def test_it_refuses_a_fetched_file_whose_content_length_is_not_ascii_digits(raw_server, declared):  # noqa: F811
+def test_it_refuses_a_fetched_file_whose_content_length_is_not_ascii_digits(raw_server, declared):
     # http.client reads headers as Latin-1, so the byte B2 arrives as "²".
     url = raw_server(b"HTTP/1.1 200 OK\r\nContent-Length: " + declared + b"\r\n\r\n" + b"x" * 10)
     with pytest.raises(FetchError, match="sent an invalid Content-Length"):
         get(url, allowed_hosts=LOCAL)
 
 
-def test_it_refuses_a_fetched_file_of_a_huge_content_length(raw_server):  # noqa: F811
+def test_it_refuses_a_fetched_file_of_a_huge_content_length(raw_server):
     url = raw_server(b"HTTP/1.1 200 OK\r\nContent-Length: " + str(10**30).encode() + b"\r\n\r\n" + b"x" * 10)
     with pytest.raises(FetchError, match="is larger than the 10000000 byte limit"):
         get(url, allowed_hosts=LOCAL)

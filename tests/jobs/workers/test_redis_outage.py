@@ -28,7 +28,7 @@ from portal.celery import app as celery_app
 from tests.datasets import csv_bytes
 from tests.jobs.test_cancel import slow_job_form
 from tests.jobs.test_operator_hold import _act, _queued
-from tests.jobs.test_resumable_upload import job_with_upload, upload_whole
+from tests.jobs.uploads.tus import job_with_upload, upload_whole
 from tests.jobs.test_sample import finished_sample
 from tests.support import Worker, client_for, manage, process_env, wait_for, wait_for_end, wait_for_slots
 
