@@ -1,9 +1,10 @@
 """What the tests share besides fixtures: waiting on a condition, the processes they start (a
 gpuworker, manage.py), a logged-in client, the job form's fields, moto's S3 server, the ledger
-opened for the flush. Fixtures live in conftest.py and use these."""
+opened for the flush, the browser's upload status. Fixtures live in conftest.py and use these."""
 
 import contextlib
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from jobs.models import ENDED, Gpu
 from tests.settings import PLUGIN_PATH, ROOT
 
 EXAMPLE = ROOT / "examples" / "customers.csv"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 @contextlib.contextmanager
@@ -166,3 +168,8 @@ def wait_for_end(job, timeout: float = 60.0):
 
     wait_for(ended, timeout=timeout, interval=0.1, what=f"job {job.pk} to end (it is {job.state})")
     return job
+
+
+def state_is(page, state: str, timeout: float = 60_000):
+    # A selector, not wait_for_function: the page's Content-Security-Policy refuses the eval that one takes.
+    page.wait_for_selector(f"#upload-status[data-state='{state}']", state="attached", timeout=timeout)

@@ -9,8 +9,7 @@ import pytest
 from django.utils import timezone
 
 from jobs.models import Job, State
-from tests.jobs.test_upload_in_browser import CHROMIUM, browser, dataset, state_is  # noqa: F401 (fixtures)
-from tests.support import wait_for, wait_for_end
+from tests.support import CHROMIUM, state_is, wait_for, wait_for_end
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -36,7 +35,7 @@ document.addEventListener("htmx:afterSwap", () => { document.documentElement.dat
 class Watched:
     """A browser page whose policy violations, console errors and answers without a policy are collected."""
 
-    def __init__(self, browser, base: str):  # noqa: F811
+    def __init__(self, browser, base: str):
         self.base = base
         self.page = browser.new_page()
         self.page.add_init_script(WATCH)
@@ -81,7 +80,7 @@ class Watched:
 
 
 def test_the_pages_work_under_the_policy_without_a_violation(
-    browser, live_server, fleet, partner, operator, rate_card, dataset  # noqa: F811 (the fixtures imported above)
+    browser, live_server, fleet, partner, operator, rate_card, dataset
 ):  # fmt: skip
     visitor = Watched(browser, live_server.url)
     visitor.visit("/")
@@ -117,7 +116,7 @@ def test_the_pages_work_under_the_policy_without_a_violation(
     operator_page.check("the operators' queue, polled by htmx")
 
 
-def test_the_cancel_button_asks_first_without_an_inline_handler(browser, live_server, partner, organisation):  # noqa: F811
+def test_the_cancel_button_asks_first_without_an_inline_handler(browser, live_server, partner, organisation):
     job = Job.objects.create(
         organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1, state=State.QUEUED,
         queued_at=timezone.now(), on_hold_since=timezone.now(),  # on hold: a worker left running never starts it

@@ -6,15 +6,12 @@ Needs Debian's `chromium`; CI installs it and sets E31_BROWSER_TESTS=1, so there
 import hashlib
 import os
 import re
-import shutil
 
 import pytest
-from playwright.sync_api import sync_playwright
 
 from jobs.models import Job, State, Upload
-from tests.support import wait_for, wait_for_end
+from tests.support import CHROMIUM, state_is, wait_for, wait_for_end
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.skipif(
@@ -28,26 +25,6 @@ OFFLINE = {"offline": True, "latency": 0, "downloadThroughput": -1, "uploadThrou
 FAST = {"offline": False, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1}
 
 
-@pytest.fixture
-def dataset(tmp_path):
-    path = tmp_path / "records.csv"
-    rows = b"".join(b"%d,record number %d of the browser test\n" % (n, n) for n in range(60_000))
-    path.write_bytes(b"id,text\n" + rows)
-    return path
-
-
-@pytest.fixture
-def browser(monkeypatch):
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's sync API runs an event loop here
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(
-            executable_path=CHROMIUM or "chromium",
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"],
-        )
-        yield chromium
-        chromium.close()
-
-
 class Network:
     """The page's network, made slow, cut or fast again through the DevTools protocol."""
 
@@ -57,11 +34,6 @@ class Network:
 
     def __call__(self, conditions: dict) -> None:
         self.session.send("Network.emulateNetworkConditions", conditions)
-
-
-def state_is(page, state: str, timeout: float = 60_000):
-    # A selector, not wait_for_function: the page's Content-Security-Policy refuses the eval that one takes.
-    page.wait_for_selector(f"#upload-status[data-state='{state}']", state="attached", timeout=timeout)
 
 
 def test_an_upload_survives_a_dropped_network_and_a_reload(
