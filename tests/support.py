@@ -1,6 +1,7 @@
 """What the tests share besides fixtures: waiting on a condition, the processes they start (a
-gpuworker, manage.py), a logged-in client, the job form's fields, moto's S3 server, the ledger
-opened for the flush, the browser's upload status. Fixtures live in conftest.py and use these."""
+gpuworker, manage.py), a logged-in client, the job form's fields, a job submitted through the service,
+an action in the jobs' admin, moto's S3 server, the ledger opened for the flush, the browser's upload
+status. Fixtures live in conftest.py and use these."""
 
 import contextlib
 import os
@@ -21,7 +22,10 @@ from django.db import connections, transaction
 from django.test import Client
 from moto.server import ThreadedMotoServer
 
-from jobs.models import ENDED, Gpu
+from jobs import services
+from jobs.models import ENDED, Gpu, Job
+from jobs.spec import Data, JobSpec, NamedFile, Request, Work
+from tests.datasets import csv_bytes
 from tests.settings import PLUGIN_PATH, ROOT
 
 EXAMPLE = ROOT / "examples" / "customers.csv"
@@ -159,6 +163,26 @@ def job_form(data: bytes | Path = EXAMPLE, name: str = "customers.csv", **fields
     }
     form.update(fields)
     return form
+
+
+def slow_job_form(seconds_per_batch="0.2"):
+    """The job form for test-slow-echo over 2,000 records: slow enough to act on while it runs."""
+    form = job_form(csv_bytes(2000), name="numbers.csv", work="test-slow-echo")
+    form["param-test-slow-echo-seconds_per_batch"] = seconds_per_batch
+    return form
+
+
+def submit_example(organisation, partner, **spec) -> Job:
+    """Submit examples/customers.csv for clean-table on 1 GPU for 1 hour, as the form and the CLI do."""
+    with EXAMPLE.open("rb") as data:
+        data = Data(file=NamedFile(data, "customers.csv"))
+        return services.submit_job(organisation, partner, JobSpec(Work("clean-table"), data, Request(1, 1), **spec))
+
+
+def admin_action(client, action: str, jobs: list[Job], **fields):
+    """Run an action of the jobs' admin on these jobs, as the console posts it."""
+    form = {"action": action, "_selected_action": [job.pk for job in jobs], **fields}
+    return client.post("/admin/jobs/job/", form, follow=True)
 
 
 def wait_for_end(job, timeout: float = 60.0):

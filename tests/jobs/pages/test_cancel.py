@@ -8,18 +8,11 @@ from django.core.files.storage import default_storage
 
 from billing.models import LedgerEntry
 from jobs.models import Gpu, Job, Shard, State
-from tests.datasets import csv_bytes
-from tests.support import job_form, wait_for, wait_for_end
+from tests.support import job_form, slow_job_form, wait_for, wait_for_end
 
 HOLD = LedgerEntry.Kind.HOLD
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def slow_job_form(seconds_per_batch="0.2"):
-    form = job_form(csv_bytes(2000), name="numbers.csv", work="test-slow-echo")
-    form["param-test-slow-echo-seconds_per_batch"] = seconds_per_batch
-    return form
 
 
 def test_it_releases_the_gpus_within_seconds_and_keeps_finished_shards(fleet, partner_client):

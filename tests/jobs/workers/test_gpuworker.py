@@ -5,7 +5,6 @@ import os
 import re
 import signal
 import uuid
-from pathlib import Path
 
 import pytest
 from django.conf import settings
@@ -14,29 +13,10 @@ from django.core.files.storage import default_storage
 from jobs import enqueue, processors
 from jobs.models import Gpu, Job, State
 from jobs.staging import stage
+from tests.jobs.workers.processes import main_process_of, processes_mentioning
 from tests.support import Worker, job_form, wait_for, wait_for_end
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def processes_mentioning(text: str) -> dict[int, str]:
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if text in command:
-            found[int(entry.name)] = command
-    return found
-
-
-def main_process_of(slot: str) -> int | None:
-    """The slot's Celery main process: the oldest of the processes that name it (its pool is younger)."""
-    pids = [pid for pid, command in processes_mentioning(slot).items() if "celery" in command]
-    return min(pids) if pids else None
 
 
 @pytest.fixture

@@ -24,15 +24,8 @@ from jobs.staging import stage
 from jobs.workers.node import go_offline, take_silent_nodes_offline
 from jobs.workers.runner import ShardLost, claim_next, process_shard, run_slot
 from tests.datasets import csv_bytes
+from tests.jobs.workers.gpu_time import as_gpu_hours, gpu_seconds
 from tests.support import job_form, wait_for, wait_for_end, wait_for_slots
-
-
-def gpu_seconds(allocations) -> int:
-    return sum(math.ceil((a.held_to - a.held_from).total_seconds()) for a in allocations)
-
-
-def as_gpu_hours(seconds: int) -> Decimal:
-    return (Decimal(seconds) / 3600).quantize(Decimal("0.000001"))
 
 
 @pytest.fixture

@@ -26,11 +26,19 @@ from jobs.reconcile import reconcile
 from portal import embedded_redis
 from portal.celery import app as celery_app
 from tests.datasets import csv_bytes
-from tests.jobs.test_cancel import slow_job_form
-from tests.jobs.test_operator_hold import _act, _queued
+from tests.factories import finished_sample, make_job
 from tests.jobs.uploads.tus import job_with_upload, upload_whole
-from tests.jobs.test_sample import finished_sample
-from tests.support import Worker, client_for, manage, process_env, wait_for, wait_for_end, wait_for_slots
+from tests.support import (
+    Worker,
+    admin_action,
+    client_for,
+    manage,
+    process_env,
+    slow_job_form,
+    wait_for,
+    wait_for_end,
+    wait_for_slots,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -210,7 +218,7 @@ def test_it_answers_cancel_hold_and_a_pass_with_their_usual_pages_while_redis_is
     partner_client.post("/jobs/new/", slow_job_form("0.5"))
     running = Job.objects.get()
     wait_for(lambda: Shard.objects.filter(job=running, status=Shard.Status.DONE).exists(), timeout=60)
-    queued, on_hold = _queued(organisation, 1), _queued(organisation, 1)
+    queued, on_hold = make_job(organisation, State.QUEUED), make_job(organisation, State.QUEUED)
     sample = finished_sample(organisation)
     console = client_for(operator)
     server.stop()
@@ -224,13 +232,13 @@ def test_it_answers_cancel_hold_and_a_pass_with_their_usual_pages_while_redis_is
     assert running.state == State.CANCELLED
     assert not running.allocations.filter(held_to__isnull=True).exists(), "released at once"
 
-    response = _act(console, "cancel", [queued])
+    response = admin_action(console, "cancel", [queued])
     assert response.status_code == 200
     page = response.content.decode()
     assert "Cancelled 1 job(s)." in page and f"{UNREACHABLE}; the cancels stand." in page
     assert Job.objects.get(pk=queued.pk).state == State.CANCELLED
-    assert _act(console, "put_on_hold", [on_hold], apply="1", reason="maintenance").status_code == 200
-    response = _act(console, "lift_hold", [on_hold])
+    assert admin_action(console, "put_on_hold", [on_hold], apply="1", reason="maintenance").status_code == 200
+    response = admin_action(console, "lift_hold", [on_hold])
     assert response.status_code == 200
     assert f"{UNREACHABLE}: they start in their place once it is back." in response.content.decode()
     assert Job.objects.get(pk=on_hold.pk).on_hold_since is None

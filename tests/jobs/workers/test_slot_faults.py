@@ -19,8 +19,8 @@ from jobs.models import Allocation, Gpu, Job, JobEvent, Node, Shard, State
 from jobs.workers.node import process_runs, serve_held_slots, slot_stopped
 from jobs.workers.runner import run_slot
 from tests.datasets import csv_bytes
-from tests.jobs.test_gpuworker import main_process_of, processes_mentioning
-from tests.jobs.test_node_offline import as_gpu_hours, gpu_seconds
+from tests.jobs.workers.gpu_time import as_gpu_hours, gpu_seconds
+from tests.jobs.workers.processes import main_process_of, processes_mentioning
 from tests.support import Worker, job_form, wait_for, wait_for_end, wait_for_slots
 
 
