@@ -11,8 +11,8 @@ from jobs.models import ENDED, Job, State
 
 
 def make_job(organisation, state: str = State.SUBMITTED, **fields) -> Job:
-    """A clean-table job over a.csv asking for 1 GPU for 1 hour, in `state`: queued since now if
-    queued, ended now if ended, unless `fields` say otherwise."""
+    """A clean-table job with its default parameters over a.csv, asking for 1 GPU for 1 hour, in
+    `state`: queued since now if queued, ended now if ended, unless `fields` say otherwise."""
     now = timezone.now()
     job = {
         "organisation": organisation,
@@ -32,14 +32,12 @@ def make_job(organisation, state: str = State.SUBMITTED, **fields) -> Job:
 
 def finished_sample(organisation, **fields) -> Job:
     """A sample of data.csv that succeeded: 600 of its 36,000 records at 10 a second, its staged copy kept."""
-    fields = {
-        "organisation": organisation, "work": "clean-table", "gpus": 1, "hours": Decimal("0.05"),
-        "source_name": "data.csv", "kind": Job.Kind.SAMPLE, "state": State.SUCCEEDED,
+    sample = {
+        "kind": Job.Kind.SAMPLE, "hours": Decimal("0.05"), "source_name": "data.csv",
         "staged_path": "jobs/0/input/data.csv", "records_total": 36_000,
         "sample_result": {
             "records": 600, "seconds": 60.0, "records_per_second": 10.0, "startup_seconds": 0.0,
             "records_total": 36_000, "slot": "CPU slot 0 on fake-node", "peak_memory_mb": 120,
         },
-        **fields,
     }  # fmt: skip
-    return Job.objects.create(**fields)
+    return make_job(organisation, fields.pop("state", State.SUCCEEDED), **{**sample, **fields})

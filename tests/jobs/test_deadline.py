@@ -13,14 +13,12 @@ from jobs.models import Job, State
 from jobs.scheduling import latest_start, schedule
 from jobs.spec import Data, JobSpec, NamedFile, Request, Work
 from tests.datasets import csv_bytes
+from tests.factories import make_job
 from tests.support import EXAMPLE, job_form, wait_for_end
 
 
 def _queued(organisation, gpus: int = 1, hours: float = 1, **fields) -> Job:
-    return Job.objects.create(
-        organisation=organisation, work="clean-table", source_name="a.csv", gpus=gpus, hours=hours,
-        state=State.QUEUED, queued_at=timezone.now(), **fields,
-    )  # fmt: skip
+    return make_job(organisation, State.QUEUED, gpus=gpus, hours=hours, **fields)
 
 
 @pytest.mark.django_db

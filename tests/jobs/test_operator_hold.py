@@ -16,14 +16,12 @@ from jobs.management.commands.submit import progress_line
 from jobs.models import Job, State
 from jobs.outputs.assemble import _staging
 from jobs.scheduling import latest_start, queue_position, schedule
+from tests.factories import make_job
 from tests.support import admin_action, client_for, submit_example, wait_for, wait_for_end
 
 
 def _queued(organisation, gpus: int) -> Job:
-    return Job.objects.create(
-        organisation=organisation, work="clean-table", source_name="a.csv", gpus=gpus, hours=1, state=State.QUEUED,
-        queued_at=timezone.now(),
-    )  # fmt: skip
+    return make_job(organisation, State.QUEUED, gpus=gpus)
 
 
 @pytest.mark.django_db

@@ -9,6 +9,7 @@ import pytest
 from django.utils import timezone
 
 from jobs.models import Job, State
+from tests.factories import make_job
 from tests.support import CHROMIUM, state_is, wait_for, wait_for_end
 
 pytestmark = [
@@ -117,10 +118,8 @@ def test_the_pages_work_under_the_policy_without_a_violation(
 
 
 def test_the_cancel_button_asks_first_without_an_inline_handler(browser, live_server, partner, organisation):
-    job = Job.objects.create(
-        organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1, state=State.QUEUED,
-        queued_at=timezone.now(), on_hold_since=timezone.now(),  # on hold: a worker left running never starts it
-    )  # fmt: skip
+    # On hold: a worker left running never starts it.
+    job = make_job(organisation, State.QUEUED, on_hold_since=timezone.now())
     watched = Watched(browser, live_server.url)
     watched.log_in("partner", "pw-partner")
     watched.visit(f"/jobs/{job.pk}/")

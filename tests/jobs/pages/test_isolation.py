@@ -1,9 +1,9 @@
 """Organisation isolation: every job URL answers 404 to anyone outside the job's organisation."""
 
 import pytest
-from django.utils import timezone
 
-from jobs.models import Job, State
+from jobs.models import State
+from tests.factories import make_job
 from tests.support import client_for
 
 pytestmark = pytest.mark.django_db
@@ -11,16 +11,8 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def job(organisation, partner):
-    return Job.objects.create(
-        organisation=organisation,
-        created_by=partner,
-        work="clean-table",
-        source_name="customers.csv",
-        gpus=1,
-        hours=1,
-        state=State.SUCCEEDED,
-        output_path="jobs/1/output-x",
-        ended_at=timezone.now(),
+    return make_job(
+        organisation, State.SUCCEEDED, created_by=partner, source_name="customers.csv", output_path="jobs/1/output-x"
     )
 
 
@@ -52,9 +44,7 @@ def test_it_shows_the_job_to_a_teammate(job, teammate):
 
 
 def test_it_does_not_cancel_another_organisations_job(organisation, outsider_client, partner):
-    queued = Job.objects.create(
-        organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1, state=State.QUEUED
-    )
+    queued = make_job(organisation, State.QUEUED)
     assert outsider_client.post(f"/jobs/{queued.pk}/cancel/").status_code == 404
     queued.refresh_from_db()
     assert queued.state == State.QUEUED

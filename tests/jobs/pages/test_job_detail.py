@@ -9,6 +9,7 @@ from django.utils import timezone
 from jobs import lifecycle
 from jobs.models import Job, Shard, State
 from jobs.templatetags.jobs_extras import duration
+from tests.factories import make_job
 from tests.support import client_for
 
 pytestmark = pytest.mark.django_db
@@ -16,16 +17,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def running_job(organisation, online_slots, rate_card):
-    job = Job.objects.create(
-        organisation=organisation,
-        work="clean-table",
-        source_name="customers.csv",
-        gpus=2,
-        hours=1,
-        state=State.QUEUED,
-        records_total=1000,
-        queued_at=timezone.now(),
-    )
+    job = make_job(organisation, State.QUEUED, source_name="customers.csv", gpus=2, records_total=1000)
     for index in range(4):
         Shard.objects.create(
             job=job,
@@ -87,13 +79,10 @@ def test_it_shows_the_job_to_operators_with_its_shards_and_holds(running_job, op
 def test_it_shows_how_far_staging_has_got(organisation, partner_client, online_slots):
     from datetime import timedelta
 
-    job = Job.objects.create(
-        organisation=organisation,
-        work="clean-table",
+    job = make_job(
+        organisation,
+        State.STAGING,
         source_name="big.csv",
-        gpus=1,
-        hours=1,
-        state=State.STAGING,
         staging_phase="copying",
         staging_done=500 * 10**6,
         staging_total=2000 * 10**6,
@@ -124,17 +113,7 @@ def test_durations_read_as_people_write_them_with_tenths_below_ten_seconds(secon
 
 
 def test_a_quick_staging_shows_how_long_it_took_not_zero_seconds(organisation, partner_client):
-    job = Job.objects.create(
-        organisation=organisation,
-        work="clean-table",
-        source_name="small.csv",
-        gpus=1,
-        hours=1,
-        state=State.QUEUED,
-        queued_at=timezone.now(),
-        input_bytes=31_600_000,
-        staging_seconds=0.309,
-    )
+    job = make_job(organisation, State.QUEUED, source_name="small.csv", input_bytes=31_600_000, staging_seconds=0.309)
     html = partner_client.get(f"/jobs/{job.pk}/").content.decode()
     assert re.search(r"<dt>Staged</dt><dd>31.6\xa0MB in 0.3 s \(102.3 MB/s\)</dd>", html), html
 
@@ -144,8 +123,6 @@ def test_a_quick_staging_shows_how_long_it_took_not_zero_seconds(organisation, p
     [({}, "–"), ({"columns": "", "model": None}, "–"), ({"columns": "", "batch_size": 64}, "batch_size=64 ")],
 )
 def test_it_shows_the_parameters_given_and_a_dash_for_none(organisation, partner_client, params, shown):
-    job = Job.objects.create(
-        organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1, params=params
-    )
+    job = make_job(organisation, params=params)
     page = partner_client.get(f"/jobs/{job.pk}/").content.decode()
     assert f'<dt>Parameters</dt><dd class="mono">{shown}</dd>' in page

@@ -8,6 +8,7 @@ from django.utils import timezone
 
 from jobs import lifecycle
 from jobs.models import Job, State
+from tests.factories import make_job
 from tests.support import client_for
 
 pytestmark = pytest.mark.django_db
@@ -16,10 +17,8 @@ QUEUE = "/admin/jobs/job/queue/"
 
 
 def _job(organisation, gpus: int, state=State.QUEUED, minutes_ago: int = 0, **fields) -> Job:
-    return Job.objects.create(
-        organisation=organisation, work="clean-table", source_name="a.csv", gpus=gpus, hours=2, state=state,
-        queued_at=timezone.now() - timedelta(minutes=minutes_ago), **fields,
-    )  # fmt: skip
+    queued_at = timezone.now() - timedelta(minutes=minutes_ago)
+    return make_job(organisation, state, gpus=gpus, hours=2, queued_at=queued_at, **fields)
 
 
 def test_it_shows_the_fleet_the_holds_the_queue_in_order_and_the_staging(organisation, online_slots, operator):

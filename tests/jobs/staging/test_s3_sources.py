@@ -17,6 +17,7 @@ from jobs.staging import s3
 from portal import onboarding
 from portal.models import Application
 from tests.datasets import picture
+from tests.factories import make_job
 from tests.support import EXAMPLE, Worker, client_for, job_form, s3_on_loopback, wait_for_end, wait_for_slots
 
 CREDENTIALS = {"access_key_id": "partner-key", "secret_access_key": "partner-secret-value"}
@@ -222,9 +223,9 @@ def test_credentials_are_stored_encrypted(settings):
 @pytest.mark.django_db
 def test_operators_do_not_see_the_credentials_in_the_admin(organisation, operator):
     sealed = s3.seal(CREDENTIALS)
-    job = Job.objects.create(
-        organisation=organisation, work="clean-table", source_name="c.csv", gpus=1, hours=1,
-        source_kind=Job.Source.S3, source_uri="s3://partner-data/c.csv", source_secret=sealed,
+    job = make_job(
+        organisation, source_name="c.csv", source_kind=Job.Source.S3, source_uri="s3://partner-data/c.csv",
+        source_secret=sealed,
     )  # fmt: skip
     page = client_for(operator).get(f"/admin/jobs/job/{job.pk}/change/")
     assert page.status_code == 200

@@ -24,6 +24,7 @@ from jobs.models import Job, State
 from jobs.staging import sources, stage
 from jobs.staging.progress import StagingProgress
 from jobs.staging.staged_copy import copy_to_job_storage
+from tests.factories import make_job
 from tests.support import EXAMPLE, job_form, wait_for_end
 
 
@@ -330,9 +331,9 @@ def test_a_download_reads_as_a_file_does_and_stops_when_staging_stops_reading():
 
 
 def staging_from(organisation, path: Path) -> tuple[Job, StagingProgress]:
-    job = Job.objects.create(
-        organisation=organisation, work="clean-table", source_kind=Job.Source.PATH, source_uri=str(path),
-        source_name=path.name, gpus=1, hours=1, state=State.STAGING, staging_claim="attempt",
+    job = make_job(
+        organisation, State.STAGING, source_kind=Job.Source.PATH, source_uri=str(path), source_name=path.name,
+        staging_claim="attempt",
     )  # fmt: skip
     return job, StagingProgress(job.pk, "attempt")
 

@@ -6,10 +6,10 @@ import pytest
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 
-from jobs import processors
-from jobs.models import Job
+from jobs.models import State
 from jobs.staging.describe import describe_and_cut
 from jobs.staging.progress import StagingProgress
+from tests.factories import make_job
 
 pytestmark = pytest.mark.django_db
 
@@ -18,16 +18,7 @@ pytestmark = pytest.mark.django_db
 def test_it_puts_every_record_in_exactly_one_shard(organisation, monkeypatch, rows):
     monkeypatch.setattr("jobs.staging.shards.GRAIN", 5)
     monkeypatch.setattr("jobs.staging.shards.MAX_CUT_POINTS", 6)  # forces the cut points to be halved, several times
-    params = processors.get("clean-table").validate_params({})
-    job = Job.objects.create(
-        organisation=organisation,
-        work="clean-table",
-        params=params,
-        source_name="n.csv",
-        gpus=2,
-        hours=1,
-        state="staging",
-    )
+    job = make_job(organisation, State.STAGING, source_name="n.csv", gpus=2)
     data = b"n,text\n" + b"".join(b"%d,row %d\n" % (n, n) for n in range(1, rows + 1))
     path = default_storage.save(f"test-cuts/{rows}.csv", ContentFile(data))
     try:

@@ -3,17 +3,16 @@
 import pytest
 
 from jobs import lifecycle
-from jobs.models import Job, State
+from jobs.models import State
 from jobs.staging import progress as staging_progress
 from jobs.staging.progress import StagingProgress, StagingStopped
+from tests.factories import make_job
 
 pytestmark = pytest.mark.django_db
 
 
 def test_it_writes_the_phase_at_once_and_the_bytes_at_most_twice_a_second(organisation, monkeypatch):
-    job = Job.objects.create(
-        organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1, state=State.STAGING
-    )
+    job = make_job(organisation, State.STAGING)
     clock = iter([100.0, 100.1, 100.2, 100.7, 100.7, 100.8, 100.9])
     monkeypatch.setattr(staging_progress.time, "monotonic", lambda: next(clock))
     progress = StagingProgress(job.pk, job.staging_claim)
@@ -33,9 +32,7 @@ def test_it_writes_the_phase_at_once_and_the_bytes_at_most_twice_a_second(organi
 
 
 def test_it_stops_the_staging_of_a_cancelled_job(organisation):
-    job = Job.objects.create(
-        organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1, state=State.STAGING
-    )
+    job = make_job(organisation, State.STAGING)
     progress = StagingProgress(job.pk, job.staging_claim)
     progress.phase("copying", 1000)
     lifecycle.cancel(job)

@@ -9,6 +9,7 @@ from django.db import connection, connections, transaction
 from jobs import lifecycle
 from jobs.models import Job, Shard, State
 from jobs.workers.runner import claim_next
+from tests.factories import make_job
 from tests.support import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -16,9 +17,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def running_job(organisation, online_slots):
-    job = Job.objects.create(
-        organisation=organisation, work="clean-table", source_name="a.csv", gpus=2, hours=1, state=State.QUEUED
-    )
+    job = make_job(organisation, State.QUEUED, gpus=2)
     lifecycle.start_hold(job, online_slots[:2])
     Shard.objects.create(job=job, index=0, first_record=1, record_count=5, first_line=2, start_byte=0, end_byte=50)
     return Job.objects.get(pk=job.pk)

@@ -10,9 +10,10 @@ import pytest
 from django.conf import settings
 from django.core.files.storage import default_storage
 
-from jobs import enqueue, processors
+from jobs import enqueue
 from jobs.models import Gpu, Job, State
 from jobs.staging import stage
+from tests.factories import make_job
 from tests.jobs.workers.processes import main_process_of, processes_mentioning
 from tests.support import Worker, job_form, wait_for, wait_for_end
 
@@ -50,11 +51,8 @@ def test_a_job_left_queued_with_free_slots_is_started_by_a_heartbeat(worker, org
              what="its slot online: the node counts a slot once its worker answers")  # fmt: skip
     monkeypatch.setattr(enqueue, "schedule", lambda: None)  # staging here sends no schedule
     upload = job_form(gpus="1")["data"]
-    job = Job.objects.create(
-        organisation=organisation, work="clean-table",
-        params=processors.get("clean-table").validate_params({}), source_name="customers.csv",
-        source_path=default_storage.save("uploads/customers.csv", upload), gpus=1, hours=1,
-    )  # fmt: skip
+    path = default_storage.save("uploads/customers.csv", upload)
+    job = make_job(organisation, source_name="customers.csv", source_path=path)
     stage.stage(job.pk)
     job = Job.objects.get(pk=job.pk)
     assert job.events.filter(state=State.QUEUED).exists(), "staged, then left for the heartbeat to start"

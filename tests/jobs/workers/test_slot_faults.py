@@ -19,6 +19,7 @@ from jobs.models import Allocation, Gpu, Job, JobEvent, Node, Shard, State
 from jobs.workers.node import process_runs, serve_held_slots, slot_stopped
 from jobs.workers.runner import run_slot
 from tests.datasets import csv_bytes
+from tests.factories import make_job
 from tests.jobs.workers.gpu_time import as_gpu_hours, gpu_seconds
 from tests.jobs.workers.processes import main_process_of, processes_mentioning
 from tests.support import Worker, job_form, wait_for, wait_for_end, wait_for_slots
@@ -122,9 +123,7 @@ def test_a_slot_whose_worker_is_killed_is_billed_until_last_seen_and_rejoins_its
 @pytest.fixture
 def held(online_slots, organisation):
     """A running job held on two of the fake node's slots (no worker behind them)."""
-    job = Job.objects.create(
-        organisation=organisation, work="clean-table", source_name="a.csv", gpus=2, hours=1, state=State.QUEUED
-    )
+    job = make_job(organisation, State.QUEUED, gpus=2)
     assert lifecycle.start_hold(job, online_slots[:2])
     Allocation.objects.filter(job=job).update(
         held_from=timezone.now() - timedelta(minutes=1), runner_seen=timezone.now()
