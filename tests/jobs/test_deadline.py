@@ -8,7 +8,7 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from billing.models import LedgerEntry
-from jobs import lifecycle, tasks
+from jobs import lifecycle, services, tasks
 from jobs.models import Job, State
 from jobs.scheduling import latest_start, schedule
 from jobs.spec import Data, JobSpec, NamedFile, Request, Work
@@ -117,8 +117,6 @@ def test_a_deadline_cuts_the_hold_and_the_latest_starts_behind(organisation, onl
 
 @pytest.mark.django_db
 def test_a_sample_hands_its_deadline_to_the_full_pass_form(organisation, partner, partner_client, online_slots):
-    from jobs import services
-
     deadline = (timezone.now() + timedelta(days=2)).replace(second=0, microsecond=0)
     with EXAMPLE.open("rb") as data:
         data = Data(file=NamedFile(data, "customers.csv"))

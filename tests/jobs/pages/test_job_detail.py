@@ -2,6 +2,7 @@
 the operators' view of the same job in the admin console."""
 
 import re
+from datetime import timedelta
 
 import pytest
 from django.utils import timezone
@@ -77,8 +78,6 @@ def test_it_shows_the_job_to_operators_with_its_shards_and_holds(running_job, op
 
 
 def test_it_shows_how_far_staging_has_got(organisation, partner_client, online_slots):
-    from datetime import timedelta
-
     job = make_job(
         organisation,
         State.STAGING,

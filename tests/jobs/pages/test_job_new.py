@@ -1,6 +1,7 @@
 """The job form: bad data and bad requests get a clear error, and nothing is stored or queued."""
 
 import pytest
+from django.core.files.storage import default_storage
 from django.test import override_settings
 
 from jobs.models import Allocation, Job
@@ -135,8 +136,6 @@ def test_it_keeps_the_output_the_days_asked_or_thirty(partner_client, online_slo
 
 
 def test_it_stores_the_upload_for_staging(partner_client, online_slots):
-    from django.core.files.storage import default_storage
-
     post(partner_client)
     job = Job.objects.get()
     assert job.source_path.startswith("uploads/")

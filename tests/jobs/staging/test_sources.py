@@ -20,8 +20,10 @@ from django.db import connection
 from django.test import override_settings
 
 from billing.models import LedgerEntry
+from jobs import uploads
 from jobs.models import Job, State
-from jobs.staging import sources, stage
+from jobs.reconcile import reconcile
+from jobs.staging import s3, sources, stage
 from jobs.staging.progress import StagingProgress
 from jobs.staging.staged_copy import copy_to_job_storage
 from tests.factories import make_job
@@ -174,10 +176,6 @@ def test_a_job_that_ended_before_it_staged_has_its_upload_and_secrets_wiped_by_t
     organisation, monkeypatch
 ):
     """Cancelled while its staging message was lost with Redis: no staging attempt ever wipes them."""
-    from jobs import uploads
-    from jobs.reconcile import reconcile
-    from jobs.staging import s3
-
     common = {"organisation": organisation, "work": "clean-table", "gpus": 1, "hours": 1, "source_name": "c.csv"}
     signed = Job.objects.create(
         **common, state=State.CANCELLED, source_kind=Job.Source.URL, source_uri="https://example.com/c.csv?sig=s3cr3t"
