@@ -1,4 +1,4 @@
-"""Shared fixtures: a real Redis, real gpuworker processes, and the personas.
+"""Shared fixtures: a real Redis, real gpuworker processes, the personas, and a browser.
 
 Personas: the partner (member of the partner organisation), a teammate in the same organisation,
 an outsider from another organisation, and an operator (staff, in no organisation). A test logs one
@@ -25,13 +25,14 @@ from django.core.management.base import CommandError
 from django.db import OperationalError
 from django.test import TransactionTestCase
 from django.utils import timezone
+from playwright.sync_api import sync_playwright
 
 from billing.models import RateCard
 from jobs.models import Gpu, Node
 from portal import embedded_redis
 from portal.models import Membership, Organisation
 from tests.settings import PLUGIN_PATH
-from tests.support import Worker, client_for, ledger_open_for_flush, wait_for_slots
+from tests.support import CHROMIUM, Worker, client_for, ledger_open_for_flush, wait_for_slots
 
 sys.path.insert(0, str(PLUGIN_PATH))
 
@@ -212,3 +213,25 @@ def partner_client(partner):
 @pytest.fixture
 def outsider_client(outsider):
     return client_for(outsider)
+
+
+@pytest.fixture
+def dataset(tmp_path):
+    """A CSV file of 60,000 records for the browser tests to upload."""
+    path = tmp_path / "records.csv"
+    rows = b"".join(b"%d,record number %d of the browser test\n" % (n, n) for n in range(60_000))
+    path.write_bytes(b"id,text\n" + rows)
+    return path
+
+
+@pytest.fixture
+def browser(monkeypatch):
+    """Debian's Chromium, driven by Playwright."""
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's sync API runs an event loop here
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(
+            executable_path=CHROMIUM or "chromium",
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"],
+        )
+        yield chromium
+        chromium.close()

@@ -1,9 +1,11 @@
 """What the tests share besides fixtures: waiting on a condition, the processes they start (a
-gpuworker, manage.py), a logged-in client, the job form's fields, moto's S3 server, the ledger
-opened for the flush. Fixtures live in conftest.py and use these."""
+gpuworker, manage.py), a logged-in client, the job form's fields, a job submitted through the service,
+an action in the jobs' admin, moto's S3 server, the ledger opened for the flush, the browser's upload
+status. Fixtures live in conftest.py and use these."""
 
 import contextlib
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -20,10 +22,14 @@ from django.db import connections, transaction
 from django.test import Client
 from moto.server import ThreadedMotoServer
 
-from jobs.models import ENDED, Gpu
+from jobs import services
+from jobs.models import ENDED, Gpu, Job
+from jobs.spec import Data, JobSpec, NamedFile, Request, Work
+from tests.datasets import csv_bytes
 from tests.settings import PLUGIN_PATH, ROOT
 
 EXAMPLE = ROOT / "examples" / "customers.csv"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 @contextlib.contextmanager
@@ -159,6 +165,26 @@ def job_form(data: bytes | Path = EXAMPLE, name: str = "customers.csv", **fields
     return form
 
 
+def slow_job_form(seconds_per_batch="0.2"):
+    """The job form for test-slow-echo over 2,000 records: slow enough to act on while it runs."""
+    form = job_form(csv_bytes(2000), name="numbers.csv", work="test-slow-echo")
+    form["param-test-slow-echo-seconds_per_batch"] = seconds_per_batch
+    return form
+
+
+def submit_example(organisation, partner, **spec) -> Job:
+    """Submit examples/customers.csv for clean-table on 1 GPU for 1 hour, as the form and the CLI do."""
+    with EXAMPLE.open("rb") as data:
+        data = Data(file=NamedFile(data, "customers.csv"))
+        return services.submit_job(organisation, partner, JobSpec(Work("clean-table"), data, Request(1, 1), **spec))
+
+
+def admin_action(client, action: str, jobs: list[Job], **fields):
+    """Run an action of the jobs' admin on these jobs, as the console posts it."""
+    form = {"action": action, "_selected_action": [job.pk for job in jobs], **fields}
+    return client.post("/admin/jobs/job/", form, follow=True)
+
+
 def wait_for_end(job, timeout: float = 60.0):
     def ended():
         job.refresh_from_db()
@@ -166,3 +192,68 @@ def wait_for_end(job, timeout: float = 60.0):
 
     wait_for(ended, timeout=timeout, interval=0.1, what=f"job {job.pk} to end (it is {job.state})")
     return job
+
+
+def state_is(page, state: str, timeout: float = 60_000):
+    # A selector, not wait_for_function: the page's Content-Security-Policy refuses the eval that one takes.
+    page.wait_for_selector(f"#upload-status[data-state='{state}']", state="attached", timeout=timeout)
+
+
+# Injected by the browser before any page script, so outside the policy: it records what the policy refused,
+# and marks the page once htmx swapped a fragment in (polling ran). The test reads both without the eval that
+# wait_for_function would need, which the policy refuses.
+WATCH = """
+window.__violations = [];
+document.addEventListener("securitypolicyviolation", (event) => {
+  const where = `${event.sourceFile}:${event.lineNumber}`;
+  window.__violations.push(`${event.violatedDirective} refused ${event.blockedURI || "inline"} (${where})`);
+});
+document.addEventListener("htmx:afterSwap", () => { document.documentElement.dataset.swapped = "yes"; });
+"""
+
+
+class Watched:
+    """A browser page whose policy violations, console errors and answers without a policy are collected."""
+
+    def __init__(self, browser, base: str):
+        self.base = base
+        self.page = browser.new_page()
+        self.page.add_init_script(WATCH)
+        self.problems: list[str] = []
+        self.page.on("console", self._console)
+        self.page.on("response", self._response)
+
+    def _console(self, message) -> None:
+        where = message.location.get("url", "")
+        # The admin's pages name no icon, so Chromium asks for /favicon.ico on its own: not the page's doing.
+        if where.endswith("/favicon.ico"):
+            return
+        if message.type == "error" or "Content Security Policy" in message.text:
+            self.problems.append(f"console: {message.text} ({where})")
+
+    def _response(self, response) -> None:
+        if response.status >= 400:
+            self.problems.append(f"{response.status} on {response.url}")
+        is_page = response.request.resource_type == "document" and response.url.startswith(self.base)
+        if is_page and "content-security-policy" not in response.headers:
+            self.problems.append(f"no policy on {response.url}")
+
+    def visit(self, path: str) -> None:
+        self.page.goto(f"{self.base}{path}")
+        self.check(path)
+
+    def check(self, where: str) -> None:
+        violations = self.page.evaluate("window.__violations")
+        assert not violations and not self.problems, f"{where}: {violations + self.problems}"
+
+    def log_in(self, username: str, password: str, path: str = "/accounts/login/") -> None:
+        self.visit(path)
+        self.page.fill("input[name=username]", username)
+        self.page.fill("input[name=password]", password)
+        self.page.click("form [type=submit], form button.primary")
+        self.page.wait_for_load_state()
+        self.check("after logging in")
+
+    def wait_for_a_swap(self) -> None:
+        self.page.evaluate("delete document.documentElement.dataset.swapped")
+        self.page.wait_for_selector("html[data-swapped]", state="attached", timeout=60_000)

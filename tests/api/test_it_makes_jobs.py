@@ -13,7 +13,7 @@ from jobs.models import Job, State, Upload
 from portal.celery import app as celery_app
 from tests.api.conftest import api_client, token_for
 from tests.api.loopback import file_server, upload
-from tests.jobs.test_onnx_infer import linear_model, table_csv
+from tests.datasets import linear_model, table_csv
 from tests.support import EXAMPLE, wait_for_end
 
 DATA = EXAMPLE.read_bytes()

@@ -8,8 +8,7 @@ import re
 import pytest
 
 from api.models import ApiToken
-from tests.portal.test_csp_in_browser import CHROMIUM, Watched, browser  # noqa: F401 (a fixture)
-from tests.support import wait_for
+from tests.support import CHROMIUM, Watched, wait_for
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -20,7 +19,7 @@ pytestmark = [
 ]
 
 
-def test_the_docs_page_renders_the_schema_under_the_policy(browser, live_server):  # noqa: F811
+def test_the_docs_page_renders_the_schema_under_the_policy(browser, live_server):
     docs = Watched(browser, live_server.url)
     docs.visit("/api/v1/docs/")
     docs.page.wait_for_selector(".swagger-ui .info .title", timeout=30_000)
@@ -30,7 +29,7 @@ def test_the_docs_page_renders_the_schema_under_the_policy(browser, live_server)
     docs.check("the docs page, rendered")
 
 
-def test_the_tokens_page_makes_and_revokes_a_token_under_the_policy(browser, live_server, partner):  # noqa: F811
+def test_the_tokens_page_makes_and_revokes_a_token_under_the_policy(browser, live_server, partner):
     page = Watched(browser, live_server.url)
     page.log_in("partner", "pw-partner")
     page.visit("/account/tokens/")

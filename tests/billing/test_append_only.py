@@ -25,6 +25,7 @@ from billing.metering import record_staging
 from billing.models import LedgerEntry, RateCard
 from jobs.models import Job
 from portal.models import Organisation
+from tests.factories import make_job
 from tests.support import ledger_open_for_flush
 
 pytestmark = pytest.mark.django_db
@@ -32,7 +33,7 @@ pytestmark = pytest.mark.django_db
 
 def staged_job(organisation, size: int = 10**9) -> LedgerEntry:
     """A job whose staging is on the ledger, written as the stager writes it."""
-    job = Job.objects.create(organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1)
+    job = make_job(organisation)
     start = timezone.now() - timedelta(minutes=1)
     return record_staging(Job, job=job, size=size, started=start, finished=start + timedelta(seconds=3))
 
@@ -320,10 +321,7 @@ def test_it_takes_a_trigger_enabled_always(entry):
 
 @pytest.mark.django_db(transaction=True)
 def test_it_keeps_one_chain_for_two_writers_at_once(organisation, rate_card):
-    jobs = [
-        Job.objects.create(organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1)
-        for _ in range(16)
-    ]
+    jobs = [make_job(organisation) for _ in range(16)]
     start = timezone.now()
     together = threading.Barrier(2)
 
@@ -362,7 +360,7 @@ def test_it_seals_the_entries_written_before_the_chain_in_the_migration(organisa
     old = executor.loader.project_state([("billing", "0005_retention_policy")]).apps
     Entry, now = old.get_model("billing", "LedgerEntry"), timezone.now()
     for org in (organisation, other_organisation, organisation):  # only billing went back: today's jobs table
-        job = Job.objects.create(organisation=org, work="clean-table", source_name="a.csv", gpus=1, hours=1)
+        job = make_job(org)
         Entry.objects.create(
             organisation_id=org.pk, job_id=job.pk, kind="hold", gpus=1, held_from=now, held_to=now, seconds=1,
             gpu_hours=Decimal("0.000278"), rate=Decimal("3.6"), currency="USD", amount=Decimal("0.001"),
@@ -453,7 +451,7 @@ def test_it_seals_again_under_the_key_only_the_entries_the_old_seals_vouch_for(o
 
     def write(org, amount: str, sealed_as: str | None = None):
         """An entry sealed and chained as the code before the key did, its amount sealed as given."""
-        job = Job.objects.create(organisation=org, work="clean-table", source_name="a.csv", gpus=1, hours=1)
+        job = make_job(org)
         entry = Entry(
             organisation_id=org.pk, job_id=job.pk, kind="staging", gpus=0, held_from=now, held_to=now, seconds=1,
             gpu_hours=Decimal(0), rate=Decimal(-1), currency="USD", amount=Decimal(sealed_as or amount),

@@ -16,6 +16,7 @@ from billing.metering import record_staging
 from billing.models import LedgerEntry
 from jobs import lifecycle
 from jobs.models import Job, State
+from tests.factories import make_job
 from tests.support import client_for
 
 pytestmark = pytest.mark.django_db
@@ -26,10 +27,7 @@ CORRECT = "/admin/billing/ledgerentry/correct/"
 @pytest.fixture
 def ended_job(organisation, partner, online_slots, rate_card):
     """A job that staged, held two slots for ten minutes and succeeded: 1.2000 USD held, staging free."""
-    job = Job.objects.create(
-        organisation=organisation, created_by=partner, work="clean-table", source_name="a.csv", gpus=2, hours=1,
-        state=State.QUEUED,
-    )  # fmt: skip
+    job = make_job(organisation, State.QUEUED, created_by=partner, gpus=2)
     start = timezone.now() - timedelta(minutes=20)
     record_staging(Job, job=job, size=10**9, started=start, finished=start + timedelta(seconds=4))
     assert lifecycle.start_hold(job, online_slots[:2])
@@ -106,7 +104,7 @@ def test_it_refuses_a_correction_that_is_not_clear_and_writes_nothing(ended_job,
 
 
 def test_a_job_with_nothing_charged_cannot_be_credited(organisation, operator):
-    job = Job.objects.create(organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1)
+    job = make_job(organisation)
     response = client_for(operator).post(CORRECT, correction(job))
     assert f"Job #{job.pk} was charged nothing yet, not in USD." in response.content.decode()
     assert not LedgerEntry.objects.exists()

@@ -16,6 +16,7 @@ from billing.models import LedgerEntry, RateCard
 from jobs import lifecycle
 from jobs.models import Job, State
 from jobs.signals import staging_finished
+from tests.factories import make_job
 from tests.support import client_for
 
 pytestmark = pytest.mark.django_db
@@ -23,9 +24,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def running_job(organisation, online_slots, rate_card):
-    job = Job.objects.create(
-        organisation=organisation, work="clean-table", source_name="a.csv", gpus=2, hours=1, state=State.QUEUED
-    )
+    job = make_job(organisation, State.QUEUED, gpus=2)
     assert lifecycle.start_hold(job, online_slots[:2])
     job.refresh_from_db()
     return job
@@ -146,7 +145,7 @@ def test_it_shows_the_ledger_read_only_to_operators(running_job, operator):
 
 
 def test_it_records_staging_free_unless_the_rate_card_prices_it(organisation, rate_card):
-    job = Job.objects.create(organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1)
+    job = make_job(organisation)
     start = timezone.now()
     staging_finished.send(sender=Job, job=job, size=3 * 10**9, started=start, finished=start + timedelta(seconds=9.5))
     entry = LedgerEntry.objects.get(job=job, kind=LedgerEntry.Kind.STAGING)
@@ -156,7 +155,7 @@ def test_it_records_staging_free_unless_the_rate_card_prices_it(organisation, ra
     RateCard.objects.create(
         rate_per_gpu_hour=Decimal("3.60"), rate_per_staged_gb=Decimal("0.02"), effective_from=start - timedelta(1)
     )
-    other = Job.objects.create(organisation=organisation, work="clean-table", source_name="b.csv", gpus=1, hours=1)
+    other = make_job(organisation, source_name="b.csv")
     staging_finished.send(sender=Job, job=other, size=3 * 10**9, started=start, finished=start)
     assert LedgerEntry.objects.get(job=other).amount == Decimal("0.0600")
 
@@ -217,7 +216,7 @@ def test_the_ledger_page_adds_amounts_up_per_currency_and_shows_rates_to_their_l
         effective_from=start + timedelta(days=1),
     )  # fmt: skip
     for day, size in ((0, 2 * 10**9), (1, 4 * 10**9)):
-        job = Job.objects.create(organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1)
+        job = make_job(organisation)
         began = start + timedelta(days=day, hours=1)
         staging_finished.send(sender=Job, job=job, size=size, started=began, finished=began + timedelta(seconds=5))
     page = partner_client.get("/billing/ledger/").content.decode()
@@ -232,9 +231,7 @@ def test_operators_are_warned_while_no_rate_card_is_in_force(organisation, onlin
         "No rate card is in force: GPU holds that start now are priced at 0" in client.get("/admin/").content.decode()
     )
 
-    job = Job.objects.create(
-        organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1, state=State.QUEUED
-    )
+    job = make_job(organisation, State.QUEUED)
     assert lifecycle.start_hold(job, online_slots[:1])
     lifecycle.release(job)
     assert LedgerEntry.objects.get(job=job).amount == 0

@@ -11,6 +11,7 @@ from billing.models import RateCard
 from jobs import lifecycle
 from jobs.models import Gpu, Job, State
 from portal import units
+from tests.factories import make_job
 from tests.support import client_for
 
 pytestmark = pytest.mark.django_db
@@ -19,9 +20,9 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def ended_job(organisation, partner, online_slots, rate_card):
     RateCard.objects.filter(pk=rate_card.pk).update(rate_per_staged_gb=Decimal("0.005"))
-    job = Job.objects.create(
-        organisation=organisation, created_by=partner, work="clean-table", source_name="customers.csv", gpus=2,
-        hours=1, state=State.QUEUED, input_bytes=2_500_000_000, input_sha256="ab" * 32,
+    job = make_job(
+        organisation, State.QUEUED, created_by=partner, source_name="customers.csv", gpus=2,
+        input_bytes=2_500_000_000, input_sha256="ab" * 32,
     )  # fmt: skip
     staged = timezone.now() - timedelta(minutes=5)
     record_staging(Job, job=job, size=2_500_000_000, started=staged, finished=staged + timedelta(seconds=12))
@@ -65,9 +66,7 @@ def test_only_the_organisation_reads_it(ended_job, outsider_client, teammate, op
 
 
 def test_a_job_that_has_not_ended_has_no_receipt_yet(organisation, online_slots, partner_client):
-    job = Job.objects.create(
-        organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1, state=State.QUEUED
-    )
+    job = make_job(organisation, State.QUEUED)
     assert lifecycle.start_hold(job, online_slots[:1])
     response = partner_client.get(f"/billing/receipts/{job.pk}/")
     assert response.status_code == 404
@@ -76,9 +75,7 @@ def test_a_job_that_has_not_ended_has_no_receipt_yet(organisation, online_slots,
 
 
 def test_a_job_that_ended_before_anything_was_charged_says_so(organisation, online_slots, partner_client):
-    job = Job.objects.create(
-        organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1, state=State.SUBMITTED
-    )
+    job = make_job(organisation)
     lifecycle.cancel(job)
     page = partner_client.get(f"/billing/receipts/{job.pk}/").content.decode()
     assert "Nothing was charged: the job ended before its data was staged or any CPU slot was held." in page

@@ -10,8 +10,8 @@ from django.utils import timezone
 from billing.models import RetentionPolicy
 from jobs import services
 from jobs.models import Job
-from jobs.spec import Data, JobSpec, NamedFile, Request, Retention, Work
-from tests.support import EXAMPLE, client_for, job_form
+from jobs.spec import Retention
+from tests.support import client_for, job_form, submit_example
 
 pytestmark = pytest.mark.django_db
 
@@ -21,12 +21,6 @@ def policy(organisation=None, staged=14, output=10, longest=60, starts=None) -> 
         organisation=organisation, max_staged_days=staged, output_days=output, max_output_days=longest,
         effective_from=starts or timezone.now() - timedelta(minutes=1),
     )  # fmt: skip
-
-
-def submit(organisation, partner, **spec) -> Job:
-    with EXAMPLE.open("rb") as data:
-        data = Data(file=NamedFile(data, "customers.csv"))
-        return services.submit_job(organisation, partner, JobSpec(Work("clean-table"), data, Request(1, 1), **spec))
 
 
 def test_an_organisations_own_policy_stands_in_for_the_general_one_and_the_settings_for_none(
@@ -79,18 +73,18 @@ def test_a_policy_that_keeps_no_staged_copy_offers_none_and_samples_keep_none(
     assert refused.status_code == 400
     assert "The retention policy keeps no staged copy: it is deleted when the job ends." in refused.content.decode()
     with pytest.raises(services.SubmitError, match=r"Keep the staged copy 0 to 0 days, not 1\."):
-        submit(organisation, partner, retention=Retention(1))  # the CLI's --keep-days
+        submit_example(organisation, partner, retention=Retention(1))  # the CLI's --keep-days
 
-    assert submit(organisation, partner, sample=True).retention_days == 0
+    assert submit_example(organisation, partner, sample=True).retention_days == 0
 
 
 def test_a_job_keeps_what_it_chose_when_the_policy_changes(organisation, partner, online_slots):
-    job = submit(organisation, partner, retention=Retention(60, output_days=200))
+    job = submit_example(organisation, partner, retention=Retention(60, output_days=200))
     policy(staged=1, output=1, longest=1)
     job.refresh_from_db()
     assert (job.retention_days, job.output_keep_days) == (60, 200)
     with pytest.raises(services.SubmitError, match=r"Keep the output 1 to 1 days, not 200\."):
-        submit(organisation, partner, retention=Retention(output_days=200))
+        submit_example(organisation, partner, retention=Retention(output_days=200))
 
 
 def policy_form(starts, organisation="", staged="14", output="10", longest="60") -> dict:

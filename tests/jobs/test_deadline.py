@@ -8,19 +8,17 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from billing.models import LedgerEntry
-from jobs import lifecycle, tasks
+from jobs import lifecycle, services, tasks
 from jobs.models import Job, State
 from jobs.scheduling import latest_start, schedule
 from jobs.spec import Data, JobSpec, NamedFile, Request, Work
-from tests.jobs.test_worker_killed import csv_bytes
+from tests.datasets import csv_bytes
+from tests.factories import make_job
 from tests.support import EXAMPLE, job_form, wait_for_end
 
 
 def _queued(organisation, gpus: int = 1, hours: float = 1, **fields) -> Job:
-    return Job.objects.create(
-        organisation=organisation, work="clean-table", source_name="a.csv", gpus=gpus, hours=hours,
-        state=State.QUEUED, queued_at=timezone.now(), **fields,
-    )  # fmt: skip
+    return make_job(organisation, State.QUEUED, gpus=gpus, hours=hours, **fields)
 
 
 @pytest.mark.django_db
@@ -130,8 +128,6 @@ def test_a_deadline_cuts_the_hold_and_the_latest_starts_behind(organisation, onl
 
 @pytest.mark.django_db
 def test_a_sample_hands_its_deadline_to_the_full_pass_form(organisation, partner, partner_client, online_slots):
-    from jobs import services
-
     deadline = (timezone.now() + timedelta(days=2)).replace(second=0, microsecond=0)
     with EXAMPLE.open("rb") as data:
         data = Data(file=NamedFile(data, "customers.csv"))

@@ -9,7 +9,7 @@ from django.core.files.storage import default_storage
 
 from billing.models import LedgerEntry
 from jobs.models import Job, Shard, State
-from tests.jobs.test_worker_killed import csv_bytes
+from tests.datasets import csv_bytes
 from tests.support import job_form, wait_for_end
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -7,7 +7,8 @@ import pytest
 from django.core.management import call_command
 
 from jobs.models import Job, State, Upload
-from tests.jobs.test_resumable_upload import TUS
+from tests.factories import make_job
+from tests.jobs.uploads.tus import TUS
 from tests.support import EXAMPLE, client_for, job_form
 
 pytestmark = pytest.mark.django_db
@@ -51,8 +52,7 @@ def test_it_cleans_the_job_form_s_text_fields_and_parameters(partner_client, onl
 
 
 def test_it_cleans_the_operator_s_hold_reason(organisation, operator):
-    job = Job.objects.create(organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1)
-    Job.objects.filter(pk=job.pk).update(state=State.QUEUED)
+    job = make_job(organisation, State.QUEUED)
     form = {"action": "put_on_hold", "_selected_action": [job.pk], "apply": "Put on hold"}
     client_for(operator).post("/admin/jobs/job/", {**form, "reason": "fleet\u202e maintenance\u200b"}, follow=True)
     assert Job.objects.get(pk=job.pk).on_hold_reason == "fleet maintenance"

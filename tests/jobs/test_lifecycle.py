@@ -9,6 +9,7 @@ from jobs import lifecycle, tasks
 from jobs.models import Allocation, Gpu, Job, Node, Shard, State
 from jobs.scheduling import fleet, queue_position, schedule
 from jobs.signals import state_changed
+from tests.factories import make_job
 from tests.support import client_for
 
 pytestmark = pytest.mark.django_db
@@ -16,7 +17,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def job(organisation):
-    return Job.objects.create(organisation=organisation, work="clean-table", source_name="a.csv", gpus=2, hours=1)
+    return make_job(organisation, gpus=2)
 
 
 def test_it_moves_once_and_records_the_event(job):
@@ -43,9 +44,7 @@ def test_it_refuses_to_skip_or_reverse_a_state(job, frm, to):
 
 
 def test_it_holds_all_gpus_or_none(job, online_slots, organisation):
-    other = Job.objects.create(
-        organisation=organisation, work="clean-table", source_name="b.csv", gpus=1, hours=1, state=State.QUEUED
-    )
+    other = make_job(organisation, State.QUEUED, source_name="b.csv")
     assert lifecycle.start_hold(other, [online_slots[1]])
     Job.objects.filter(pk=job.pk).update(state=State.QUEUED)
     assert lifecycle.start_hold(job, online_slots[:2]) == [], "one of its GPUs is taken"
@@ -77,32 +76,13 @@ def test_it_times_out_a_job_past_its_hours(job, online_slots):
 
 
 def test_it_tells_a_queued_job_its_position(organisation):
-    jobs = [
-        Job.objects.create(
-            organisation=organisation,
-            work="clean-table",
-            source_name=f"{n}.csv",
-            gpus=1,
-            hours=1,
-            state=State.QUEUED,
-            queued_at=timezone.now(),
-        )
-        for n in range(3)
-    ]
+    jobs = [make_job(organisation, State.QUEUED, source_name=f"{n}.csv") for n in range(3)]
     assert [queue_position(job) for job in jobs] == [1, 2, 3]
 
 
 def test_it_lets_smaller_jobs_pass_a_head_job_bigger_than_the_online_fleet(organisation, online_slots):
     def queued(gpus):
-        return Job.objects.create(
-            organisation=organisation,
-            work="clean-table",
-            source_name="a.csv",
-            gpus=gpus,
-            hours=1,
-            state=State.QUEUED,
-            queued_at=timezone.now(),
-        )
+        return make_job(organisation, State.QUEUED, gpus=gpus)
 
     too_wide, fits, waits = queued(6), queued(3), queued(2)
     assert schedule() == [fits.pk], "the 6-GPU job waits for its node; the 2-GPU job waits behind the 3"
@@ -137,10 +117,7 @@ def test_it_runs_jobs_on_gpus_only_once_any_gpu_is_online(organisation, online_s
         node=node, index=0, kind=Gpu.Kind.GPU, name="NVIDIA H100", queue="slot.gpu-box.0", last_seen=timezone.now()
     )
     assert (fleet().online, fleet().noun) == (1, "GPU")
-    job = Job.objects.create(
-        organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1,
-        state=State.QUEUED, queued_at=timezone.now(),
-    )  # fmt: skip
+    job = make_job(organisation, State.QUEUED)
     assert schedule() == [job.pk]
     assert [a.gpu for a in job.allocations.all()] == [gpu]
 

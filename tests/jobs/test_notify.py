@@ -4,10 +4,10 @@ the worker that ended the job (or by the web process, for a cancel)."""
 import logging
 
 import pytest
-from django.utils import timezone
 
 from jobs import lifecycle, notify
 from jobs.models import Job, State
+from tests.factories import make_job
 from tests.support import client_for, job_form, wait_for, wait_for_end
 
 PARTNER = "partner@example.com"
@@ -34,10 +34,7 @@ def test_a_cancel_is_told_unless_the_submitter_cancelled_it(
     organisation, partner, partner_client, operator, django_capture_on_commit_callbacks
 ):
     def waiting() -> Job:
-        return Job.objects.create(
-            organisation=organisation, created_by=partner, work="clean-table", source_name="a.csv", gpus=1, hours=1,
-            state=State.QUEUED, queued_at=timezone.now(),
-        )  # fmt: skip
+        return make_job(organisation, State.QUEUED, created_by=partner)
 
     def notifies(callbacks) -> bool:  # what the commit would send: each callback names its task
         return any("notify_ended" in repr(callback) for callback in callbacks)
@@ -53,9 +50,7 @@ def test_a_cancel_is_told_unless_the_submitter_cancelled_it(
 
 @pytest.mark.django_db
 def test_a_failure_says_why(organisation, partner, mailbox):
-    job = Job.objects.create(
-        organisation=organisation, created_by=partner, work="clean-table", source_name="a.csv", gpus=1, hours=1
-    )
+    job = make_job(organisation, created_by=partner)
     lifecycle.fail(job, "Staging failed: line 7: an unmatched quote.")
     assert notify.job_ended(job.pk)
     (sent,) = mailbox.to(PARTNER)
@@ -66,10 +61,7 @@ def test_a_failure_says_why(organisation, partner, mailbox):
 @pytest.mark.django_db
 def test_nobody_is_emailed_for_a_sample_a_cli_job_or_a_job_still_running(organisation, partner, mailbox):
     def ended(**fields) -> Job:
-        return Job.objects.create(
-            organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1,
-            state=State.SUCCEEDED, **fields,
-        )  # fmt: skip
+        return make_job(organisation, State.SUCCEEDED, **fields)
 
     sample, from_cli = ended(kind=Job.Kind.SAMPLE, created_by=partner), ended()
     running = ended(created_by=partner)
@@ -81,10 +73,7 @@ def test_nobody_is_emailed_for_a_sample_a_cli_job_or_a_job_still_running(organis
 @pytest.mark.django_db
 def test_a_mail_server_that_is_down_never_stops_a_job_ending(organisation, partner, mailbox, settings, caplog):
     settings.EMAIL_PORT = 9  # nothing listens there
-    job = Job.objects.create(
-        organisation=organisation, created_by=partner, work="clean-table", source_name="a.csv", gpus=1, hours=1,
-        state=State.TIMED_OUT,
-    )  # fmt: skip
+    job = make_job(organisation, State.TIMED_OUT, created_by=partner)
     with caplog.at_level(logging.WARNING, logger="jobs.notify"):
         assert not notify.job_ended(job.pk)
     assert f"job {job.pk}: the email to {PARTNER} was not sent" in caplog.text
@@ -92,18 +81,12 @@ def test_a_mail_server_that_is_down_never_stops_a_job_ending(organisation, partn
 
 @pytest.mark.django_db
 def test_it_tells_once_and_only_a_member_of_the_jobs_organisation(organisation, other_organisation, partner, mailbox):
-    job = Job.objects.create(
-        organisation=organisation, created_by=partner, work="clean-table", source_name="a.csv", gpus=1, hours=1,
-        state=State.SUCCEEDED,
-    )  # fmt: skip
+    job = make_job(organisation, State.SUCCEEDED, created_by=partner)
     assert notify.job_ended(job.pk)
     assert not notify.job_ended(job.pk), "a second delivery of the task sends nothing"
     assert len(mailbox.to(PARTNER)) == 1
 
-    moved = Job.objects.create(
-        organisation=organisation, created_by=partner, work="clean-table", source_name="b.csv", gpus=1, hours=1,
-        state=State.SUCCEEDED,
-    )  # fmt: skip
+    moved = make_job(organisation, State.SUCCEEDED, created_by=partner, source_name="b.csv")
     partner.membership.organisation = other_organisation
     partner.membership.save()
     assert not notify.job_ended(moved.pk), "they left the organisation: its jobs are no longer theirs to hear of"

@@ -16,20 +16,12 @@ from jobs.management.commands.submit import progress_line
 from jobs.models import Job, State
 from jobs.outputs.assemble import _staging
 from jobs.scheduling import latest_start, queue_position, schedule
-from tests.billing.test_retention_policy import submit
-from tests.support import client_for, wait_for, wait_for_end
+from tests.factories import make_job
+from tests.support import admin_action, client_for, submit_example, wait_for, wait_for_end
 
 
 def _queued(organisation, gpus: int) -> Job:
-    return Job.objects.create(
-        organisation=organisation, work="clean-table", source_name="a.csv", gpus=gpus, hours=1, state=State.QUEUED,
-        queued_at=timezone.now(),
-    )  # fmt: skip
-
-
-def _act(client, action: str, jobs: list[Job], **fields):
-    form = {"action": action, "_selected_action": [job.pk for job in jobs], **fields}
-    return client.post("/admin/jobs/job/", form, follow=True)
+    return make_job(organisation, State.QUEUED, gpus=gpus)
 
 
 @pytest.mark.django_db
@@ -118,29 +110,31 @@ def test_the_operator_gives_a_reason_and_lifts_the_hold_in_the_console(organisat
     lifecycle.start_hold(running, online_slots[:1])
     client = client_for(operator)
 
-    asked = _act(client, "put_on_hold", [queued, running]).content.decode()
+    asked = admin_action(client, "put_on_hold", [queued, running]).content.decode()
     assert "Put jobs on hold" in asked and f"Job #{queued.pk}: clean-table over a.csv" in asked
     assert not Job.objects.filter(on_hold_since__isnull=False).exists(), "nothing until the operator confirms"
 
-    too_long = _act(client, "put_on_hold", [queued], apply="Put on hold", reason="x" * 301).content.decode()
+    too_long = admin_action(client, "put_on_hold", [queued], apply="Put on hold", reason="x" * 301).content.decode()
     assert "Ensure this value has at most 300 characters" in too_long
     assert not Job.objects.filter(on_hold_since__isnull=False).exists()
 
-    done = _act(client, "put_on_hold", [queued, running], apply="Put on hold", reason="quota review").content.decode()
+    done = admin_action(
+        client, "put_on_hold", [queued, running], apply="Put on hold", reason="quota review"
+    ).content.decode()
     assert f"Job #{queued.pk} is on hold: it will not start until the hold is lifted." in done
     assert f"Job #{running.pk} is running: only a job that holds no GPU yet can be put on hold" in done
     queued.refresh_from_db()
     assert queued.on_hold and queued.on_hold_reason == "quota review"
     assert not Job.objects.get(pk=running.pk).on_hold_since
 
-    again = _act(client, "put_on_hold", [queued], apply="Put on hold", reason="").content.decode()
+    again = admin_action(client, "put_on_hold", [queued], apply="Put on hold", reason="").content.decode()
     assert f"Job #{queued.pk} was on hold already." in again
     assert Job.objects.get(pk=queued.pk).on_hold_reason == "quota review", "the first reason stands"
 
     listed = client.get("/admin/jobs/job/", {"on_hold": "yes"}).content.decode()
     assert f"/admin/jobs/job/{queued.pk}/change/" in listed and f"/admin/jobs/job/{running.pk}/change/" not in listed
 
-    lifted = _act(client, "lift_hold", [queued]).content.decode()
+    lifted = admin_action(client, "lift_hold", [queued]).content.decode()
     assert "Lifted the hold of 1 job(s)." in lifted
     history = LogEntry.objects.filter(object_id=str(queued.pk), user=operator).order_by("pk")
     assert [entry.change_message for entry in history] == ["Put on hold: quota review.", "Lifted its hold."]
@@ -153,14 +147,14 @@ def test_staff_who_may_only_view_jobs_cannot_put_them_on_hold(organisation, djan
     viewer = django_user_model.objects.create_user("viewer", password="pw", is_staff=True)
     viewer.user_permissions.set(Permission.objects.filter(codename="view_job"))
 
-    _act(client_for(viewer), "put_on_hold", [job], apply="Put on hold", reason="no")
+    admin_action(client_for(viewer), "put_on_hold", [job], apply="Put on hold", reason="no")
     assert not Job.objects.get(pk=job.pk).on_hold
 
 
 @pytest.mark.django_db(transaction=True)
 def test_a_job_on_hold_waits_unmetered_beside_free_slots_and_runs_once_lifted(fleet, organisation, partner):
     with transaction.atomic():  # put on hold before its staging is sent, which is on commit
-        job = submit(organisation, partner)
+        job = submit_example(organisation, partner)
         assert lifecycle.put_on_hold(job, reason="maintenance")
     wait_for(lambda: Job.objects.get(pk=job.pk).state == State.QUEUED, timeout=60, what="staging to end")
 

@@ -9,6 +9,7 @@ from decimal import Decimal
 
 import pyarrow.parquet as pq
 import pytest
+from django.core.files.storage import default_storage
 
 from billing.models import LedgerEntry
 from jobs.models import Allocation, Job, State
@@ -94,6 +95,4 @@ def test_it_keeps_the_staged_copy_for_the_days_chosen(fleet, partner_client):
     assert job.state == State.SUCCEEDED
     assert job.retention_days == 3
     assert job.staged_purged_at is None
-    from django.core.files.storage import default_storage
-
     assert default_storage.exists(job.staged_path)

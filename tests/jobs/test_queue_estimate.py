@@ -11,6 +11,7 @@ from django.utils import timezone
 from jobs import lifecycle
 from jobs.models import Job, State
 from jobs.scheduling import latest_start
+from tests.factories import make_job
 
 pytestmark = pytest.mark.django_db
 
@@ -21,10 +22,8 @@ def test_a_queued_job_starts_at_the_latest_when_the_jobs_before_it_reach_their_l
     now = timezone.now()
 
     def job(gpus, hours, state=State.QUEUED, queued_minutes_ago=0) -> Job:
-        return Job.objects.create(
-            organisation=organisation, work="clean-table", source_name="a.csv", gpus=gpus, hours=hours, state=state,
-            queued_at=now - timedelta(minutes=queued_minutes_ago),
-        )  # fmt: skip
+        queued_at = now - timedelta(minutes=queued_minutes_ago)
+        return make_job(organisation, state, gpus=gpus, hours=hours, queued_at=queued_at)
 
     running = job(3, 2, queued_minutes_ago=90)
     assert lifecycle.start_hold(running, online_slots[:3])

@@ -10,15 +10,14 @@ from billing.models import LedgerEntry
 from jobs import lifecycle
 from jobs.models import Job, Shard, State
 from jobs.reconcile import reconcile
+from tests.factories import make_job
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def stalled_job(organisation, online_slots):
-    job = Job.objects.create(
-        organisation=organisation, work="clean-table", source_name="a.csv", gpus=2, hours=1, state=State.QUEUED
-    )
+    job = make_job(organisation, State.QUEUED, gpus=2)
     lifecycle.start_hold(job, online_slots[:2])
     Job.objects.filter(pk=job.pk).update(started_at=timezone.now() - timedelta(minutes=10))
     for index in range(2):
@@ -62,8 +61,7 @@ def test_a_job_left_submitted_without_its_staging_message_is_sent_to_staging_aga
 ):
     """Its message was lost with Redis: without the safety net it would stay submitted for ever."""
     old = timezone.now() - timedelta(hours=1)
-    lost = Job.objects.create(organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1)
-    waiting = Job.objects.create(organisation=organisation, work="clean-table", source_name="b.csv", gpus=1, hours=1)
+    lost, waiting = make_job(organisation), make_job(organisation, source_name="b.csv")
     Job.objects.filter(pk=lost.pk).update(modified=old)
     redis_server.delete("control")
     try:
@@ -81,8 +79,7 @@ def test_a_lost_staging_message_is_sent_again_after_one_staging_lease(
     organisation, redis_server, settings, django_capture_on_commit_callbacks
 ):
     lease = timedelta(seconds=settings.E31_STAGING_LEASE_SECONDS)
-    lost = Job.objects.create(organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1)
-    recent = Job.objects.create(organisation=organisation, work="clean-table", source_name="b.csv", gpus=1, hours=1)
+    lost, recent = make_job(organisation), make_job(organisation, source_name="b.csv")
     Job.objects.filter(pk=lost.pk).update(modified=timezone.now() - lease - timedelta(seconds=1))
     Job.objects.filter(pk=recent.pk).update(modified=timezone.now() - lease / 2)
     redis_server.delete("control")

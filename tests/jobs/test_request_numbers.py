@@ -6,7 +6,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from jobs.models import Job
-from tests.jobs.test_sample import finished_sample
+from tests.factories import finished_sample
 from tests.support import EXAMPLE, job_form
 
 pytestmark = pytest.mark.django_db

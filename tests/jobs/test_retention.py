@@ -13,6 +13,7 @@ from django.utils import timezone
 from jobs import retention
 from jobs.models import Job, State
 from jobs.staging import stage
+from tests.factories import make_job
 from tests.support import client_for
 
 pytestmark = pytest.mark.django_db
@@ -20,9 +21,7 @@ pytestmark = pytest.mark.django_db
 
 def new_job(organisation, ended_days_ago: float | None = None, **fields) -> Job:
     ended_at = timezone.now() - timedelta(days=ended_days_ago) if ended_days_ago is not None else None
-    return Job.objects.create(
-        organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1, ended_at=ended_at, **fields
-    )
+    return make_job(organisation, ended_at=ended_at, **fields)
 
 
 def staged_job(organisation, state=State.SUCCEEDED, ended_days_ago=None, keep_days=3, **fields) -> Job:

@@ -24,12 +24,12 @@ from django.core.files.storage import default_storage
 from django.test import override_settings
 from storages.backends.s3 import S3Storage
 
-from jobs import processors
 from jobs.models import Job, State
 from jobs.processors.onnx_infer import _ModelCopies
 from jobs.staging import fastcsv, ranged, stage
 from jobs.staging.progress import StagingProgress
 from jobs.staging.staged_copy import copy_to_job_storage
+from tests.factories import make_job
 from tests.support import EXAMPLE, Worker, job_form, s3_on_loopback, wait_for, wait_for_end, wait_for_slots
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -156,11 +156,8 @@ def test_staging_a_csv_on_s3_never_downloads_the_staged_copy_whole(s3_endpoint, 
 
     monkeypatch.setattr(S3Storage, "_open", noted)
     with override_settings(STORAGES=_s3_storages(s3_endpoint)):
-        job = Job.objects.create(
-            organisation=organisation, work="clean-table", params=processors.get("clean-table").validate_params({}),
-            source_name="data.csv", source_path=default_storage.save("uploads/data.csv", ContentFile(data)),
-            gpus=3, hours=1,
-        )  # fmt: skip
+        path = default_storage.save("uploads/data.csv", ContentFile(data))
+        job = make_job(organisation, source_name="data.csv", source_path=path, gpus=3)
         stage.stage(job.pk)
         job.refresh_from_db()
         assert job.state == State.QUEUED, job.error
@@ -200,10 +197,9 @@ def test_a_download_staged_into_s3_goes_up_in_parts(s3_endpoint, organisation, t
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    job = Job.objects.create(
-        organisation=organisation, work="clean-table", source_kind=Job.Source.URL, source_name="big.csv",
-        source_uri=f"http://localhost:{server.server_address[1]}/big.csv", gpus=1, hours=1,
-        state=State.STAGING, staging_claim="attempt",
+    job = make_job(
+        organisation, State.STAGING, source_kind=Job.Source.URL, source_name="big.csv",
+        source_uri=f"http://localhost:{server.server_address[1]}/big.csv", staging_claim="attempt",
     )  # fmt: skip
     try:
         with override_settings(STORAGES=_s3_storages(s3_endpoint)):

@@ -22,6 +22,7 @@ from jobs.models import Job, Shard, State
 from jobs.scheduling import sizing
 from jobs.spec import Request, Retention
 from jobs.workers.runner import skip_past_budget
+from tests.factories import finished_sample
 from tests.support import Worker, job_form, wait_for_end
 
 SECONDS_PER_BATCH = "0.2"  # test-slow-echo: 50 records a batch, so at most 250 records a second
@@ -179,20 +180,6 @@ def test_the_cli_refuses_a_pass_it_cannot_run(db, organisation, partner, online_
         call_command(
             "submit", "--org", organisation.slug, "--as", "partner", "--gpus", "1", *args, stdout=io.StringIO()
         )
-
-
-def finished_sample(organisation, **fields) -> Job:
-    fields = {
-        "organisation": organisation, "work": "clean-table", "gpus": 1, "hours": Decimal("0.05"),
-        "source_name": "data.csv", "kind": Job.Kind.SAMPLE, "state": State.SUCCEEDED,
-        "staged_path": "jobs/0/input/data.csv", "records_total": 36_000,
-        "sample_result": {
-            "records": 600, "seconds": 60.0, "records_per_second": 10.0, "startup_seconds": 0.0,
-            "records_total": 36_000, "slot": "CPU slot 0 on fake-node", "peak_memory_mb": 120,
-        },
-        **fields,
-    }  # fmt: skip
-    return Job.objects.create(**fields)
 
 
 def test_a_pass_needs_a_finished_sample_with_its_staged_copy(organisation, online_slots):

@@ -4,8 +4,7 @@ import pytest
 
 from billing.models import LedgerEntry
 from jobs.models import Job, State
-from tests.jobs.test_cancel import slow_job_form
-from tests.support import wait_for, wait_for_end
+from tests.support import slow_job_form, wait_for, wait_for_end
 
 HOLD = LedgerEntry.Kind.HOLD
 

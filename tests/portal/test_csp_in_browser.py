@@ -9,8 +9,8 @@ import pytest
 from django.utils import timezone
 
 from jobs.models import Job, State
-from tests.jobs.test_upload_in_browser import CHROMIUM, browser, dataset, state_is  # noqa: F401 (fixtures)
-from tests.support import wait_for, wait_for_end
+from tests.factories import make_job
+from tests.support import CHROMIUM, Watched, state_is, wait_for, wait_for_end
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -20,68 +20,9 @@ pytestmark = [
     ),
 ]
 
-# Injected by the browser before any page script, so outside the policy: it records what the policy refused,
-# and marks the page once htmx swapped a fragment in (polling ran). The test reads both without the eval that
-# wait_for_function would need, which the policy refuses.
-WATCH = """
-window.__violations = [];
-document.addEventListener("securitypolicyviolation", (event) => {
-  const where = `${event.sourceFile}:${event.lineNumber}`;
-  window.__violations.push(`${event.violatedDirective} refused ${event.blockedURI || "inline"} (${where})`);
-});
-document.addEventListener("htmx:afterSwap", () => { document.documentElement.dataset.swapped = "yes"; });
-"""
-
-
-class Watched:
-    """A browser page whose policy violations, console errors and answers without a policy are collected."""
-
-    def __init__(self, browser, base: str):  # noqa: F811
-        self.base = base
-        self.page = browser.new_page()
-        self.page.add_init_script(WATCH)
-        self.problems: list[str] = []
-        self.page.on("console", self._console)
-        self.page.on("response", self._response)
-
-    def _console(self, message) -> None:
-        where = message.location.get("url", "")
-        # The admin's pages name no icon, so Chromium asks for /favicon.ico on its own: not the page's doing.
-        if where.endswith("/favicon.ico"):
-            return
-        if message.type == "error" or "Content Security Policy" in message.text:
-            self.problems.append(f"console: {message.text} ({where})")
-
-    def _response(self, response) -> None:
-        if response.status >= 400:
-            self.problems.append(f"{response.status} on {response.url}")
-        is_page = response.request.resource_type == "document" and response.url.startswith(self.base)
-        if is_page and "content-security-policy" not in response.headers:
-            self.problems.append(f"no policy on {response.url}")
-
-    def visit(self, path: str) -> None:
-        self.page.goto(f"{self.base}{path}")
-        self.check(path)
-
-    def check(self, where: str) -> None:
-        violations = self.page.evaluate("window.__violations")
-        assert not violations and not self.problems, f"{where}: {violations + self.problems}"
-
-    def log_in(self, username: str, password: str, path: str = "/accounts/login/") -> None:
-        self.visit(path)
-        self.page.fill("input[name=username]", username)
-        self.page.fill("input[name=password]", password)
-        self.page.click("form [type=submit], form button.primary")
-        self.page.wait_for_load_state()
-        self.check("after logging in")
-
-    def wait_for_a_swap(self) -> None:
-        self.page.evaluate("delete document.documentElement.dataset.swapped")
-        self.page.wait_for_selector("html[data-swapped]", state="attached", timeout=60_000)
-
 
 def test_the_pages_work_under_the_policy_without_a_violation(
-    browser, live_server, fleet, partner, operator, rate_card, dataset  # noqa: F811 (the fixtures imported above)
+    browser, live_server, fleet, partner, operator, rate_card, dataset
 ):  # fmt: skip
     visitor = Watched(browser, live_server.url)
     visitor.visit("/")
@@ -117,11 +58,9 @@ def test_the_pages_work_under_the_policy_without_a_violation(
     operator_page.check("the operators' queue, polled by htmx")
 
 
-def test_the_cancel_button_asks_first_without_an_inline_handler(browser, live_server, partner, organisation):  # noqa: F811
-    job = Job.objects.create(
-        organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1, state=State.QUEUED,
-        queued_at=timezone.now(), on_hold_since=timezone.now(),  # on hold: a worker left running never starts it
-    )  # fmt: skip
+def test_the_cancel_button_asks_first_without_an_inline_handler(browser, live_server, partner, organisation):
+    # On hold: a worker left running never starts it.
+    job = make_job(organisation, State.QUEUED, on_hold_since=timezone.now())
     watched = Watched(browser, live_server.url)
     watched.log_in("partner", "pw-partner")
     watched.visit(f"/jobs/{job.pk}/")

@@ -3,7 +3,7 @@
 import pytest
 from django.views.defaults import server_error
 
-from jobs.models import Job
+from tests.factories import make_job
 
 pytestmark = pytest.mark.django_db
 
@@ -22,7 +22,7 @@ def test_a_missing_page_says_so_in_the_portals_layout_with_a_way_back(debug_off,
 
 
 def test_another_organisations_job_is_the_same_404_page(debug_off, organisation, partner_client, outsider_client):
-    job = Job.objects.create(organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1)
+    job = make_job(organisation)
     assert partner_client.get(f"/jobs/{job.pk}/").status_code == 200
     response = outsider_client.get(f"/jobs/{job.pk}/")
     assert response.status_code == 404 and "There is nothing here" in response.content.decode()

@@ -6,10 +6,10 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.core.management import call_command
 from django.test import Client
-from django.utils import timezone
 
-from jobs.models import Job
+from jobs.models import State
 from portal.models import Application, Membership
+from tests.factories import make_job
 from tests.support import client_for
 
 pytestmark = pytest.mark.django_db
@@ -108,10 +108,7 @@ def test_staff_who_may_only_view_cannot_review_applications_nor_cancel_jobs(djan
     viewer.user_permissions.set(Permission.objects.filter(codename__in=["view_job", "view_application"]))
     client = client_for(viewer)
     application = Application.objects.create(name="Ada", email="a@b.c", organisation="Lab", dataset="x", work="y")
-    job = Job.objects.create(
-        organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1,
-        state="queued", queued_at=timezone.now(),
-    )  # fmt: skip
+    job = make_job(organisation, State.QUEUED)
 
     assert client.get("/admin/jobs/job/").status_code == 200, "the operator's view stays open to them"
     client.post("/admin/portal/application/", {"action": "accept", "_selected_action": [application.pk]})

@@ -1,0 +1,127 @@
+"""A job's page: its live progress fragment, which tells htmx to stop polling once the job ends, and
+the operators' view of the same job in the admin console."""
+
+import re
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from jobs import lifecycle
+from jobs.models import Job, Shard, State
+from jobs.templatetags.jobs_extras import duration
+from tests.factories import make_job
+from tests.support import client_for
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def running_job(organisation, online_slots, rate_card):
+    job = make_job(organisation, State.QUEUED, source_name="customers.csv", gpus=2, records_total=1000)
+    for index in range(4):
+        Shard.objects.create(
+            job=job,
+            index=index,
+            first_record=index * 250 + 1,
+            record_count=250,
+            first_line=index * 250 + 2,
+            start_byte=index * 1000,
+            end_byte=(index + 1) * 1000,
+            status=Shard.Status.DONE if index == 0 else Shard.Status.PENDING,
+        )
+    lifecycle.start_hold(job, online_slots[:2])
+    job.refresh_from_db()
+    return job
+
+
+def test_it_polls_the_progress_of_a_running_job(running_job, partner_client):
+    page = partner_client.get(f"/jobs/{running_job.pk}/").content.decode()
+    assert f'hx-get="/jobs/{running_job.pk}/progress/"' in page
+    assert 'hx-trigger="every 2s"' in page
+
+    fragment = partner_client.get(f"/jobs/{running_job.pk}/progress/", headers={"HX-Request": "true"})
+    assert fragment.status_code == 200
+    html = fragment.content.decode()
+    assert "<html" not in html
+    assert "250 / 1,000" in html and "1 / 4" in html
+    assert "Holding 2 CPU slots: CPU slot 0 on fake-node, CPU slot 1 on fake-node." in html
+    assert "Cancel job" in html
+
+
+def test_it_stops_the_polling_when_the_job_ends(running_job, partner_client):
+    lifecycle.cancel(running_job)
+    fragment = partner_client.get(f"/jobs/{running_job.pk}/progress/", headers={"HX-Request": "true"})
+    assert fragment.status_code == 286
+    html = fragment.content.decode()
+    assert "Cancelled" in html and "hx-trigger" not in html and "Cancel job" not in html
+
+
+def test_it_polls_the_job_list_only_while_a_job_is_active(running_job, partner_client):
+    assert 'hx-trigger="every 2s"' in partner_client.get("/jobs/").content.decode()
+    lifecycle.cancel(running_job)
+    assert 'hx-trigger="every 2s"' not in partner_client.get("/jobs/").content.decode()
+
+
+def test_it_shows_the_job_to_operators_with_its_shards_and_holds(running_job, operator):
+    client = client_for(operator)
+    Job.objects.filter(pk=running_job.pk).update(
+        source_kind=Job.Source.URL, source_uri="https://x.example/a.csv?sig=s3"
+    )
+    page = client.get(f"/admin/jobs/job/{running_job.pk}/change/").content.decode()
+    assert "Shards" in page and "Allocations" in page and "CPU slot 1 on fake-node" in page
+    assert "https://x.example/a.csv?…" in page and "sig=s3" not in page, "a URL's query is not shown, even here"
+    for url in ("/admin/jobs/node/", "/admin/jobs/gpu/", "/admin/portal/organisation/", "/admin/auth/user/"):
+        assert client.get(url).status_code == 200, url
+    jobs = client.get("/admin/jobs/job/", {"kind__exact": "pass"}).content.decode()
+    assert f"/admin/jobs/job/{running_job.pk}/change/" in jobs and "Kind" in jobs
+
+
+def test_it_shows_how_far_staging_has_got(organisation, partner_client, online_slots):
+    job = make_job(
+        organisation,
+        State.STAGING,
+        source_name="big.csv",
+        staging_phase="copying",
+        staging_done=500 * 10**6,
+        staging_total=2000 * 10**6,
+        staging_phase_started=timezone.now() - timedelta(seconds=10),
+    )
+    html = partner_client.get(f"/jobs/{job.pk}/progress/").content.decode()
+    assert re.search(r"Copying the data: 500.0\xa0MB of 2.0\xa0GB at (49|50)\.\d MB/s, 3\d s left\.", html)
+    assert 'max="100" value="25"' in html
+    assert "No CPU slot is held yet." in html
+
+
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [
+        (None, "–"),
+        (0, "0 s"),
+        (0.004, "under 0.1 s"),
+        (0.31, "0.3 s"),
+        (9.94, "9.9 s"),
+        (9.96, "10 s"),
+        (45.4, "45 s"),
+        (200, "3 min 20 s"),
+        (7500, "2 h 5 min"),
+    ],
+)
+def test_durations_read_as_people_write_them_with_tenths_below_ten_seconds(seconds, shown):
+    assert duration(seconds) == shown
+
+
+def test_a_quick_staging_shows_how_long_it_took_not_zero_seconds(organisation, partner_client):
+    job = make_job(organisation, State.QUEUED, source_name="small.csv", input_bytes=31_600_000, staging_seconds=0.309)
+    html = partner_client.get(f"/jobs/{job.pk}/").content.decode()
+    assert re.search(r"<dt>Staged</dt><dd>31.6\xa0MB in 0.3 s \(102.3 MB/s\)</dd>", html), html
+
+
+@pytest.mark.parametrize(
+    ("params", "shown"),
+    [({}, "–"), ({"columns": "", "model": None}, "–"), ({"columns": "", "batch_size": 64}, "batch_size=64 ")],
+)
+def test_it_shows_the_parameters_given_and_a_dash_for_none(organisation, partner_client, params, shown):
+    job = make_job(organisation, params=params)
+    page = partner_client.get(f"/jobs/{job.pk}/").content.decode()
+    assert f'<dt>Parameters</dt><dd class="mono">{shown}</dd>' in page

@@ -1,0 +1,143 @@
+"""The job form: bad data and bad requests get a clear error, and nothing is stored or queued."""
+
+import pytest
+from django.core.files.storage import default_storage
+from django.test import override_settings
+
+from jobs.models import Allocation, Job
+from tests.support import job_form
+
+pytestmark = pytest.mark.django_db
+
+
+def post(client, **fields):
+    return client.post("/jobs/new/", job_form(**fields))
+
+
+def assert_refused(response, message: str):
+    assert response.status_code == 400
+    assert message in response.content.decode()
+    assert not Job.objects.exists()
+    assert not Allocation.objects.exists()
+
+
+def test_it_shows_the_form_with_the_fleet(partner_client, online_slots):
+    page = partner_client.get("/jobs/new/").content.decode()
+    assert "The fleet has 4 CPU slots online" in page
+    assert "clean-table" in page and "Short-wide" in page and "Long-narrow" in page
+
+
+def test_it_offers_server_paths_only_where_the_operator_set_staging_roots(partner_client, online_slots, settings):
+    assert "staging folder on the server" in partner_client.get("/jobs/new/").content.decode()
+    settings.E31_STAGING_ROOTS = []
+    page = partner_client.get("/jobs/new/").content.decode()
+    assert "Or a URL or s3:// URI" in page and "server" not in page.split("An http(s) URL")[1].split("</small>")[0]
+
+
+def test_it_accepts_a_valid_job(partner_client, online_slots):
+    response = post(partner_client)
+    job = Job.objects.get()
+    assert response.status_code == 302
+    assert (job.gpus, job.hours, job.state, job.retention_days) == (2, 1, "submitted", 0)
+    assert list(job.events.values_list("state", flat=True)) == ["submitted"]
+
+
+def test_it_lays_the_request_out_long_and_narrow(partner_client, online_slots):
+    post(partner_client, gpus="4", hours="1.5", shape="long-narrow")
+    job = Job.objects.get()
+    assert (job.gpus, job.hours, job.shape) == (1, 6, "long-narrow")
+
+
+@pytest.mark.parametrize(
+    ("content", "name", "message"),
+    [
+        (b"", "empty.csv", "The file is empty."),
+        (b"   \n\n ", "blank.csv", "nothing but whitespace"),
+        (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "image.csv", "This is a binary file"),
+        (b"caf\xe9,bar\n1,2\n", "latin1.csv", "not UTF-8 text (byte 0xe9 at offset 3)"),
+        (b"Dear team,\nplease find the data attached. Thanks!\nBest wishes\n", "letter.txt", "neither CSV"),
+        (b'[{"a": 1}, {"a": 2}]', "array.json", "This is a JSON array"),
+        (b'{"a": 1,\n', "broken.jsonl", "line 1 is not valid JSON"),
+    ],
+)
+def test_it_refuses_data_that_is_not_a_table(partner_client, online_slots, content, name, message):
+    assert_refused(post(partner_client, data=content, name=name), message)
+
+
+@override_settings(E31_MAX_UPLOAD_BYTES=100)
+def test_it_refuses_an_upload_over_the_limit(partner_client, online_slots):
+    assert_refused(post(partner_client, data=b"a,b\n" + b"1,2\n" * 100), "larger than the 100\xa0bytes upload limit")
+
+
+@pytest.mark.parametrize(
+    ("gpus", "hours", "message"),
+    [
+        ("0", "1", "Ensure this value is greater than or equal to 1."),
+        ("-3", "1", "Ensure this value is greater than or equal to 1."),
+        ("two", "1", "Enter a whole number."),
+        ("", "1", "This field is required."),
+        ("5", "1", "The fleet has 4 CPU slots online; ask for 4 or fewer."),
+        ("1", "0", "Ensure this value is greater than or equal to 0.01."),
+        ("1", "-1", "Ensure this value is greater than or equal to 0.01."),
+        ("1", "soon", "Enter a number."),
+        ("1", "NaN", "Enter a number."),
+        ("1", "1.005", "Ensure that there are no more than 2 decimal places."),
+        ("1", "73", "A job can run at most 72 hours; this asks for 73."),
+        ("1", "100000", "A job can run at most 72 hours; this asks for 100000."),
+        ("1", "1e9", "A job can run at most 72 hours; this asks for 1E+9."),
+    ],
+)
+def test_it_refuses_a_request_the_fleet_cannot_meet(partner_client, online_slots, gpus, hours, message):
+    assert_refused(post(partner_client, gpus=gpus, hours=hours), message)
+
+
+def test_it_takes_the_shortest_time_limit_a_job_can_ask_for(partner_client, online_slots):
+    response = post(partner_client, gpus="1", hours="0.01")
+    assert response.status_code == 302, "0.01 h is the least a job may ask for, not one refused as below it"
+
+
+def test_it_refuses_a_long_narrow_layout_past_the_time_limit(partner_client, online_slots):
+    assert_refused(post(partner_client, gpus="4", hours="20", shape="long-narrow"), "at most 72 hours")
+
+
+def test_it_refuses_when_no_gpu_is_online(partner_client):
+    assert_refused(post(partner_client), "No GPUs are online right now")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("param-clean-table-type_threshold", "most", "type_threshold must be a float, not &#x27;most&#x27;"),
+        ("param-clean-table-type_threshold", "0.1", "type_threshold must be at least 0.5, not 0.1"),
+        ("param-clean-table-types", "age", "types entry &#x27;age&#x27; must be column:type"),
+        ("work", "mine-bitcoin", "Select a valid choice."),
+    ],
+)
+def test_it_refuses_bad_work_parameters(partner_client, online_slots, field, value, message):
+    response = post(partner_client, **{field: value})
+    assert_refused(response, message)
+    assert message.replace("&#x27;", "'") in " ".join(response.context["form"].errors[field]), "shown by its field"
+
+
+def test_it_asks_how_many_days_to_keep(partner_client, online_slots):
+    assert_refused(post(partner_client, retention="keep", keep_days=""), "Say how many days to keep the staged copy.")
+    assert_refused(
+        post(partner_client, retention="keep", keep_days="400"), "The retention policy keeps it at most 90 days."
+    )
+    assert_refused(post(partner_client, output_days="0"), "greater than or equal to 1")
+    assert_refused(post(partner_client, output_days="366"), "The retention policy keeps it at most 365 days.")
+    assert_refused(post(partner_client, output_days="a month"), "Enter a whole number.")
+
+
+@pytest.mark.parametrize(("given", "kept"), [("", 30), ("7", 7), ("365", 365)])
+def test_it_keeps_the_output_the_days_asked_or_thirty(partner_client, online_slots, given, kept):
+    assert post(partner_client, output_days=given).status_code == 302
+    assert Job.objects.get().output_keep_days == kept
+
+
+def test_it_stores_the_upload_for_staging(partner_client, online_slots):
+    post(partner_client)
+    job = Job.objects.get()
+    assert job.source_path.startswith("uploads/")
+    with default_storage.open(job.source_path) as stored:
+        assert stored.read(2) == b"id"

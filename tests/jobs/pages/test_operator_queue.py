@@ -1,0 +1,76 @@
+"""The operators' live view of the queue: the fleet, the jobs holding it, the queue in order, staging."""
+
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.utils import timezone
+
+from jobs import lifecycle
+from jobs.models import Job, State
+from tests.factories import make_job
+from tests.support import client_for
+
+pytestmark = pytest.mark.django_db
+
+QUEUE = "/admin/jobs/job/queue/"
+
+
+def _job(organisation, gpus: int, state=State.QUEUED, minutes_ago: int = 0, **fields) -> Job:
+    queued_at = timezone.now() - timedelta(minutes=minutes_ago)
+    return make_job(organisation, state, gpus=gpus, hours=2, queued_at=queued_at, **fields)
+
+
+def test_it_shows_the_fleet_the_holds_the_queue_in_order_and_the_staging(organisation, online_slots, operator):
+    running = _job(organisation, 3, minutes_ago=30)
+    assert lifecycle.start_hold(running, online_slots[:3])
+    first, on_hold, second = (
+        _job(organisation, 2, minutes_ago=20),
+        _job(organisation, 1, minutes_ago=10),
+        _job(organisation, 4),
+    )
+    lifecycle.put_on_hold(on_hold, reason="quota review")
+    _job(organisation, 1, state=State.STAGING, source_kind=Job.Source.URL, staging_phase="downloading",
+         staging_done=2_000_000, staging_total=8_000_000)  # fmt: skip
+
+    page = client_for(operator).get(QUEUE).content.decode()
+    assert "4 CPU slots online, 1 free." in page
+    assert ">fake-node</a></td><td>yes</td><td>4</td><td>3</td>" in page
+    running = Job.objects.get(pk=running.pk)
+    assert f"#{running.pk}</a></td><td>Partner Lab</td><td>clean-table</td><td>3</td><td>3 × 2 h</td>" in page
+    assert f"{running.time_limit_at():%Y-%m-%d %H:%M}" in page
+    places = [page.index(f"#{job.pk}</a>") for job in (first, on_hold, second)]
+    assert places == sorted(places), "in queue order"
+    assert f'<td>1</td><td><a href="/admin/jobs/job/{first.pk}/change/">' in page
+    assert f'<td>2 (on hold)</td><td><a href="/admin/jobs/job/{on_hold.pk}/change/">' in page, "it keeps its place"
+    assert f'<td>3</td><td><a href="/admin/jobs/job/{second.pk}/change/">' in page
+    assert ": quota review" in page
+    deadline = timezone.now() + timedelta(days=1)
+    _job(organisation, 5, deadline=deadline)
+    page = client_for(operator).get(QUEUE).content.decode()
+    assert "asks for more CPU slots than are online" in page
+    assert f"<td>5 × 2 h, by {deadline:%Y-%m-%d %H:%M}</td>" in page
+    assert "downloading: 2.0\xa0MB of 8.0\xa0MB" in page
+
+
+def test_it_refreshes_itself_as_a_fragment(operator, online_slots):
+    fragment = client_for(operator).get(QUEUE, HTTP_HX_REQUEST="true").content.decode()
+    assert fragment.strip().startswith('<div id="live" hx-get="/admin/jobs/job/queue/" hx-trigger="every 5s"')
+    assert "<html" not in fragment and "Nobody waits." in fragment
+
+
+def test_it_is_for_operators_who_may_view_jobs(django_user_model, partner_client):
+    assert partner_client.get(QUEUE).status_code == 302, "to the console's login"
+    staff = django_user_model.objects.create_user("staff", password="pw", is_staff=True)
+    assert client_for(staff).get(QUEUE).status_code == 403
+    staff.user_permissions.set(Permission.objects.filter(codename="view_job"))
+    assert client_for(staff).get(QUEUE).status_code == 200
+    assert "The queue, live" in client_for(staff).get("/admin/").content.decode()
+
+
+def test_its_queries_do_not_grow_with_the_queue(organisation, online_slots, operator, django_assert_max_num_queries):
+    client = client_for(operator)
+    for minutes in range(40):
+        _job(organisation, 2, minutes_ago=minutes)
+    with django_assert_max_num_queries(20):
+        client.get(QUEUE, HTTP_HX_REQUEST="true")

@@ -1,0 +1,78 @@
+"""The job form's resumable upload in a real browser (Chromium): it survives a dropped network and a
+reload, and the finished upload becomes the job's data.
+
+Needs Debian's `chromium`; CI installs it and sets E31_BROWSER_TESTS=1, so there it cannot skip."""
+
+import hashlib
+import os
+import re
+
+import pytest
+
+from jobs.models import Job, State, Upload
+from tests.support import CHROMIUM, state_is, wait_for, wait_for_end
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(
+        not CHROMIUM and not os.environ.get("E31_BROWSER_TESTS"),
+        reason="no chromium here (apt install chromium); CI runs this test",
+    ),
+]
+
+SLOW = {"offline": False, "latency": 20, "downloadThroughput": -1, "uploadThroughput": 400_000}
+OFFLINE = {"offline": True, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1}
+FAST = {"offline": False, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1}
+
+
+class Network:
+    """The page's network, made slow, cut or fast again through the DevTools protocol."""
+
+    def __init__(self, page):
+        self.session = page.context.new_cdp_session(page)
+        self.session.send("Network.enable")
+
+    def __call__(self, conditions: dict) -> None:
+        self.session.send("Network.emulateNetworkConditions", conditions)
+
+
+def test_an_upload_survives_a_dropped_network_and_a_reload(
+    browser, live_server, settings, fleet, partner, dataset
+):  # fmt: skip
+    settings.E31_UPLOAD_CHUNK_BYTES = 128 * 1024
+    page = browser.new_page()
+    page.goto(f"{live_server.url}/accounts/login/")
+    page.fill("input[name=username]", "partner")
+    page.fill("input[name=password]", "pw-partner")
+    page.click("button.primary")
+    page.goto(f"{live_server.url}/jobs/new/")
+    network = Network(page)
+    network(SLOW)
+    page.set_input_files("input[name=data]", str(dataset))
+    wait_for(lambda: Upload.objects.filter(offset__gt=0).exists(), what="a first chunk confirmed")
+    assert "MB/s" in page.inner_text("#upload-status")
+
+    network(OFFLINE)
+    state_is(page, "waiting")
+    stopped_at = Upload.objects.get().offset
+    assert f"The upload stopped at {stopped_at / 1e6:.1f} MB" in page.inner_text("#upload-status")
+    network(SLOW)
+    state_is(page, "uploading")
+    wait_for(lambda: Upload.objects.get().offset > stopped_at, what="the upload to go on")
+
+    page.reload()
+    network(FAST)
+    page.set_input_files("input[name=data]", str(dataset))
+    state_is(page, "done")
+    assert "records.csv is uploaded" in page.inner_text("#upload-status")
+    assert Upload.objects.count() == 1, "the reload resumed the upload instead of starting another"
+    upload = Upload.objects.get()
+    assert upload.complete and upload.path.read_bytes() == dataset.read_bytes()
+
+    page.check("input[name=work][value=clean-table]")
+    page.click("button.primary")
+    page.wait_for_url(re.compile(r"/jobs/\d+/$"))
+    job = wait_for_end(Job.objects.get())
+    assert job.state == State.SUCCEEDED, job.error
+    assert job.input_sha256 == hashlib.sha256(dataset.read_bytes()).hexdigest()
+    assert not Upload.objects.exists()

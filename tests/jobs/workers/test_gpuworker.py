@@ -1,0 +1,60 @@
+"""`manage.py gpuworker`: slots registered and kept alive, a dead worker restarted, and nothing left
+running after it is stopped."""
+
+import os
+import re
+import signal
+import uuid
+
+import pytest
+from django.conf import settings
+from django.core.files.storage import default_storage
+
+from jobs import enqueue
+from jobs.models import Gpu, Job, State
+from jobs.staging import stage
+from tests.factories import make_job
+from tests.jobs.workers.processes import main_process_of, processes_mentioning
+from tests.support import Worker, job_form, wait_for, wait_for_end
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def worker(django_db_setup, redis_server, transactional_db):
+    worker = Worker(f"gpuworker-test-{uuid.uuid4().hex[:8]}", slots=1)  # its own log: no earlier test's lines
+    yield worker
+    if worker.process.poll() is None:
+        worker.stop()
+
+
+def test_it_registers_its_slots_restarts_a_dead_worker_and_leaves_nothing_behind(worker):
+    wait_for(lambda: Gpu.objects.online().filter(node__name=worker.name).count() == 1, timeout=60)
+    slot = f"slot0@{worker.name}"
+    first = wait_for(lambda: main_process_of(slot), timeout=30)
+    os.kill(first, signal.SIGKILL)
+    wait_for(lambda: main_process_of(slot) not in (None, first), timeout=30, what="a restart")
+
+    worker.stop()
+    assert worker.process.returncode == 0
+    assert processes_mentioning(worker.name) == {}
+    assert not Gpu.objects.online().filter(node__name=worker.name).exists()
+
+
+def test_a_job_left_queued_with_free_slots_is_started_by_a_heartbeat(worker, organisation, monkeypatch):
+    """The scheduler runs when staging ends; should that miss (slots a heartbeat had locked, a message
+    lost while the broker was away), the node's next heartbeat asks again."""
+    log = settings.VAR_DIR / f"{worker.name}.log"
+    wait_for(lambda: re.search(r"jobs\.tasks\.schedule\[.*\] succeeded", log.read_text()), timeout=60,
+             what="the schedule a node asks for when it starts")  # fmt: skip
+    wait_for(lambda: Gpu.objects.filter(node__name=worker.name).free().exists(), timeout=60,
+             what="its slot online: the node counts a slot once its worker answers")  # fmt: skip
+    monkeypatch.setattr(enqueue, "schedule", lambda: None)  # staging here sends no schedule
+    upload = job_form(gpus="1")["data"]
+    path = default_storage.save("uploads/customers.csv", upload)
+    job = make_job(organisation, source_name="customers.csv", source_path=path)
+    stage.stage(job.pk)
+    job = Job.objects.get(pk=job.pk)
+    assert job.events.filter(state=State.QUEUED).exists(), "staged, then left for the heartbeat to start"
+    job = wait_for_end(job, timeout=60)
+    assert job.state == State.SUCCEEDED, job.error
