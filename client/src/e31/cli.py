@@ -197,7 +197,8 @@ class JobDisplay:
 def state_text(job: Job) -> str:
     text = str(job.get("state_display") or job["state"]).lower()
     if job.get("on_hold"):
-        text += " (on hold by the operators)"
+        reason = job.get("on_hold_reason")
+        text += f" (on hold by the operators{': ' + reason if reason else ''})"
     if job["state"] == "queued" and queue_text(job):
         text += f" ({queue_text(job)})"
     return text
@@ -447,8 +448,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
         request = job.get("request") or {}
         name = (job.get("data") or {}).get("name") or args.data
         say(f"Job {job['id']} submitted: {request.get('gpus')} × {request.get('hours')} h of {job['work']} over {name}")
-        if job.get("queue") == "unreachable":
-            say("The portal's task queue is unreachable: the job is recorded, and staged once the queue is back.")
+        if job.get("task_queue") == "unreachable":
+            say("The portal's job queue is unreachable just now: the job is recorded, and staged once it is back.")
         if not args.wait:
             print(job["id"])
             return 0
@@ -505,6 +506,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     with connect() as portal:
         job = portal.cancel(args.id)
     print(f"Job {job['id']}: {state_text(job)}")
+    if job.get("task_queue") == "unreachable":
+        say("The portal's job queue is unreachable just now; the cancel stands.")
     return 0
 
 

@@ -42,6 +42,7 @@ class Job(TypedDict, total=False):
     state: str
     state_display: str
     on_hold: bool
+    on_hold_reason: str
     error: str
     data: dict[str, Any]
     request: dict[str, Any]
@@ -51,11 +52,13 @@ class Job(TypedDict, total=False):
     started_at: str | None
     ended_at: str | None
     progress: Progress
-    # {"place", "latest_start"}; the string "unreachable" on a job created while the task queue was.
-    queue: dict[str, Any] | str
+    queue: dict[str, Any]
     meter: Meter
     output: Output
     sample: dict[str, Any]
+    # "unreachable" on a job created or cancelled while the portal's task queue was: the change is
+    # recorded, and acted on once the queue is back.
+    task_queue: str
 
 
 class Page(TypedDict):
