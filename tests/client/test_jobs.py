@@ -3,32 +3,39 @@ listed and filtered, one job's figures, a cancel, and the page's sentence when i
 
 import json
 import re
-import shutil
 
-from tests.support import EXAMPLE
+from jobs.models import Job, State
+from tests.factories import make_job
 
 
-def test_it_lists_shows_and_cancels_a_job(e31, fleet):
-    shutil.copy(EXAMPLE, e31.folder / "customers.csv")
-    submitted = e31("submit", "customers.csv", "--work", "clean-table", "--gpus", "1", "--hours", "1")
-    assert submitted.returncode == 0, submitted.stderr
-    job_id = int(submitted.stdout)
-    cancelled = e31("cancel", str(job_id))
-    assert (cancelled.returncode, cancelled.stdout) == (0, f"Job {job_id}: cancelled\n"), cancelled.stderr
-    again = e31("cancel", str(job_id))
+def test_it_lists_shows_and_cancels_a_job(e31, organisation, other_organisation):
+    ended = make_job(organisation, state=State.SUCCEEDED, source_name="old.csv")
+    waiting = make_job(organisation, state=State.QUEUED, source_name="customers.csv", gpus=2)
+    make_job(other_organisation, state=State.QUEUED, source_name="theirs.csv")
+    cancelled = e31("cancel", str(waiting.pk))
+    assert (cancelled.returncode, cancelled.stdout) == (0, f"Job {waiting.pk}: cancelled\n"), cancelled.stderr
+    assert Job.objects.get(pk=waiting.pk).state == State.CANCELLED
+    again = e31("cancel", str(waiting.pk))
     assert (again.returncode, again.stdout) == (1, "")
-    assert again.stderr == f"e31: Job {job_id} is cancelled and can no longer be cancelled.\n"
+    assert again.stderr == f"e31: Job {waiting.pk} is cancelled and can no longer be cancelled.\n"
     listed = e31("jobs")
     assert listed.returncode == 0, listed.stderr
-    assert re.search(rf"^{job_id}\s+cancelled\s+clean-table\s+customers\.csv\s+1 × 1(\.00)? h", listed.stdout, re.M)
-    assert str(job_id) not in e31("jobs", "--state", "running").stdout
-    assert re.search(rf"^{job_id}\s", e31("jobs", "--state", "cancelled").stdout, re.M)
-    shown = e31("status", str(job_id), "--json")
+    lines = listed.stdout.splitlines()
+    assert lines[0].split() == ["ID", "STATE", "WORK", "DATA", "REQUEST", "CREATED"]
+    assert re.match(rf"{waiting.pk}\s+cancelled\s+clean-table\s+customers\.csv\s+2 × 1(\.00)? h", lines[1])
+    assert re.match(rf"{ended.pk}\s+succeeded\s+clean-table\s+old\.csv", lines[2])
+    assert len(lines) == 3, "the other organisation's job is not listed"
+    only = e31("jobs", "--state", "succeeded").stdout.splitlines()
+    assert [line.split()[0] for line in only[1:]] == [str(ended.pk)]
+    shown = e31("status", str(waiting.pk), "--json")
     assert json.loads(shown.stdout)["state"] == "cancelled"
-    assert e31("status", str(job_id)).stdout.startswith(f"Job {job_id}: cancelled")
+    assert e31("status", str(waiting.pk)).stdout.startswith(f"Job {waiting.pk}: cancelled\n")
 
 
-def test_it_says_not_found_for_a_job_it_cannot_see(e31, fleet):
-    missing = e31("status", "999999")
-    assert (missing.returncode, missing.stdout) == (1, "")
-    assert missing.stderr.startswith("e31: ") and missing.stderr.count("\n") == 1
+def test_it_says_not_found_in_one_line_for_a_job_of_another_organisation(e31, other_organisation):
+    theirs = make_job(other_organisation, state=State.QUEUED)
+    for argv in (("status", str(theirs.pk)), ("cancel", str(theirs.pk)), ("download", str(theirs.pk))):
+        refused = e31(*argv)
+        assert (refused.returncode, refused.stdout) == (1, ""), argv
+        assert refused.stderr.startswith("e31: ") and refused.stderr.count("\n") == 1, refused.stderr
+    assert Job.objects.get(pk=theirs.pk).state == State.QUEUED

@@ -38,7 +38,7 @@ def settled_offset(organisation) -> int:
     return seen[-1]
 
 
-def test_it_resumes_after_ctrl_c_sending_only_the_bytes_not_confirmed(e31, fleet, portal, token, organisation):
+def test_it_resumes_after_ctrl_c_sending_only_the_bytes_not_confirmed(e31, submits, fleet, portal, token, organisation):
     data = grown_csv(e31.folder / "big.csv", 12 * 1024 * 1024)
     size = data.stat().st_size
     first = e31.start(*SUBMIT)
@@ -72,7 +72,7 @@ def test_it_resumes_after_ctrl_c_sending_only_the_bytes_not_confirmed(e31, fleet
     assert e31("cancel", str(job_id)).returncode == 0
 
 
-def test_it_retries_a_dropped_connection_within_the_same_run(e31, fleet, portal):
+def test_it_retries_a_dropped_connection_within_the_same_run(e31, submits, fleet, portal):
     data = grown_csv(e31.folder / "big.csv", 2 * 1024 * 1024)
     proxy = DroppingProxy(int(urlsplit(portal.url).port), drop_after=1024 * 1024)
     try:
@@ -87,7 +87,7 @@ def test_it_retries_a_dropped_connection_within_the_same_run(e31, fleet, portal)
     assert e31("cancel", str(job_id)).returncode == 0
 
 
-def test_it_starts_over_when_the_portal_no_longer_has_the_upload(e31, fleet, portal, token):
+def test_it_starts_over_when_the_portal_no_longer_has_the_upload(e31, submits, fleet, portal, token):
     data = e31.folder / "customers.csv"
     shutil.copy(EXAMPLE, data)
     stat = data.stat()

@@ -18,7 +18,7 @@ def served(partner, job: Job, name: str) -> bytes:
     return b"".join(response.streaming_content)
 
 
-def test_it_uploads_waits_and_writes_the_output_the_job_page_serves(e31, fleet, partner):
+def test_it_uploads_waits_and_writes_the_output_the_job_page_serves(e31, submits, fleet, partner):
     shutil.copy(EXAMPLE, e31.folder / "customers.csv")
     done = e31(*SUBMIT, "--gpus", "2", "--param", "dedupe=true", "--wait", "-o", "out")
     assert done.returncode == 0, done.stderr
@@ -37,7 +37,7 @@ def test_it_uploads_waits_and_writes_the_output_the_job_page_serves(e31, fleet, 
     assert Decimal(total.split()[1]) == sum(entry.amount for entry in job.ledger_entries.all())
 
 
-def test_it_says_the_portals_sentence_for_a_refused_value_and_keeps_the_upload(e31, fleet, portal):
+def test_it_says_the_portals_sentence_for_a_refused_value_and_keeps_the_upload(e31, submits, fleet, portal):
     shutil.copy(EXAMPLE, e31.folder / "customers.csv")
     refused = e31(*SUBMIT, "--gpus", "0")
     assert (refused.returncode, refused.stdout) == (1, "")
