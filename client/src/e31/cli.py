@@ -13,6 +13,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
@@ -21,10 +22,10 @@ import httpx
 from tqdm import tqdm
 
 from e31 import config
-from e31.client import Client, job_spec, request_spec
+from e31.client import VERSION, Client, job_spec, request_spec
 from e31.download import DownloadError, download_file
 from e31.errors import APIError, error_line
-from e31.schema import Job
+from e31.schema import ENDED, Job
 from e31.upload import CHUNK_SIZE, ResumeStore, Uploaded, upload_file
 
 INTERRUPTED = 130
@@ -117,32 +118,38 @@ def size_text(count: int | None) -> str:
 
 
 class Bar:
-    """A tqdm bar on stderr when it is a terminal; nothing otherwise."""
+    """A tqdm bar on stderr when it is a terminal; nothing otherwise. It starts at the first figure shown,
+    so a resumed upload or a job watched half-way does not count what was done before as speed."""
 
-    def __init__(self, desc: str, total: int | None, unit: str = "B"):
-        scaled = unit == "B"
-        self.bar = tqdm(
-            total=total,
-            desc=desc,
-            unit=unit,
-            unit_scale=scaled,
-            unit_divisor=1024 if scaled else 1000,
-            file=sys.stderr,
-            disable=not sys.stderr.isatty(),
-            leave=True,
-            dynamic_ncols=True,
-        )
+    def __init__(self, desc: str, total: int | None, unit: str = "B", fmt: str | None = None):
+        self.desc, self.total, self.unit, self.fmt = desc, total, unit, fmt
+        self.bar: tqdm | None = None
 
     def show(self, done: int, total: int | None = None, note: str = "") -> None:
+        if not sys.stderr.isatty():
+            return
+        if self.bar is None:
+            scaled = self.unit == "B"
+            self.bar = tqdm(
+                total=total or self.total,
+                initial=done,
+                desc=self.desc,
+                unit=self.unit,
+                unit_scale=scaled,
+                unit_divisor=1024 if scaled else 1000,
+                file=sys.stderr,
+                dynamic_ncols=True,
+                bar_format=self.fmt,
+            )
         if total is not None and total != self.bar.total:
             self.bar.total = total
-        self.bar.n = done
         if note:
             self.bar.set_postfix_str(note, refresh=False)
-        self.bar.refresh()
+        self.bar.update(done - self.bar.n)
 
     def close(self) -> None:
-        self.bar.close()
+        if self.bar is not None:
+            self.bar.close()
 
 
 class JobDisplay:
@@ -158,7 +165,8 @@ class JobDisplay:
         state = job["state"]
         if state != self.state:
             self.state = state
-            if not self.tty:
+            if not self.tty or state in ENDED:
+                self.close()
                 say(f"Job {job['id']}: {state_text(job)}")
         if self.tty:
             self._show(job)
@@ -174,7 +182,7 @@ class JobDisplay:
             if phase == "staging":
                 self.bar = Bar("staging", 100, unit="%")
             elif phase == "queued":
-                self.bar = Bar("queued", None, unit="")
+                self.bar = Bar("queued", None, unit="", fmt="{desc} {elapsed}{postfix}")
             elif phase == "pass":
                 self.bar = Bar("pass", progress.get("records_total") or None, unit=" rec")
         if self.bar is None:
@@ -184,14 +192,13 @@ class JobDisplay:
         elif phase == "queued":
             self.bar.show(0, note=queue_text(job))
         else:
-            rate = progress.get("records_per_second")
-            note = f"{rate:,.0f} rec/s" if rate else ""
-            self.bar.show(progress.get("records_done") or 0, progress.get("records_total") or None, note)
+            self.bar.show(progress.get("records_done") or 0, progress.get("records_total") or None)
 
     def close(self) -> None:
         if self.bar:
             self.bar.close()
             self.bar = None
+        self.phase = ""
 
 
 def state_text(job: Job) -> str:
@@ -212,8 +219,19 @@ def queue_text(job: Job) -> str:
     if queue.get("place"):
         parts.append(f"place {queue['place']}")
     if queue.get("latest_start"):
-        parts.append(f"starts by {queue['latest_start']}")
+        parts.append(f"starts by {moment_text(queue['latest_start'])}")
     return ", ".join(parts)
+
+
+def moment_text(value: str, seconds: bool = False) -> str:
+    """An ISO 8601 time from the portal as a person reads it, to the minute (or second), in UTC."""
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return value
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(UTC)
+    return f"{moment:%Y-%m-%d %H:%M:%S}" if seconds else f"{moment:%Y-%m-%d %H:%M} UTC"
 
 
 def receipt_entries(receipt: dict[str, Any]) -> list[dict[str, Any]]:
@@ -236,11 +254,15 @@ def receipt_totals(receipt: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def ledger_line(entry: dict[str, Any]) -> str:
-    """A ledger entry as one line: what was held, for how long, at what rate, for how much."""
+    """A ledger entry as one line: what was held, for how long, at what rate, for how much; an entry
+    that held no GPU (staging) says what it moved."""
     what = f"job {entry.get('job')} {entry.get('kind', '')}".strip()
-    held = f"{entry.get('gpus')} × {entry.get('seconds')} s" if entry.get("gpus") else f"{entry.get('seconds')} s"
     amount = f"{entry.get('amount')} {entry.get('currency', '')}".strip()
-    line = f"{what}: {held} = {entry.get('gpu_hours')} GPU-hours × {entry.get('rate')} = {amount}"
+    if entry.get("gpus"):
+        held = f"{entry['gpus']} × {entry.get('seconds')} s"
+        line = f"{what}: {held} = {entry.get('gpu_hours')} GPU-hours × {entry.get('rate')} = {amount}"
+    else:
+        line = f"{what}: {size_text(entry.get('bytes'))} in {entry.get('seconds')} s = {amount}"
     if entry.get("reason"):
         line += f" ({entry['reason']})"
     return line
@@ -493,7 +515,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 0
     print("\n".join(job_summary(job)))
     for event in events:
-        print(f"  {event['at']}  {event['state']:<10} {event['message']}")
+        print(f"  {moment_text(event['at'], seconds=True)}  {event['state']:<10} {event['message']}".rstrip())
     return 0
 
 
@@ -582,6 +604,7 @@ def add_wait(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> Parser:
     parser = Parser(prog="e31", description="Submit and follow GPU jobs on an E31 portal.")
+    parser.add_argument("--version", action="version", version=f"e31 {VERSION}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
 
     login = commands.add_parser("login", help="store the portal's URL and your API token")
