@@ -58,8 +58,9 @@ def answers(url: str) -> bool:
     return True
 
 
-@pytest.fixture(scope="module")
-def portal(django_db_setup, redis_server) -> Iterator[Portal]:
+@contextlib.contextmanager
+def running_portal(**env: str) -> Iterator[Portal]:
+    """`manage.py runserver` on a free loopback port with the tests' settings and `env`, until it answers."""
     pytest.importorskip("api.models", reason="the API's server side (issue 14) is not on this branch")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -67,7 +68,7 @@ def portal(django_db_setup, redis_server) -> Iterator[Portal]:
     with log.open("ab") as output:
         process = subprocess.Popen(
             manage("runserver", f"127.0.0.1:{port}", "--noreload"),
-            env=process_env(**RATES),
+            env=process_env(**env),
             stdout=output,
             stderr=subprocess.STDOUT,
         )
@@ -79,6 +80,12 @@ def portal(django_db_setup, redis_server) -> Iterator[Portal]:
     finally:
         process.terminate()
         process.wait(30)
+
+
+@pytest.fixture(scope="module")
+def portal(django_db_setup, redis_server) -> Iterator[Portal]:
+    with running_portal(**RATES) as started:
+        yield started
 
 
 @pytest.fixture
