@@ -391,6 +391,8 @@ def follow(portal: Client, job_id: int, folder: Path | None) -> int:
         written = download_outputs(portal, job, folder)
         say(f"Output written to {folder}/ ({', '.join(path.name for path in written)})")
     print_receipt(portal, job_id)
+    if job.get("kind") == "sample":
+        say(f"Sample {job_id} sized the full pass: e31 estimate {job_id}, then e31 pass {job_id} --gpus N --hours H.")
     return 0
 
 

@@ -16,7 +16,7 @@ from e31.config import normalise_url
 from e31.download import download_file
 from e31.errors import APIError, error_of
 from e31.schema import ENDED, Event, Job, Page, UploadOffset
-from e31.upload import metadata, upload_file
+from e31.upload import backoff, metadata, upload_file
 
 log = logging.getLogger("e31")
 
@@ -263,10 +263,23 @@ class Client:
     def job_webhooks(self, job_id: int) -> Any:
         return self._json("GET", f"jobs/{job_id}/webhooks/")
 
-    def wait(self, job_id: int, on_update: Callable[[Job], None] | None = None, interval: float = 1.0) -> Job:
-        """Poll the job until it has ended; `on_update` hears it each time round. The job as it ended."""
+    def wait(
+        self, job_id: int, on_update: Callable[[Job], None] | None = None, interval: float = 1.0, retries: int = 8
+    ) -> Job:
+        """Poll the job until it has ended; `on_update` hears it each time round. The job as it ended.
+        A portal that cannot be reached is asked again with backoff, `retries` times in a row at most."""
+        failures = 0
         while True:
-            job = self.job(job_id)
+            try:
+                job = self.job(job_id)
+            except httpx.TransportError as error:
+                failures += 1
+                if failures > retries:
+                    raise
+                log.warning("The portal did not answer (%s); asking again.", error or type(error).__name__)
+                time.sleep(backoff(failures))
+                continue
+            failures = 0
             if on_update:
                 on_update(job)
             if job["state"] in ENDED:

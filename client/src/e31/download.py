@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, TypedDict
 import httpx
 
 from e31.errors import APIError
+from e31.upload import backoff
 
 if TYPE_CHECKING:
     from e31.client import Client
@@ -135,7 +136,7 @@ def download_file(
             failures += 1
             if failures > retries:
                 raise
-            pause = 0.5 * 2 ** min(failures - 1, 6)
+            pause = backoff(failures)
             log.warning("Download of %s interrupted (%s); going on in %g s.", target.name, error, pause)
             time.sleep(pause)
     if expected and sha256_of(partial) != expected["sha256"]:
