@@ -1,0 +1,714 @@
+"""The `e31` command: log in, submit a dataset (uploaded with resume) and follow it to its output and
+its bill, and look after the organisation's jobs.
+
+Results go to stdout, progress to stderr (bars on a terminal, a line per state change otherwise).
+Exit 0 on success, 1 on a failure or a job that did not succeed, 2 on a usage error, 130 on Ctrl-C;
+each failure is one line on stderr, `e31: ` and the reason (the portal's own sentence when it refused).
+"""
+
+import argparse
+import getpass
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, NoReturn, TextIO
+
+import httpx
+from tqdm import tqdm
+
+from e31 import config
+from e31.client import VERSION, Client, job_spec, request_spec
+from e31.download import DownloadError, download_file
+from e31.errors import APIError, error_line
+from e31.schema import ENDED, Job
+from e31.upload import CHUNK_SIZE, ResumeStore, Uploaded, upload_file
+
+INTERRUPTED = 130
+SIZE_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
+S3_ENV = {
+    "key_id": ("AWS_ACCESS_KEY_ID",),
+    "secret": ("AWS_SECRET_ACCESS_KEY",),
+    "region": ("AWS_REGION", "AWS_DEFAULT_REGION"),
+    "endpoint_url": ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"),
+}
+
+
+class Failure(Exception):
+    """A reason to stop, said in one line."""
+
+
+class Interrupted(Exception):
+    """Ctrl-C, with what it left behind."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with a usage error said in one line like every other failure."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"e31: {message} (see {self.prog} --help)\n")
+
+
+# Reading the options.
+
+
+def parse_size(text: str) -> int:
+    """A chunk size: bytes, or with K, M or G (binary units): 8M, 512K, 1048576."""
+    value = text.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = value[-1:] if value[-1:] in "KMG" else ""
+    number = value.removesuffix(unit) if unit else value
+    if not number.isdigit() or int(number) == 0:
+        raise argparse.ArgumentTypeError(f"a size such as 8M, 512K or 1048576, not {text!r}")
+    return int(number) * SIZE_UNITS[unit]
+
+
+def parse_param(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"name=value, not {text!r}")
+    return name.strip(), value
+
+
+def parse_month(text: str) -> str:
+    year, sep, month = text.partition("-")
+    if not (sep and len(year) == 4 and year.isdigit() and month.isdigit() and 1 <= int(month) <= 12):
+        raise argparse.ArgumentTypeError(f"a month as YYYY-MM, not {text!r}")
+    return f"{year}-{int(month):02d}"
+
+
+def s3_credentials(args: argparse.Namespace, env: dict[str, str]) -> dict[str, str] | None:
+    """The credentials for an s3:// location: the options, else the AWS_* variables; None when neither
+    gives a key."""
+    found = {
+        name: getattr(args, f"s3_{name}") or next((env[var] for var in names if env.get(var)), "")
+        for name, names in S3_ENV.items()
+    }
+    if not found["key_id"] and not found["secret"]:
+        return None
+    if not found["key_id"] or not found["secret"]:
+        raise Failure("Give both --s3-key-id and --s3-secret (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY).")
+    return {
+        "access_key_id": found["key_id"],
+        "secret_access_key": found["secret"],
+        "region": found["region"],
+        "endpoint_url": found["endpoint_url"],
+    }
+
+
+# Showing progress and results.
+
+
+def say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def size_text(count: int | None) -> str:
+    if count is None:
+        return "?"
+    value = float(count)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if value < 1000 or unit == "TB":
+            return f"{value:,.0f} {unit}" if unit == "B" else f"{value:,.1f} {unit}"
+        value /= 1000
+    return f"{value:,.1f} TB"
+
+
+class Bar:
+    """A tqdm bar on stderr when it is a terminal; nothing otherwise. It starts at the first figure shown,
+    so a resumed upload or a job watched half-way does not count what was done before as speed."""
+
+    def __init__(self, desc: str, total: int | None, unit: str = "B", fmt: str | None = None):
+        self.desc, self.total, self.unit, self.fmt = desc, total, unit, fmt
+        self.bar: tqdm | None = None
+
+    def show(self, done: int, total: int | None = None, note: str = "") -> None:
+        if not sys.stderr.isatty():
+            return
+        if self.bar is None:
+            scaled = self.unit == "B"
+            self.bar = tqdm(
+                total=total or self.total,
+                initial=done,
+                desc=self.desc,
+                unit=self.unit,
+                unit_scale=scaled,
+                unit_divisor=1024 if scaled else 1000,
+                file=sys.stderr,
+                dynamic_ncols=True,
+                bar_format=self.fmt,
+            )
+        if total is not None and total != self.bar.total:
+            self.bar.total = total
+        if note:
+            self.bar.set_postfix_str(note, refresh=False)
+        self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+class JobDisplay:
+    """A job followed: bars for staging and for the pass on a terminal, a line per state otherwise."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+        self.state = ""
+        self.phase = ""
+        self.bar: Bar | None = None
+
+    def update(self, job: Job) -> None:
+        state = job["state"]
+        if state != self.state:
+            self.state = state
+            if not self.tty or state in ENDED:
+                self.close()
+                say(f"Job {job['id']}: {state_text(job)}")
+        if self.tty:
+            self._show(job)
+
+    def _show(self, job: Job) -> None:
+        progress = job.get("progress") or {}
+        phase = {"submitted": "staging", "staging": "staging", "queued": "queued", "running": "pass"}.get(
+            job["state"], "pass" if job["state"] == "finishing" else ""
+        )
+        if phase != self.phase:
+            self.close()
+            self.phase = phase
+            if phase == "staging":
+                self.bar = Bar("staging", 100, unit="%")
+            elif phase == "queued":
+                self.bar = Bar("queued", None, unit="", fmt="{desc} {elapsed}{postfix}")
+            elif phase == "pass":
+                self.bar = Bar("pass", progress.get("records_total") or None, unit=" rec")
+        if self.bar is None:
+            return
+        if phase == "staging":
+            self.bar.show(progress.get("staging_percent") or 0)
+        elif phase == "queued":
+            self.bar.show(0, note=queue_text(job))
+        else:
+            self.bar.show(progress.get("records_done") or 0, progress.get("records_total") or None)
+
+    def close(self) -> None:
+        if self.bar:
+            self.bar.close()
+            self.bar = None
+        self.phase = ""
+
+
+def state_text(job: Job) -> str:
+    text = str(job.get("state_display") or job["state"]).lower()
+    if job.get("on_hold"):
+        reason = job.get("on_hold_reason")
+        text += f" (on hold by the operators{': ' + reason if reason else ''})"
+    if job["state"] == "queued" and queue_text(job):
+        text += f" ({queue_text(job)})"
+    return text
+
+
+def queue_text(job: Job) -> str:
+    queue = job.get("queue")
+    if not isinstance(queue, dict):
+        return ""
+    parts = []
+    if queue.get("place"):
+        parts.append(f"place {queue['place']}")
+    if queue.get("latest_start"):
+        parts.append(f"starts by {moment_text(queue['latest_start'])}")
+    return ", ".join(parts)
+
+
+def moment_text(value: str, seconds: bool = False) -> str:
+    """An ISO 8601 time from the portal as a person reads it, to the minute (or second), in UTC."""
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return value
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(UTC)
+    return f"{moment:%Y-%m-%d %H:%M:%S}" if seconds else f"{moment:%Y-%m-%d %H:%M} UTC"
+
+
+def receipt_entries(receipt: dict[str, Any]) -> list[dict[str, Any]]:
+    entries = receipt.get("entries", receipt.get("ledger", []))
+    return [entry for entry in entries if isinstance(entry, dict)] if isinstance(entries, list) else []
+
+
+def receipt_totals(receipt: dict[str, Any]) -> list[tuple[str, str]]:
+    """(currency, amount) of each total, whether the receipt gives them as a list or by currency."""
+    totals = receipt.get("totals", receipt.get("total", []))
+    if isinstance(totals, dict):
+        if "currency" in totals:
+            return [(str(totals["currency"]), str(totals.get("amount", "")))]
+        return [(str(currency), str(amount)) for currency, amount in totals.items()]
+    if isinstance(totals, list):
+        return [
+            (str(item.get("currency", "")), str(item.get("amount", ""))) for item in totals if isinstance(item, dict)
+        ]
+    return []
+
+
+def ledger_line(entry: dict[str, Any]) -> str:
+    """A ledger entry as one line: what was held, for how long, at what rate, for how much; an entry
+    that held no GPU (staging) says what it moved."""
+    what = f"job {entry.get('job')} {entry.get('kind', '')}".strip()
+    amount = f"{entry.get('amount')} {entry.get('currency', '')}".strip()
+    if entry.get("gpus"):
+        held = f"{entry['gpus']} × {entry.get('seconds')} s"
+        line = f"{what}: {held} = {entry.get('gpu_hours')} GPU-hours × {entry.get('rate')} = {amount}"
+    else:
+        line = f"{what}: {size_text(entry.get('bytes'))} in {entry.get('seconds')} s = {amount}"
+    if entry.get("reason"):
+        line += f" ({entry['reason']})"
+    return line
+
+
+def print_receipt(portal: Client, job_id: int) -> None:
+    receipt = portal.receipt(job_id)
+    for entry in receipt_entries(receipt):
+        print(ledger_line(entry))
+    for currency, amount in receipt_totals(receipt):
+        print(f"Total: {amount} {currency}")
+
+
+def job_summary(job: Job) -> list[str]:
+    data, request = job.get("data") or {}, job.get("request") or {}
+    progress, meter = job.get("progress") or {}, job.get("meter") or {}
+    sample = " (sample)" if job.get("kind") == "sample" else ""
+    lines = [
+        f"Job {job['id']}{sample}: {state_text(job)}",
+        f"  work     {job.get('work')} {json.dumps(job.get('params') or {})}",
+        f"  data     {data.get('name') or data.get('location')} ({size_text(data.get('bytes'))}, "
+        f"{data.get('format') or 'format not known yet'})",
+        f"  request  {request.get('gpus')} × {request.get('hours')} h, {request.get('shape')}"
+        + (f", deadline {request['deadline']}" if request.get("deadline") else ""),
+    ]
+    if progress.get("records_total"):
+        rate = progress.get("records_per_second")
+        lines.append(
+            f"  progress {progress.get('percent', 0)} % · {progress.get('records_done', 0):,} of "
+            f"{progress['records_total']:,} records" + (f" · {rate:,.0f} rec/s" if rate else "")
+        )
+    if meter.get("gpu_hours"):
+        lines.append(f"  meter    {meter['gpu_hours']} GPU-hours, {meter.get('amount')} {meter.get('currency', '')}")
+    files = (job.get("output") or {}).get("files") or []
+    if files:
+        lines.append("  output   " + ", ".join(file["name"] for file in files))
+    if job.get("error"):
+        lines.append(f"  error    {job['error']}")
+    return lines
+
+
+# What several commands share.
+
+
+def connect(env: dict[str, str] | None = None) -> Client:
+    try:
+        found = config.load(os.environ if env is None else env)
+    except config.ConfigError as error:
+        raise Failure(str(error)) from None
+    return Client(found.url, found.token)
+
+
+def upload_with_bar(portal: Client, path: Path, chunk_size: int, store: ResumeStore) -> Uploaded:
+    bar = Bar(f"upload {path.name}", path.stat().st_size)
+    state = {"offset": 0, "size": path.stat().st_size, "started": False}
+
+    def progress(offset: int, size: int) -> None:
+        if not state["started"] and offset == size:
+            say(f"Using the earlier upload of {path.name}: the portal has all its {size:,} bytes.")
+        elif not state["started"] and offset:
+            say(f"Resuming the upload of {path.name} at byte {offset:,} of {size:,}.")
+        state.update(offset=offset, started=True)
+        bar.show(offset, size)
+
+    try:
+        return upload_file(portal, path, chunk_size=chunk_size, store=store, progress=progress, forget_when_done=False)
+    except KeyboardInterrupt:
+        raise Interrupted(
+            f"Upload stopped at byte {state['offset']:,} of {state['size']:,}; run the same command to resume it."
+        ) from None
+    finally:
+        bar.close()
+
+
+def safe_name(name: str) -> str:
+    """An output file's name, as a plain file name in the folder (never a path out of it)."""
+    if not name or name in (".", "..") or Path(name).name != name or "\\" in name:
+        raise Failure(f"The portal named an output file {name!r}; refusing to write it.")
+    return name
+
+
+def download_outputs(portal: Client, job: Job, folder: Path) -> list[Path]:
+    files = (job.get("output") or {}).get("files") or []
+    if not files:
+        raise Failure(f"Job {job['id']} has no output (it is {state_text(job)}).")
+    try:
+        manifest = portal.manifest(job["id"])
+    except APIError as error:
+        if error.status != 404:
+            raise
+        manifest = {}
+    digests = manifest.get("files") or {}
+    written = []
+    for file in files:
+        name = safe_name(file["name"])
+        bar = Bar(name, None)
+        try:
+            written.append(
+                download_file(
+                    portal,
+                    portal.absolute(file["url"]),
+                    folder / name,
+                    expected=digests.get(name),
+                    progress=lambda done, total, bar=bar: bar.show(done, total),
+                )
+            )
+        except KeyboardInterrupt:
+            raise Interrupted(f"Download stopped; run e31 download {job['id']} to resume it.") from None
+        finally:
+            bar.close()
+    return written
+
+
+def follow(portal: Client, job_id: int, folder: Path | None) -> int:
+    """Watch the job to its end; on success write its output (with `folder`) and print its bill."""
+    display = JobDisplay()
+    try:
+        job = portal.wait(job_id, display.update)
+    except KeyboardInterrupt:
+        raise Interrupted(f"Stopped watching; job {job_id} goes on (e31 watch {job_id}).") from None
+    finally:
+        display.close()
+    if job["state"] != "succeeded":
+        raise Failure(f"Job {job_id} {state_text(job)}: {job.get('error') or 'no output'}")
+    if folder is not None:
+        written = download_outputs(portal, job, folder)
+        say(f"Output written to {folder}/ ({', '.join(path.name for path in written)})")
+    print_receipt(portal, job_id)
+    if job.get("kind") == "sample":
+        say(f"Sample {job_id} sized the full pass: e31 estimate {job_id}, then e31 pass {job_id} --gpus N --hours H.")
+    return 0
+
+
+# The commands.
+
+
+def cmd_login(args: argparse.Namespace) -> int:
+    stored = config.read_file()
+    url = args.url or input(f"Portal URL [{stored.get('url', 'https://')}]: ").strip() or stored.get("url", "")
+    if sys.stdin.isatty():
+        token = getpass.getpass("API token (from the portal's API tokens page): ")
+    else:
+        token = sys.stdin.readline()
+    token = token.strip()
+    if not url or not token:
+        raise Failure("Give the portal's URL and an API token.")
+    try:
+        url = config.normalise_url(url)
+    except config.ConfigError as error:
+        raise Failure(str(error)) from None
+    with Client(url, token) as portal:
+        me = portal.me()
+    path = config.save(url, token)
+    who = me.get("username") or me.get("email") or "you"
+    organisation = me.get("organisation")
+    if isinstance(organisation, dict):
+        organisation = organisation.get("name") or organisation.get("slug")
+    print(f"Logged in to {url} as {who}" + (f" ({organisation})" if organisation else "") + f"; token in {path}.")
+    return 0
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    if args.output and not args.wait:
+        raise Failure("-o needs --wait (or run e31 download later).")
+    store = ResumeStore()
+    location, credentials, uploaded, model = "", None, None, None
+    if "://" in args.data or args.on_server:
+        location = args.data
+        credentials = s3_credentials(args, dict(os.environ)) if args.data.startswith("s3://") else None
+    path = Path(args.data)
+    if not location and not path.is_file():
+        raise Failure(f"There is no file {args.data} (data is a file, an https:// URL or an s3:// location).")
+    if args.model and not Path(args.model).is_file():
+        raise Failure(f"There is no model file {args.model}.")
+    with connect() as portal:
+        if not location:
+            uploaded = upload_with_bar(portal, path, args.chunk_size, store)
+        if args.model:
+            model = upload_with_bar(portal, Path(args.model), args.chunk_size, store)
+        spec = job_spec(
+            work=args.work,
+            params=dict(args.param),
+            model_upload=model.upload_id if model else None,
+            upload=uploaded.upload_id if uploaded else None,
+            location=location,
+            s3_credentials=credentials,
+            sha256=args.sha256,
+            gpus=args.gpus,
+            hours=args.hours,
+            shape=args.shape,
+            deadline=args.deadline,
+            allow_partial=args.allow_partial,
+            staged_days=args.keep_days,
+            output_days=args.keep_output_days,
+            sample=args.sample,
+            webhook_url=args.webhook_url,
+        )
+        try:
+            job = portal.create_job(spec)
+        except APIError as error:
+            if uploaded and (error.field or "").startswith("data"):
+                store.forget(uploaded.key)  # the portal no longer takes that upload: the next run sends the file
+            raise
+        for done in (uploaded, model):
+            if done:
+                store.forget(done.key)  # a job's data now; the same file again is a new upload
+        request = job.get("request") or {}
+        name = (job.get("data") or {}).get("name") or args.data
+        say(f"Job {job['id']} submitted: {request.get('gpus')} × {request.get('hours')} h of {job['work']} over {name}")
+        if job.get("task_queue") == "unreachable":
+            say("The portal's job queue is unreachable just now: the job is recorded, and staged once it is back.")
+        if not args.wait:
+            print(job["id"])
+            return 0
+        return follow(portal, job["id"], args.output)
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    filters = {"state": args.state, "kind": args.kind, "work": args.work}
+    with connect() as portal:
+        page = portal.list_jobs(page_size=args.limit, **filters)
+    if args.json:
+        print(json.dumps(page["results"], indent=2))
+        return 0
+    rows = [("ID", "STATE", "WORK", "DATA", "REQUEST", "CREATED")]
+    for job in page["results"]:
+        data, request = job.get("data") or {}, job.get("request") or {}
+        rows.append(
+            (
+                str(job["id"]),
+                state_text(job),
+                str(job.get("work", "")) + (" (sample)" if job.get("kind") == "sample" else ""),
+                str(data.get("name") or data.get("location") or ""),
+                f"{request.get('gpus')} × {request.get('hours')} h",
+                str(job.get("created", ""))[:16].replace("T", " "),
+            )
+        )
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    if page.get("count", 0) > len(page["results"]):
+        say(f"{len(page['results'])} of {page['count']} jobs; --limit shows more.")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    with connect() as portal:
+        job = portal.job(args.id)
+        events = portal.events(args.id) if args.events else []
+    if args.json:
+        print(json.dumps(job, indent=2))
+        return 0
+    print("\n".join(job_summary(job)))
+    for event in events:
+        print(f"  {moment_text(event['at'], seconds=True)}  {event['state']:<10} {event['message']}".rstrip())
+    return 0
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    with connect() as portal:
+        return follow(portal, args.id, args.output)
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    with connect() as portal:
+        job = portal.cancel(args.id)
+    print(f"Job {job['id']}: {state_text(job)}")
+    if job.get("task_queue") == "unreachable":
+        say("The portal's job queue is unreachable just now; the cancel stands.")
+    return 0
+
+
+def cmd_download(args: argparse.Namespace) -> int:
+    folder = args.output or Path(f"job-{args.id}")
+    with connect() as portal:
+        for path in download_outputs(portal, portal.job(args.id), folder):
+            print(path)
+    return 0
+
+
+def cmd_ledger(args: argparse.Namespace) -> int:
+    with connect() as portal:
+        if args.csv or args.json:
+            for block in portal.ledger_export("csv" if args.csv else "json", month=args.month, job=args.job):
+                sys.stdout.buffer.write(block)
+            sys.stdout.buffer.flush()
+            return 0
+        totals: dict[str, Decimal] = {}
+        for entry in portal.ledger(month=args.month, job=args.job):
+            print(ledger_line(entry))
+            currency = str(entry.get("currency", ""))
+            totals[currency] = totals.get(currency, Decimal(0)) + Decimal(str(entry.get("amount") or 0))
+    for currency, amount in sorted(totals.items()):
+        print(f"Total: {amount} {currency}")
+    return 0
+
+
+def cmd_estimate(args: argparse.Namespace) -> int:
+    with connect() as portal:
+        print(json.dumps(portal.estimate(args.id, args.gpus), indent=2))
+    return 0
+
+
+def cmd_pass(args: argparse.Namespace) -> int:
+    if args.output and not args.wait:
+        raise Failure("-o needs --wait (or run e31 download later).")
+    request = request_spec(args.gpus, args.hours, args.shape, args.deadline, args.allow_partial)
+    retention = {"staged_days": args.keep_days, "output_days": args.keep_output_days}
+    with connect() as portal:
+        job = portal.start_pass(args.id, request, retention)
+        say(f"Job {job['id']} submitted: the full pass of sample {args.id}")
+        if not args.wait:
+            print(job["id"])
+            return 0
+        return follow(portal, job["id"], args.output)
+
+
+def cmd_receipt(args: argparse.Namespace) -> int:
+    with connect() as portal:
+        print_receipt(portal, args.id)
+    return 0
+
+
+# The parser.
+
+
+def add_request(parser: argparse.ArgumentParser, hours_required: bool = True) -> None:
+    parser.add_argument("--gpus", type=int, required=True, help="GPUs held at once")
+    parser.add_argument("--hours", required=hours_required, help="the time limit, e.g. 4 or 1.5")
+    parser.add_argument("--shape", default="short-wide", help="short-wide (the default) or long-narrow")
+    parser.add_argument("--deadline", metavar="ISO", help="done by then, e.g. 2026-12-01T18:00 (UTC unless it says)")
+    parser.add_argument("--allow-partial", action="store_true", help="finish without a shard that keeps failing")
+    parser.add_argument("--keep-days", type=int, default=0, metavar="N", help="keep the staged copy N days")
+    parser.add_argument("--keep-output-days", type=int, metavar="N", help="keep the output N days after the end")
+
+
+def add_wait(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--wait", action="store_true", help="follow the job to its end, then print its bill")
+    parser.add_argument("-o", "--output", type=Path, metavar="DIR", help="with --wait: write the output files here")
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="e31", description="Submit and follow GPU jobs on an E31 portal.")
+    parser.add_argument("--version", action="version", version=f"e31 {VERSION}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
+
+    login = commands.add_parser("login", help="store the portal's URL and your API token")
+    login.add_argument("--url", help="the portal's URL (asked when not given)")
+    login.set_defaults(run=cmd_login)
+
+    submit = commands.add_parser("submit", help="submit a dataset pass as a job")
+    submit.add_argument("data", metavar="DATA", help="a local file (uploaded, resumably), an https:// URL or s3://")
+    submit.add_argument("--work", required=True, metavar="KIND", help="the work kind, e.g. clean-table")
+    submit.add_argument("--param", type=parse_param, action="append", default=[], metavar="K=V")
+    submit.add_argument("--model", metavar="FILE", help="the model file the work runs (onnx-infer)")
+    add_request(submit)
+    submit.add_argument("--sample", action="store_true", help="run a sample that sizes the full pass")
+    submit.add_argument("--sha256", default="", metavar="HEX", help="the data's SHA-256; staging checks it")
+    submit.add_argument("--on-server", action="store_true", help="DATA is a path under the portal's staging root")
+    submit.add_argument("--s3-key-id", help="for s3:// data (or AWS_ACCESS_KEY_ID)")
+    submit.add_argument("--s3-secret", help="for s3:// data (or AWS_SECRET_ACCESS_KEY)")
+    submit.add_argument("--s3-region", help="for s3:// data (or AWS_REGION)")
+    submit.add_argument("--s3-endpoint-url", help="for s3:// data off AWS (or AWS_ENDPOINT_URL)")
+    submit.add_argument("--webhook-url", default="", help="also POST this job's state changes here")
+    submit.add_argument("--chunk-size", type=parse_size, default=CHUNK_SIZE, metavar="SIZE", help="upload chunks (8M)")
+    add_wait(submit)
+    submit.set_defaults(run=cmd_submit)
+
+    jobs = commands.add_parser("jobs", help="the organisation's jobs, newest first")
+    jobs.add_argument("--state", help="only jobs in this state (running, succeeded, ...)")
+    jobs.add_argument("--kind", choices=["pass", "sample"])
+    jobs.add_argument("--work", metavar="KIND")
+    jobs.add_argument("--limit", type=int, default=20, help="at most this many (100 at most)")
+    jobs.add_argument("--json", action="store_true")
+    jobs.set_defaults(run=cmd_jobs)
+
+    status = commands.add_parser("status", help="one job's state and figures")
+    status.add_argument("id", type=int)
+    status.add_argument("--events", action="store_true", help="with its timeline")
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(run=cmd_status)
+
+    watch = commands.add_parser("watch", help="follow a job to its end")
+    watch.add_argument("id", type=int)
+    watch.add_argument("-o", "--output", type=Path, metavar="DIR", help="then write the output files here")
+    watch.set_defaults(run=cmd_watch)
+
+    cancel = commands.add_parser("cancel", help="cancel a job")
+    cancel.add_argument("id", type=int)
+    cancel.set_defaults(run=cmd_cancel)
+
+    download = commands.add_parser("download", help="write a job's output files (resuming a partial one)")
+    download.add_argument("id", type=int)
+    download.add_argument("-o", "--output", type=Path, metavar="DIR", help="the folder (job-ID by default)")
+    download.set_defaults(run=cmd_download)
+
+    ledger = commands.add_parser("ledger", help="the organisation's ledger entries")
+    ledger.add_argument("--month", type=parse_month, metavar="YYYY-MM")
+    ledger.add_argument("--job", type=int, metavar="ID")
+    shown = ledger.add_mutually_exclusive_group()
+    shown.add_argument("--csv", action="store_true", help="the CSV export, streamed to stdout")
+    shown.add_argument("--json", action="store_true", help="the JSON export, streamed to stdout")
+    ledger.set_defaults(run=cmd_ledger)
+
+    estimate = commands.add_parser("estimate", help="a finished sample's estimate of the full pass")
+    estimate.add_argument("id", type=int)
+    estimate.add_argument("--gpus", type=int)
+    estimate.set_defaults(run=cmd_estimate)
+
+    full_pass = commands.add_parser("pass", help="run the full pass a finished sample sized")
+    full_pass.add_argument("id", type=int, help="the sample")
+    add_request(full_pass)
+    add_wait(full_pass)
+    full_pass.set_defaults(run=cmd_pass)
+
+    receipt = commands.add_parser("receipt", help="an ended job's ledger entries and total")
+    receipt.add_argument("id", type=int)
+    receipt.set_defaults(run=cmd_receipt)
+    return parser
+
+
+def run(argv: Sequence[str] | None = None, stderr: TextIO | None = None) -> int:
+    """The command's exit status; failures said on stderr in one line."""
+    stderr = stderr or sys.stderr
+    logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=stderr)
+    args = build_parser().parse_args(argv)
+    command: Callable[[argparse.Namespace], int] = args.run
+    try:
+        return command(args)
+    except Interrupted as stop:
+        print(f"e31: {stop}", file=stderr)
+        return INTERRUPTED
+    except KeyboardInterrupt:
+        print("e31: stopped.", file=stderr)
+        return INTERRUPTED
+    except (Failure, APIError, DownloadError, httpx.HTTPError, OSError) as error:
+        print(error_line(error), file=stderr)
+        return 1
+
+
+def main() -> NoReturn:
+    try:
+        status = run()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Piped into `head`: what was wanted was read; say nothing more.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        status = 1
+    sys.exit(status)

@@ -1,0 +1,227 @@
+"""Resumable uploads (tus 1.0) of a local file.
+
+The file is read one chunk at a time at its offset, so memory stays at a chunk whatever the file's
+size; each chunk goes with its SHA-256, and the portal keeps only a chunk that arrived whole. The
+upload's URL is remembered in the user's cache folder under (server, absolute path, size, mtime):
+the same command run again after a dropped network or a Ctrl-C asks the portal for the offset it
+confirmed and goes on from there, or starts over when the portal says the upload is gone.
+"""
+
+import base64
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import httpx
+import platformdirs
+
+from e31.errors import APIError
+
+if TYPE_CHECKING:
+    from e31.client import Client
+
+log = logging.getLogger("e31")
+
+CHUNK_SIZE = 8 * 1024 * 1024
+RETRIES = 8
+# Answers after which the same chunk is sent again: another request still writing the upload (423), a
+# chunk that arrived damaged (460), an offset that moved under us (409), a server or proxy in trouble.
+RETRIED = frozenset({409, 423, 460, 500, 502, 503, 504})
+GONE = frozenset({404, 410})
+
+
+def metadata(filename: str) -> str:
+    """tus's Upload-Metadata for the file's name."""
+    return "filename " + base64.b64encode(filename.encode()).decode()
+
+
+def checksum(chunk: bytes) -> str:
+    """tus's Upload-Checksum of a chunk: `sha256 <base64 digest>`."""
+    return "sha256 " + base64.b64encode(hashlib.sha256(chunk).digest()).decode()
+
+
+def resume_key(server: str, path: Path, size: int, mtime_ns: int) -> str:
+    """What names an upload in progress: the same file (its absolute path, size and mtime) to the same
+    portal. A file changed since is another upload."""
+    facts = json.dumps([server.rstrip("/"), str(path.absolute()), size, mtime_ns])
+    return hashlib.sha256(facts.encode()).hexdigest()[:32]
+
+
+def chunk_spans(offset: int, size: int, chunk_size: int) -> Iterator[tuple[int, int]]:
+    """(start, length) of each chunk from `offset` to the end of `size` bytes."""
+    if chunk_size < 1:
+        raise ValueError(f"A chunk has at least one byte, not {chunk_size}.")
+    for start in range(offset, size, chunk_size):
+        yield start, min(chunk_size, size - start)
+
+
+def backoff(attempt: int) -> float:
+    """Seconds to wait before attempt `attempt` (1, 2, ...) after a failure: 0.5, 1, 2, 4, ... up to 30."""
+    return min(30.0, 0.5 * 2 ** (attempt - 1))
+
+
+class ResumeStore:
+    """The uploads in progress on this machine: one small JSON file each, in the user's cache folder."""
+
+    def __init__(self, folder: Path | None = None):
+        self.folder = folder or Path(platformdirs.user_cache_dir("e31")) / "uploads"
+
+    def _path(self, key: str) -> Path:
+        return self.folder / f"{key}.json"
+
+    def get(self, key: str) -> str | None:
+        try:
+            return json.loads(self._path(key).read_text(encoding="utf-8"))["url"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def put(self, key: str, url: str, **facts: object) -> None:
+        self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        scratch = self._path(key).with_suffix(".new")
+        scratch.write_text(json.dumps({"url": url, **facts}), encoding="utf-8")
+        os.replace(scratch, self._path(key))
+
+    def forget(self, key: str) -> None:
+        self._path(key).unlink(missing_ok=True)
+
+
+@dataclass
+class Uploaded:
+    """A finished upload: its id (what a job's data names), URL and resume key; `resumed_from` is the
+    offset it went on from (None for a new upload) and `sent` the bytes this run sent."""
+
+    upload_id: str
+    url: str
+    key: str
+    size: int
+    resumed_from: int | None
+    sent: int
+
+
+def upload_file(
+    client: "Client",
+    path: Path,
+    *,
+    chunk_size: int = CHUNK_SIZE,
+    store: ResumeStore | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    retries: int = RETRIES,
+    forget_when_done: bool = True,
+) -> Uploaded:
+    """Upload `path`, going on from an earlier upload of the same file when the portal still has it.
+    `progress(offset, size)` hears each confirmed offset. With forget_when_done=False the finished
+    upload stays remembered (until store.forget(key)), so a job refused after it can reuse it."""
+    store = store or ResumeStore()
+    stat = path.stat()
+    size = stat.st_size
+    key = resume_key(client.url, path, size, stat.st_mtime_ns)
+    url, offset = _resumed(client, store, key)
+    resumed_from = offset if url else None
+    if url is None:
+        url = client.create_upload(size, path.name)
+        store.put(key, url, server=client.url, path=str(path.absolute()), size=size, mtime_ns=stat.st_mtime_ns)
+    if progress:
+        progress(offset, size)
+    sent = _send(client, url, path, offset, size, chunk_size, progress, retries)
+    if forget_when_done:
+        store.forget(key)
+    return Uploaded(url.rstrip("/").rsplit("/", 1)[-1], url, key, size, resumed_from, sent)
+
+
+def _resumed(client: "Client", store: ResumeStore, key: str) -> tuple[str | None, int]:
+    """The remembered upload of this file and the offset the portal confirmed; (None, 0) when there is
+    none, or the portal no longer has it."""
+    url = store.get(key)
+    if url is None:
+        return None, 0
+    try:
+        return url, client.upload_offset(url)["offset"]
+    except APIError as error:
+        if error.status not in GONE:
+            raise
+    log.info("The portal no longer has the earlier upload of this file; starting over.")
+    store.forget(key)
+    return None, 0
+
+
+class ChunkReader:
+    """The file's chunks with their checksums, each read at its offset; the next one is read and hashed
+    in a thread while the current one is on the wire (both release the GIL), so at most two chunks are
+    in memory."""
+
+    def __init__(self, path: Path, size: int, chunk_size: int):
+        self.path, self.size, self.chunk_size = path, size, chunk_size
+        self.handle = path.open("rb")
+        self.reader = ThreadPoolExecutor(1, thread_name_prefix="e31-read")
+        self.ahead: tuple[int, Future[tuple[bytes, str]]] | None = None
+
+    def _read(self, offset: int) -> tuple[bytes, str]:
+        chunk = os.pread(self.handle.fileno(), min(self.chunk_size, self.size - offset), offset)
+        if not chunk:
+            raise OSError(f"{self.path} ends at byte {offset}, before its {self.size} bytes: it changed meanwhile.")
+        return chunk, checksum(chunk)
+
+    def at(self, offset: int) -> tuple[bytes, str]:
+        """The chunk at `offset` and its checksum; the one after it starts being read."""
+        ahead, self.ahead = self.ahead, None
+        found = ahead[1].result() if ahead and ahead[0] == offset else self._read(offset)
+        following = offset + len(found[0])
+        if following < self.size:
+            self.ahead = (following, self.reader.submit(self._read, following))
+        return found
+
+    def close(self) -> None:
+        self.reader.shutdown(wait=True, cancel_futures=True)
+        self.handle.close()
+
+
+def _send(
+    client: "Client",
+    url: str,
+    path: Path,
+    offset: int,
+    size: int,
+    chunk_size: int,
+    progress: Callable[[int, int], None] | None,
+    retries: int,
+) -> int:
+    """PATCH the chunks from `offset`; after a dropped connection or a retried answer, wait, ask the
+    portal where it stands (HEAD) and go on from there. The bytes sent."""
+    sent = failures = 0
+    in_doubt = False
+    chunks = ChunkReader(path, size, chunk_size)
+    try:
+        while in_doubt or offset < size:
+            try:
+                if in_doubt:
+                    offset = client.upload_offset(url)["offset"]
+                    in_doubt = False
+                    if progress:
+                        progress(offset, size)
+                    continue
+                chunk, digest = chunks.at(offset)
+                sent += len(chunk)
+                offset = client.upload_chunk(url, offset, chunk, digest)
+                failures = 0
+                if progress:
+                    progress(offset, size)
+            except (httpx.TransportError, APIError) as error:
+                if isinstance(error, APIError) and error.status not in RETRIED:
+                    raise
+                failures += 1
+                if failures > retries:
+                    raise
+                pause = backoff(failures)
+                log.warning("Upload interrupted (%s); going on in %g s.", error or type(error).__name__, pause)
+                time.sleep(pause)
+                in_doubt = True
+    finally:
+        chunks.close()
+    return sent

@@ -1,0 +1,41 @@
+"""`e31 jobs`, `status` and `cancel` against the portal the tests start: the organisation's jobs
+listed and filtered, one job's figures, a cancel, and the page's sentence when it can no longer be."""
+
+import json
+import re
+
+from jobs.models import Job, State
+from tests.factories import make_job
+
+
+def test_it_lists_shows_and_cancels_a_job(e31, organisation, other_organisation):
+    ended = make_job(organisation, state=State.SUCCEEDED, source_name="old.csv")
+    waiting = make_job(organisation, state=State.QUEUED, source_name="customers.csv", gpus=2)
+    make_job(other_organisation, state=State.QUEUED, source_name="theirs.csv")
+    cancelled = e31("cancel", str(waiting.pk))
+    assert (cancelled.returncode, cancelled.stdout) == (0, f"Job {waiting.pk}: cancelled\n"), cancelled.stderr
+    assert Job.objects.get(pk=waiting.pk).state == State.CANCELLED
+    again = e31("cancel", str(waiting.pk))
+    assert (again.returncode, again.stdout) == (1, "")
+    assert again.stderr == f"e31: Job {waiting.pk} is cancelled and can no longer be cancelled.\n"
+    listed = e31("jobs")
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert lines[0].split() == ["ID", "STATE", "WORK", "DATA", "REQUEST", "CREATED"]
+    assert re.match(rf"{waiting.pk}\s+cancelled\s+clean-table\s+customers\.csv\s+2 × 1(\.00)? h", lines[1])
+    assert re.match(rf"{ended.pk}\s+succeeded\s+clean-table\s+old\.csv", lines[2])
+    assert len(lines) == 3, "the other organisation's job is not listed"
+    only = e31("jobs", "--state", "succeeded").stdout.splitlines()
+    assert [line.split()[0] for line in only[1:]] == [str(ended.pk)]
+    shown = e31("status", str(waiting.pk), "--json")
+    assert json.loads(shown.stdout)["state"] == "cancelled"
+    assert e31("status", str(waiting.pk)).stdout.startswith(f"Job {waiting.pk}: cancelled\n")
+
+
+def test_it_says_not_found_in_one_line_for_a_job_of_another_organisation(e31, other_organisation):
+    theirs = make_job(other_organisation, state=State.QUEUED)
+    for argv in (("status", str(theirs.pk)), ("cancel", str(theirs.pk)), ("download", str(theirs.pk))):
+        refused = e31(*argv)
+        assert (refused.returncode, refused.stdout) == (1, ""), argv
+        assert refused.stderr.startswith("e31: ") and refused.stderr.count("\n") == 1, refused.stderr
+    assert Job.objects.get(pk=theirs.pk).state == State.QUEUED

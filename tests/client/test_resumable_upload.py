@@ -1,0 +1,108 @@
+"""The upload resumes: after Ctrl-C, the same command run again sends only what the portal had not
+confirmed; a connection dropped mid-chunk is retried within the same run; an upload the portal no
+longer has is started over. All against the portal the tests start, through real sockets."""
+
+import hashlib
+import json
+import math
+import shutil
+import signal
+from urllib.parse import urlsplit
+
+import e31 as library
+from e31.upload import ResumeStore, checksum, resume_key
+
+from jobs.models import Job, Upload
+from tests.client.conftest import DroppingProxy, grown_csv
+from tests.support import EXAMPLE, wait_for
+
+CHUNK = 64 * 1024
+SUBMIT = ("submit", "big.csv", "--work", "clean-table", "--gpus", "1", "--hours", "1", "--chunk-size", "64K")
+
+
+def staged_sha256(job_id: int) -> str:
+    return wait_for(
+        lambda: Job.objects.get(pk=job_id).input_sha256, timeout=120, interval=0.2, what=f"job {job_id} to stage"
+    )
+
+
+def settled_offset(organisation) -> int:
+    """The upload's offset once no request in flight moves it any more."""
+    seen = []
+
+    def still() -> bool:
+        seen.append(Upload.objects.get(organisation=organisation).offset)
+        return len(seen) >= 5 and len(set(seen[-5:])) == 1
+
+    wait_for(still, timeout=30, interval=0.2, what="the upload's offset to settle")
+    return seen[-1]
+
+
+def test_it_resumes_after_ctrl_c_sending_only_the_bytes_not_confirmed(e31, submits, fleet, portal, token, organisation):
+    data = grown_csv(e31.folder / "big.csv", 12 * 1024 * 1024)
+    size = data.stat().st_size
+    first = e31.start(*SUBMIT)
+    wait_for(
+        lambda: first.poll() is not None or Upload.objects.filter(organisation=organisation, offset__gt=0).exists(),
+        timeout=60,
+        interval=0.01,
+        what="a first chunk to be confirmed",
+    )
+    first.send_signal(signal.SIGINT)
+    out, err = first.communicate(timeout=30)
+    assert (first.returncode, out) == (130, ""), err
+    assert err.startswith("e31: Upload stopped at byte ") and err.count("\n") == 1, err
+    assert err.endswith("run the same command to resume it.\n")
+    (state,) = (e31.folder.parent / "cache" / "e31" / "uploads").glob("*.json")
+    url = json.loads(state.read_text())["url"]
+    settled_offset(organisation)
+    with library.Client(portal.url, token) as client:
+        confirmed = client.upload_offset(url)["offset"]
+    assert 0 < confirmed < size, "interrupted in the middle"
+    mark = len(portal.lines())
+    second = e31(*SUBMIT)
+    assert second.returncode == 0, second.stderr
+    assert f"Resuming the upload of big.csv at byte {confirmed:,} of {size:,}." in second.stderr
+    sent = portal.requests("PATCH", urlsplit(url).path, after=mark)
+    assert len(sent) == math.ceil((size - confirmed) / CHUNK)
+    assert all('" 204 ' in line for line in sent), sent
+    assert not state.exists(), "a job's data now: forgotten"
+    job_id = int(second.stdout)
+    assert staged_sha256(job_id) == hashlib.sha256(data.read_bytes()).hexdigest()
+    assert e31("cancel", str(job_id)).returncode == 0
+
+
+def test_it_retries_a_dropped_connection_within_the_same_run(e31, submits, fleet, portal):
+    data = grown_csv(e31.folder / "big.csv", 2 * 1024 * 1024)
+    proxy = DroppingProxy(int(urlsplit(portal.url).port), drop_after=1024 * 1024)
+    try:
+        done = e31(*SUBMIT, E31_URL=proxy.url)
+    finally:
+        proxy.close()
+    assert done.returncode == 0, done.stderr
+    assert proxy.dropped == 1
+    assert "Upload interrupted" in done.stderr
+    job_id = int(done.stdout)
+    assert staged_sha256(job_id) == hashlib.sha256(data.read_bytes()).hexdigest()
+    assert e31("cancel", str(job_id)).returncode == 0
+
+
+def test_it_starts_over_when_the_portal_no_longer_has_the_upload(e31, submits, fleet, portal, token):
+    data = e31.folder / "customers.csv"
+    shutil.copy(EXAMPLE, data)
+    stat = data.stat()
+    key = resume_key(portal.url, data, stat.st_size, stat.st_mtime_ns)
+    store = ResumeStore(e31.folder.parent / "cache" / "e31" / "uploads")
+    with library.Client(portal.url, token) as client:
+        url = client.create_upload(stat.st_size, data.name)
+        start = data.read_bytes()[:CHUNK]
+        assert client.upload_chunk(url, 0, start, checksum(start)) == CHUNK
+        store.put(key, url)
+        client.delete_upload(url)
+    done = e31("submit", "customers.csv", "--work", "clean-table", "--gpus", "1", "--hours", "1")
+    assert done.returncode == 0, done.stderr
+    assert "Resuming" not in done.stderr
+    assert store.get(key) is None
+    job_id = int(done.stdout)
+    assert staged_sha256(job_id) == hashlib.sha256(data.read_bytes()).hexdigest()
+    assert e31("cancel", str(job_id)).returncode == 0

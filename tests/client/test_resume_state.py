@@ -1,0 +1,87 @@
+"""What a resumed upload is keyed by and remembers, and how it cuts a file into chunks: no server needed."""
+
+import base64
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+from e31.upload import ChunkReader, ResumeStore, backoff, checksum, chunk_spans, metadata, resume_key
+
+
+def test_it_keys_an_upload_by_server_path_size_and_mtime(tmp_path):
+    path = tmp_path / "data.csv"
+    key = resume_key("https://portal.example", path, 100, 1_700_000_000_000_000_000)
+    assert key == resume_key("https://portal.example/", path, 100, 1_700_000_000_000_000_000)
+    others = [
+        resume_key("https://other.example", path, 100, 1_700_000_000_000_000_000),
+        resume_key("https://portal.example", tmp_path / "other.csv", 100, 1_700_000_000_000_000_000),
+        resume_key("https://portal.example", path, 101, 1_700_000_000_000_000_000),
+        resume_key("https://portal.example", path, 100, 1_700_000_000_000_000_001),
+    ]
+    assert key not in others and len(set(others)) == 4
+
+
+def test_it_keys_a_relative_path_as_the_absolute_one(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert resume_key("https://p", Path("data.csv"), 1, 2) == resume_key("https://p", tmp_path / "data.csv", 1, 2)
+
+
+def test_it_remembers_and_forgets_an_upload(tmp_path):
+    store = ResumeStore(tmp_path / "uploads")
+    assert store.get("k") is None
+    store.put("k", "https://portal.example/api/v1/uploads/3f2c/", size=10)
+    assert store.get("k") == "https://portal.example/api/v1/uploads/3f2c/"
+    store.forget("k")
+    store.forget("k")
+    assert store.get("k") is None
+
+
+def test_it_treats_a_damaged_state_file_as_no_upload(tmp_path):
+    store = ResumeStore(tmp_path)
+    (tmp_path / "k.json").write_text("{half a")
+    assert store.get("k") is None
+
+
+def test_it_cuts_the_rest_of_a_file_into_chunks():
+    assert list(chunk_spans(0, 10, 4)) == [(0, 4), (4, 4), (8, 2)]
+    assert list(chunk_spans(6, 10, 4)) == [(6, 4)]
+    assert list(chunk_spans(10, 10, 4)) == []
+    assert list(chunk_spans(0, 8, 4)) == [(0, 4), (4, 4)]
+    with pytest.raises(ValueError):
+        list(chunk_spans(0, 8, 0))
+
+
+def test_it_reads_each_chunk_at_its_offset_with_its_checksum(tmp_path):
+    path = tmp_path / "data.bin"
+    path.write_bytes(os.urandom(10_000))
+    reader = ChunkReader(path, 10_000, 4096)
+    try:
+        chunks = [reader.at(start) for start, _ in chunk_spans(0, 10_000, 4096)]
+        again = reader.at(4096)  # after a HEAD moved the offset back: read again, not from the read-ahead
+    finally:
+        reader.close()
+    assert b"".join(chunk for chunk, _ in chunks) == path.read_bytes()
+    assert [len(chunk) for chunk, _ in chunks] == [4096, 4096, 1808]
+    assert again == chunks[1]
+    assert chunks[2][1] == "sha256 " + base64.b64encode(hashlib.sha256(chunks[2][0]).digest()).decode()
+
+
+def test_it_says_when_the_file_shrank_while_uploading(tmp_path):
+    path = tmp_path / "data.bin"
+    path.write_bytes(b"x" * 100)
+    reader = ChunkReader(path, 200, 150)
+    try:
+        with pytest.raises(OSError, match="ends at byte 100, before its 200 bytes"):
+            reader.at(100)
+    finally:
+        reader.close()
+
+
+def test_it_writes_tus_headers():
+    assert metadata("données.csv") == "filename " + base64.b64encode("données.csv".encode()).decode()
+    assert checksum(b"") == "sha256 47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU="
+
+
+def test_it_backs_off_to_half_a_minute():
+    assert [backoff(attempt) for attempt in range(1, 9)] == [0.5, 1, 2, 4, 8, 16, 30, 30]

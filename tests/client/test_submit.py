@@ -1,0 +1,53 @@
+"""`e31 submit`, end to end against the portal the tests start and a real gpuworker: a file uploaded,
+the job followed to its end, its output written as the job page serves it, and its bill printed; a
+value the portal refuses said in its own sentence, in one line."""
+
+import shutil
+from decimal import Decimal
+
+from billing.models import LedgerEntry
+from jobs.models import Job, State
+from tests.support import EXAMPLE, client_for
+
+SUBMIT = ("submit", "customers.csv", "--work", "clean-table", "--hours", "1")
+
+
+def served(partner, job: Job, name: str) -> bytes:
+    response = client_for(partner).get(f"/jobs/{job.pk}/output/{name}")
+    assert response.status_code == 200
+    return b"".join(response.streaming_content)
+
+
+def test_it_uploads_waits_and_writes_the_output_the_job_page_serves(e31, submits, fleet, partner):
+    shutil.copy(EXAMPLE, e31.folder / "customers.csv")
+    done = e31(*SUBMIT, "--gpus", "2", "--param", "dedupe=true", "--wait", "-o", "out")
+    assert done.returncode == 0, done.stderr
+    job = Job.objects.get()
+    assert (job.state, job.gpus, job.created_by, job.params.get("dedupe")) == (State.SUCCEEDED, 2, partner, "true")
+    assert f"Job {job.pk} submitted: 2 × 1 h of clean-table over customers.csv" in done.stderr
+    assert f"Job {job.pk}: succeeded" in done.stderr
+    written = sorted(path.name for path in (e31.folder / "out").iterdir())
+    assert written == sorted(job.output_names) and "manifest.json" in written
+    for name in job.output_names:
+        assert (e31.folder / "out" / name).read_bytes() == served(partner, job, name), name
+    hold = LedgerEntry.objects.get(job=job, kind=LedgerEntry.Kind.HOLD)
+    assert f"= {hold.amount} {hold.currency}" in done.stdout
+    total = done.stdout.strip().splitlines()[-1]
+    assert total.startswith("Total: ") and total.endswith(f" {hold.currency}")
+    assert Decimal(total.split()[1]) == sum(entry.amount for entry in job.ledger_entries.all())
+
+
+def test_it_says_the_portals_sentence_for_a_refused_value_and_keeps_the_upload(e31, submits, fleet, portal):
+    shutil.copy(EXAMPLE, e31.folder / "customers.csv")
+    refused = e31(*SUBMIT, "--gpus", "0")
+    assert (refused.returncode, refused.stdout) == (1, "")
+    assert refused.stderr == "e31: Ask for at least one GPU, not 0.\n"
+    assert not Job.objects.exists()
+    mark = len(portal.lines())
+    accepted = e31(*SUBMIT, "--gpus", "1")
+    assert accepted.returncode == 0, accepted.stderr
+    assert portal.requests("PATCH", "/api/v1/uploads/", after=mark) == [], "the finished upload is used again"
+    assert "Using the earlier upload of customers.csv" in accepted.stderr
+    job = Job.objects.get(pk=int(accepted.stdout))
+    assert job.gpus == 1
+    assert e31("cancel", str(job.pk)).returncode == 0

@@ -1,0 +1,29 @@
+"""A 429 is waited out (its Retry-After) and asked again, a bounded number of times: the library
+against a portal the tests start with a rate of two requests a second per token."""
+
+import e31
+import pytest
+
+from tests.client.conftest import running_portal
+
+
+@pytest.fixture(scope="module")
+def slow_portal(django_db_setup, redis_server):
+    with running_portal(E31_API_RATE="2/s") as started:
+        yield started
+
+
+def test_it_waits_out_each_429_and_gets_its_answer(slow_portal, token):
+    mark = len(slow_portal.lines())
+    with e31.Client(slow_portal.url, token) as portal:
+        answers = [portal.me()["username"] for _ in range(6)]
+    assert answers == ["partner"] * 6
+    statuses = [line.split('" ')[1].split()[0] for line in slow_portal.requests("GET", "/api/v1/me/", after=mark)]
+    assert statuses.count("200") == 6 and "429" in statuses
+
+
+def test_it_gives_up_past_its_bound_with_the_portals_429(slow_portal, token):
+    with e31.Client(slow_portal.url, token, max_throttled=0) as portal, pytest.raises(e31.APIError) as refused:
+        for _ in range(6):
+            portal.me()
+    assert (refused.value.status, refused.value.code) == (429, "throttled")
