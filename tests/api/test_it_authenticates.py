@@ -8,7 +8,7 @@ from django.test import Client
 from django.utils import timezone
 
 from api.models import ApiToken
-from tests.api.conftest import api_client, token_for
+from tests.api.support import api_client, token_for
 from tests.support import client_for
 
 

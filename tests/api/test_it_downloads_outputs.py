@@ -10,7 +10,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from jobs.models import Job
-from tests.api.conftest import OUTPUT, finished
+from tests.api.support import OUTPUT, finished
 from tests.factories import make_job
 from tests.support import s3_on_loopback
 

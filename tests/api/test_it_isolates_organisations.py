@@ -6,7 +6,7 @@ is added here."""
 import pytest
 from django.urls import get_resolver
 
-from tests.api.conftest import api_client, token_for
+from tests.api.support import api_client, token_for
 
 # Each route that names an object: how it is asked for, given the job's id.
 ROUTES = {

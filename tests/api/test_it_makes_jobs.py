@@ -11,8 +11,8 @@ from django.urls import reverse
 
 from jobs.models import Job, State, Upload
 from portal.celery import app as celery_app
-from tests.api.conftest import api_client, token_for
 from tests.api.loopback import file_server, upload
+from tests.api.support import api_client, token_for
 from tests.datasets import linear_model, table_csv
 from tests.support import EXAMPLE, wait_for_end
 

@@ -17,8 +17,8 @@ from api.webhooks.models import Delivery, Endpoint
 from api.webhooks.receivers import record
 from jobs import lifecycle
 from jobs.models import Job, State
-from tests.api.conftest import api_client, token_for
 from tests.api.loopback import file_server, webhook_receiver
+from tests.api.support import api_client, token_for
 from tests.factories import make_job
 from tests.support import EXAMPLE, client_for, wait_for, wait_for_end
 

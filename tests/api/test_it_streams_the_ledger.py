@@ -11,7 +11,7 @@ import pytest
 from billing import exports
 from billing.metering import ledger_row
 from billing.models import LedgerEntry
-from tests.api.conftest import entry
+from tests.api.support import entry
 from tests.factories import make_job
 from tests.support import client_for
 

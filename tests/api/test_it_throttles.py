@@ -9,7 +9,7 @@ from django.core.exceptions import ImproperlyConfigured
 from api.models import ApiToken
 from api.throttling import SubmitRate, TokenRate
 from portal.env import env_rate
-from tests.api.conftest import api_client, token_for
+from tests.api.support import api_client, token_for
 
 pytestmark = pytest.mark.django_db
 

@@ -8,8 +8,8 @@ import pytest
 from django.test import Client
 
 from jobs.models import Upload
-from tests.api.conftest import api_client, token_for
 from tests.api.loopback import TUS, create_upload, send_chunk, upload
+from tests.api.support import api_client, token_for
 from tests.support import EXAMPLE, client_for
 
 pytestmark = pytest.mark.django_db

@@ -13,8 +13,8 @@ import e31 as library
 from e31.upload import ResumeStore, checksum, resume_key
 
 from jobs.models import Job, Upload
-from tests.client.conftest import DroppingProxy, grown_csv
-from tests.support import EXAMPLE, wait_for
+from tests.client.world import DroppingProxy, grown_csv
+from tests.support import EXAMPLE, wait_for, wait_for_end
 
 CHUNK = 64 * 1024
 SUBMIT = ("submit", "big.csv", "--work", "clean-table", "--gpus", "1", "--hours", "1", "--chunk-size", "64K")
@@ -38,7 +38,7 @@ def settled_offset(organisation) -> int:
     return seen[-1]
 
 
-def test_it_resumes_after_ctrl_c_sending_only_the_bytes_not_confirmed(e31, submits, fleet, portal, token, organisation):
+def test_it_resumes_after_ctrl_c_sending_only_the_bytes_not_confirmed(e31, fleet, portal, token, organisation):
     data = grown_csv(e31.folder / "big.csv", 12 * 1024 * 1024)
     size = data.stat().st_size
     first = e31.start(*SUBMIT)
@@ -69,10 +69,10 @@ def test_it_resumes_after_ctrl_c_sending_only_the_bytes_not_confirmed(e31, submi
     assert not state.exists(), "a job's data now: forgotten"
     job_id = int(second.stdout)
     assert staged_sha256(job_id) == hashlib.sha256(data.read_bytes()).hexdigest()
-    assert e31("cancel", str(job_id)).returncode == 0
+    wait_for_end(Job.objects.get(pk=job_id))  # before the next test: its fleet is free again
 
 
-def test_it_retries_a_dropped_connection_within_the_same_run(e31, submits, fleet, portal):
+def test_it_retries_a_dropped_connection_within_the_same_run(e31, fleet, portal):
     data = grown_csv(e31.folder / "big.csv", 2 * 1024 * 1024)
     proxy = DroppingProxy(int(urlsplit(portal.url).port), drop_after=1024 * 1024)
     try:
@@ -84,10 +84,10 @@ def test_it_retries_a_dropped_connection_within_the_same_run(e31, submits, fleet
     assert "Upload interrupted" in done.stderr
     job_id = int(done.stdout)
     assert staged_sha256(job_id) == hashlib.sha256(data.read_bytes()).hexdigest()
-    assert e31("cancel", str(job_id)).returncode == 0
+    wait_for_end(Job.objects.get(pk=job_id))  # before the next test: its fleet is free again
 
 
-def test_it_starts_over_when_the_portal_no_longer_has_the_upload(e31, submits, fleet, portal, token):
+def test_it_starts_over_when_the_portal_no_longer_has_the_upload(e31, fleet, portal, token):
     data = e31.folder / "customers.csv"
     shutil.copy(EXAMPLE, data)
     stat = data.stat()
@@ -105,4 +105,4 @@ def test_it_starts_over_when_the_portal_no_longer_has_the_upload(e31, submits, f
     assert store.get(key) is None
     job_id = int(done.stdout)
     assert staged_sha256(job_id) == hashlib.sha256(data.read_bytes()).hexdigest()
-    assert e31("cancel", str(job_id)).returncode == 0
+    wait_for_end(Job.objects.get(pk=job_id))  # before the next test: its fleet is free again

@@ -4,7 +4,7 @@ against a portal the tests start with a rate of two requests a second per token.
 import e31
 import pytest
 
-from tests.client.conftest import running_portal
+from tests.client.world import running_portal
 
 
 @pytest.fixture(scope="module")
