@@ -471,7 +471,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
                 store.forget(done.key)  # a job's data now; the same file again is a new upload
         request = job.get("request") or {}
         name = (job.get("data") or {}).get("name") or args.data
-        say(f"Job {job['id']} submitted: {request.get('gpus')} × {request.get('hours')} h of {job['work']} over {name}")
+        hours = f"{Decimal(str(request.get('hours'))).normalize():f}"  # "1.00" from the portal reads 1
+        say(f"Job {job['id']} submitted: {request.get('gpus')} × {hours} h of {job['work']} over {name}")
         if job.get("task_queue") == "unreachable":
             say("The portal's job queue is unreachable just now: the job is recorded, and staged once it is back.")
         if not args.wait:
