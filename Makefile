@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test lint gpu-deps
+.PHONY: run test lint gpu-deps client-wheel
 
 $(VENV)/.requirements: requirements.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is needed; set PYTHON=python3.11")'
@@ -28,7 +28,12 @@ $(VENV)/.requirements-gpu: $(VENV)/.requirements requirements-gpu.txt
 
 gpu-deps: $(VENV)/.requirements-gpu
 
-run: $(VENV)/.requirements
+# The e31 client's wheel, which the design-partner and API tokens pages offer to download (static/downloads/).
+client-wheel: $(VENV)/.requirements
+	rm -f static/downloads/e31-*.whl
+	$(PY) -m pip wheel --quiet --no-deps --wheel-dir static/downloads ./client
+
+run: $(VENV)/.requirements client-wheel
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py bootstrap_demo
 	$(PY) manage.py runportal
