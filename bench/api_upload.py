@@ -11,6 +11,7 @@ one tus PATCH of the whole file (`curl -T`, no checksum). The ratio is the media
 """
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -87,12 +88,14 @@ def discard(url: str, token: str, upload: str) -> None:
         portal.delete_upload(upload)
 
 
-def scratch_portal() -> tuple[str, str, subprocess.Popen]:
-    """A portal on a scratch var/, a partner in it and an API token of theirs; its URL, token, process."""
+def scratch_portal(stack: contextlib.ExitStack) -> tuple[str, str, subprocess.Popen]:
+    """A portal on a scratch var/ with its embedded Redis (the API's rates are counted there), a partner
+    in it and an API token of theirs; its URL, token, process."""
     sys.path.insert(0, str(ROOT / "bench"))
     import scratch
 
     scratch.setup()
+    stack.enter_context(scratch.embedded_broker())
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request otherwise
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
@@ -109,12 +112,13 @@ def scratch_portal() -> tuple[str, str, subprocess.Popen]:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     env = {**os.environ, "E31_API_RATE": "100000/min", "E31_LOG_LEVEL": "WARNING"}
-    server = subprocess.Popen(
-        [sys.executable, str(ROOT / "manage.py"), "runserver", "--noreload", f"127.0.0.1:{port}"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    with (scratch.SCRATCH / "portal.log").open("ab") as log:
+        server = subprocess.Popen(
+            [sys.executable, str(ROOT / "manage.py"), "runserver", "--noreload", f"127.0.0.1:{port}"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     deadline = time.monotonic() + 60
     while True:
         try:
@@ -138,11 +142,16 @@ def main() -> None:
     parser.add_argument("--url", help="an existing portal (default: one on a scratch var/)")
     parser.add_argument("--token", help="an API token of a partner on --url")
     options = parser.parse_args()
+    with contextlib.ExitStack() as stack:
+        measure(options, stack)
+
+
+def measure(options: argparse.Namespace, stack: contextlib.ExitStack) -> None:
     server = None
     if options.url:
         url, token = options.url.rstrip("/"), options.token
     else:
-        url, token, server = scratch_portal()
+        url, token, server = scratch_portal(stack)
     folder = Path(os.environ.get("E31_BENCH_SCRATCH") or "/tmp")
     path = make_file(folder / "api-upload.bin", int(options.gb * 1e9))
     size = path.stat().st_size
