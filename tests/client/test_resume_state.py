@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+from e31.client import PIECE, pieces
 from e31.upload import ChunkReader, ResumeStore, backoff, checksum, chunk_spans, metadata, resume_key
 
 
@@ -85,3 +86,12 @@ def test_it_writes_tus_headers():
 
 def test_it_backs_off_to_half_a_minute():
     assert [backoff(attempt) for attempt in range(1, 9)] == [0.5, 1, 2, 4, 8, 16, 30, 30]
+
+
+@pytest.mark.parametrize("size", [0, 1, PIECE - 1, PIECE, PIECE + 1, 3 * PIECE + 7])
+def test_a_body_goes_out_in_pieces_that_add_up_to_it(size):
+    body = bytes(index % 251 for index in range(size))
+    sent = list(pieces(body))
+    assert b"".join(sent) == body
+    assert all(len(piece) <= PIECE for piece in sent)
+    assert len(sent) == -(-size // PIECE)

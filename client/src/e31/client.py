@@ -84,6 +84,18 @@ def request_spec(
     return {"gpus": gpus, "hours": str(hours), "shape": shape, "deadline": deadline, "allow_partial": allow_partial}
 
 
+# httpx's sync transport sends a bytes body by slicing off what each send() took, which copies the rest
+# every time: a 200 MB body crawls at 60 MB/s on loopback. Handed over a piece at a time (the length
+# given, so it is not chunked), it goes at the socket's speed.
+PIECE = 1024 * 1024
+
+
+def pieces(body: bytes) -> Iterator[memoryview]:
+    view = memoryview(body)
+    for start in range(0, len(body), PIECE):
+        yield view[start : start + PIECE]
+
+
 class Client:
     """The portal at `url`, acting as the user whose API token `token` is."""
 
@@ -144,7 +156,10 @@ class Client:
         params = {key: value for key, value in (params or {}).items() if value is not None}
         waited, throttled = 0.0, 0
         while True:
-            request = self._http.build_request(method, url, params=params, json=json, headers=headers, content=content)
+            body, sized = content, headers
+            if isinstance(content, bytes) and len(content) > PIECE:
+                body, sized = pieces(content), {**(headers or {}), "Content-Length": str(len(content))}
+            request = self._http.build_request(method, url, params=params, json=json, headers=sized, content=body)
             response = self._http.send(request, stream=stream)
             if response.status_code < 400:
                 return response
