@@ -32,6 +32,20 @@ def read(data: bytes, layout: dict | None = None) -> tuple[dict, list[Record]]:
     return layout, list(iter_records(stream, layout, start=offset, first_line=header_lines + 1))
 
 
+def shard_records(data: bytes, layout: dict, shard: dict) -> list[Record]:
+    """A shard's records, read back from its byte range alone, as a slot reads them."""
+    return list(
+        iter_records(
+            io.BytesIO(data[shard["start_byte"] : shard["end_byte"]]),
+            layout,
+            start=shard["start_byte"],
+            end=shard["end_byte"],
+            first_position=shard["first_record"],
+            first_line=shard["first_line"],
+        )
+    )
+
+
 def job_for(organisation) -> Job:
     """A job staging data.csv for 2 GPUs, for `described`."""
     return make_job(organisation, State.STAGING, source_name="data.csv", gpus=2)

@@ -14,8 +14,7 @@ import pytest
 
 from jobs.models import Job, State
 from jobs.staging import fastcsv
-from jobs.staging.formats import iter_records
-from tests.jobs.staging.reading import COMMAS, described, job_for, read
+from tests.jobs.staging.reading import COMMAS, described, job_for, read, shard_records
 from tests.support import job_form, wait_for_end
 
 VALUES = ["", " ", "x", "a b", 'say "hi"', "two\nlines", "1,5", "2;5", "é", "  padded  ", "12"]
@@ -99,14 +98,7 @@ def test_staging_and_the_slots_agree_on_every_record(organisation, seed, width, 
     assert (layout["delimiter"], len(layout["columns"]), total) == (delimiter, width, len(records))
     found = []
     for shard in shards:  # each shard read back as a slot reads it
-        found += iter_records(
-            io.BytesIO(data[shard["start_byte"] : shard["end_byte"]]),
-            layout,
-            start=shard["start_byte"],
-            end=shard["end_byte"],
-            first_position=shard["first_record"],
-            first_line=shard["first_line"],
-        )
+        found += shard_records(data, layout, shard)
     assert [(r.position, r.line, r.value, r.error) for r in found] == expected(records, width)
 
 

@@ -18,7 +18,7 @@ from jobs.staging import fastcsv, scankernel, stage
 from jobs.staging.fastcsv import ScanAlong
 from jobs.staging.formats import FormatError, iter_records
 from jobs.staging.scankernel import scan_block
-from tests.jobs.staging.reading import described, job_for
+from tests.jobs.staging.reading import described, job_for, shard_records
 from tests.support import EXAMPLE
 
 pytestmark = pytest.mark.django_db
@@ -74,16 +74,7 @@ def test_the_fast_read_agrees_with_the_exact_read(organisation, name):
     position = 1
     for shard in shards:  # each shard, read back as a slot reads it, holds exactly its records, on their lines
         assert shard["first_record"] == position
-        records = list(
-            iter_records(
-                io.BytesIO(data[shard["start_byte"] : shard["end_byte"]]),
-                layout,
-                start=shard["start_byte"],
-                end=shard["end_byte"],
-                first_position=shard["first_record"],
-                first_line=shard["first_line"],
-            )
-        )
+        records = shard_records(data, layout, shard)
         assert [record.position for record in records] == list(range(position, position + shard["record_count"]))
         assert [record.line for record in records] == [lines[record.position] for record in records]
         position += shard["record_count"]
