@@ -1,12 +1,12 @@
 """The e31 client's upload against `curl -T` of the same file to the same portal (issue 14's target:
 at least 0.8 of curl's throughput), and the client's peak memory, which must not grow with the file.
 
-    .venv/bin/python bench/api_upload.py [--gb 1] [--rounds 3] [--chunk-mib 8] [--url URL --token TOKEN]
+    .venv/bin/python bench/api_upload.py [--gb 1] [--rounds 3] [--chunk-mib 32] [--url URL --token TOKEN]
 
 Without --url it starts its own portal (`manage.py runserver` on loopback, as `make run` serves it) on
 a scratch var/ with a partner and an API token. Each round uploads the generated file twice to
 /api/v1/uploads/, in alternating order: once with the client (in a process of its own, so its peak
-RSS is its own: `e31.upload.upload_file`, 8 MiB chunks each with its SHA-256) and once with curl as
+RSS is its own: `e31.upload.upload_file`, 32 MiB chunks each with its SHA-256) and once with curl as
 one tus PATCH of the whole file (`curl -T`, no checksum). The ratio is the median of the rounds'.
 """
 
@@ -138,7 +138,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--gb", type=float, default=1.0, help="size of the generated file, in GB")
     parser.add_argument("--rounds", type=int, default=3, help="rounds, each uploading with both")
-    parser.add_argument("--chunk-mib", type=int, default=8, help="the client's chunk size")
+    parser.add_argument("--chunk-mib", type=int, default=32, help="the client's chunk size")
     parser.add_argument("--url", help="an existing portal (default: one on a scratch var/)")
     parser.add_argument("--token", help="an API token of a partner on --url")
     options = parser.parse_args()
