@@ -39,32 +39,32 @@ _hurried: ContextVar[list[str] | None] = ContextVar("hurried", default=None)
 
 def stage(job_id: int) -> None:
     """Stage a submitted job's data (control queue)."""
-    _send_on_commit("jobs.tasks.stage", job_id)
+    send_on_commit("jobs.tasks.stage", job_id)
 
 
 def schedule() -> None:
     """Start the queued jobs whose GPUs are free (control queue)."""
-    _send_on_commit("jobs.tasks.schedule")
+    send_on_commit("jobs.tasks.schedule")
 
 
 def run_slot(job_id: int, allocation_id: int, runner: str, queue: str) -> None:
     """Work a held slot's share of the job, as the hold's task `runner`: sent to that slot's own queue."""
-    _send_on_commit("jobs.tasks.run_slot", job_id, allocation_id, runner, queue=queue)
+    send_on_commit("jobs.tasks.run_slot", job_id, allocation_id, runner, queue=queue)
 
 
 def assemble(job_id: int) -> None:
     """Assemble a job's output from its finished shards (control queue)."""
-    _send_on_commit("jobs.tasks.assemble", job_id)
+    send_on_commit("jobs.tasks.assemble", job_id)
 
 
 def notify_ended(job_id: int) -> None:
     """Email whoever submitted a job that it ended (control queue)."""
-    _send_on_commit("jobs.tasks.notify_ended", job_id)
+    send_on_commit("jobs.tasks.notify_ended", job_id)
 
 
 def purge_staged_copy_if_due(job_id: int) -> None:
     """Delete an ended job's staged copy if its retention is up (control queue)."""
-    _send_on_commit("jobs.tasks.purge_staged_copy_if_due", job_id)
+    send_on_commit("jobs.tasks.purge_staged_copy_if_due", job_id)
 
 
 @contextlib.contextmanager
@@ -95,16 +95,29 @@ def refused() -> bool:
     return bool(_hurried.get())
 
 
-def _send_on_commit(name: str, *args: int | str, queue: str | None = None) -> None:
+def send_on_commit(
+    name: str, *args: int | str, queue: str | None = None, countdown: float | None = None, about: str = "job"
+) -> None:
+    """Send the task `name` after commit; a refusal is logged naming `about` and the first argument (a job's
+    id, unless `about` says what else it is), and dropped."""
     # Taken now: the commit may come after the caller's `unsent()` or `without_waiting()` has closed.
-    transaction.on_commit(partial(_send, name, args, queue, _watching.get(), _hurried.get()))
+    sending = partial(_send, name, args, queue, countdown, about, _watching.get(), _hurried.get())
+    transaction.on_commit(sending)
 
 
 def _send(
-    name: str, args: tuple[int | str, ...], queue: str | None, watcher: list[str] | None, hurried: list[str] | None
+    name: str,
+    args: tuple[int | str, ...],
+    queue: str | None,
+    countdown: float | None,
+    about: str,
+    watcher: list[str] | None,
+    hurried: list[str] | None,
 ) -> None:
-    about = f"job {args[0]}: " if args else ""
+    about = f"{about} {args[0]}: " if args else ""
     options: dict = {"queue": queue} if queue else {}
+    if countdown is not None:
+        options["countdown"] = countdown
     if hurried is not None:
         if hurried:
             log.info("%s%s was not sent, the job queue was unreachable a moment ago", about, name)

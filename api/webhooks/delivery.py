@@ -12,23 +12,18 @@ delivers; any other ends with the next one due after E31_WEBHOOK_RETRY_SECONDS[n
 
 import hashlib
 import hmac
-import logging
 import time
 import uuid
 from datetime import timedelta
-from functools import partial
 
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
-from kombu.exceptions import OperationalError
 
 from api.webhooks.models import Attempt, Delivery
+from jobs import enqueue
 from jobs.staging import fetch
-from portal.celery import app
-
-log = logging.getLogger(__name__)
 
 TIMEOUT_SECONDS = 10
 # Longer than an attempt can take (the task's time limit): a lease that lapses is a crashed attempt's.
@@ -138,11 +133,6 @@ def sweep() -> int:
 def send(delivery_id, countdown: float | None = None) -> None:
     """Send an attempt to the workers by name, after commit. A send the broker refuses is logged and left to
     the sweep."""
-    transaction.on_commit(partial(_send, str(delivery_id), countdown))
-
-
-def _send(delivery_id: str, countdown: float | None) -> None:
-    try:
-        app.send_task("api.webhooks.tasks.deliver", args=[delivery_id], countdown=countdown)
-    except OperationalError as error:
-        log.warning("webhook delivery %s was not sent, the job queue is unreachable (%s)", delivery_id, error)
+    enqueue.send_on_commit(
+        "api.webhooks.tasks.deliver", str(delivery_id), countdown=countdown, about="webhook delivery"
+    )
