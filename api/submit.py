@@ -22,7 +22,6 @@ from api.webhooks import endpoints
 from jobs import enqueue, services
 from jobs.facts import JobFacts
 from jobs.models import Job, Upload
-from jobs.scheduling import sizing
 from jobs.spec import Data, JobSpec, NamedFile, Request, Retention, Work
 from jobs.uploads import resumable
 from portal.models import organisation_for
@@ -260,18 +259,6 @@ def _sample_for(request, pk: int) -> JobFacts:
     return facts
 
 
-def estimate_json(found: sizing.Estimate) -> dict:
-    return {
-        "gpus": found.gpus,
-        "seconds": round(found.seconds, 3),
-        "duration": found.duration,
-        "hours": str(found.hours),
-        "gpu_hours": str(found.gpu_hours),
-        "cost": None if found.cost is None else str(found.cost),
-        "currency": found.currency,
-    }
-
-
 @extend_schema(
     summary="A finished sample's estimate of the full pass: in each shape on the fleet now, and on `gpus`",
     parameters=[OpenApiParameter("gpus", int, description="GPUs for the pass; the sample's request by default")],
@@ -293,8 +280,8 @@ def job_estimate(request, pk: int):
         {
             "job": facts.job.pk,
             "measured": facts.job.sample_result,
-            "shapes": [{"shape": name, **estimate_json(shape)} for name, shape in shapes],
-            "estimate": estimate_json(found),
+            "shapes": [{"shape": name, **shape.as_json()} for name, shape in shapes],
+            "estimate": found.as_json(),
         }
     )
 

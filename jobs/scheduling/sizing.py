@@ -64,6 +64,18 @@ class Estimate:
         minutes = math.ceil(self.seconds / 60)
         return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
 
+    def as_json(self) -> dict:
+        """As the API and `submit` write it: decimals as exact strings."""
+        return {
+            "gpus": self.gpus,
+            "seconds": round(self.seconds, 3),
+            "duration": self.duration,
+            "hours": str(self.hours),
+            "gpu_hours": str(self.gpu_hours),
+            "cost": None if self.cost is None else str(self.cost),
+            "currency": self.currency,
+        }
+
 
 def estimate(result: dict, gpus: int, card: RateCard | None = None) -> Estimate | None:
     """None when the sample measured no speed (it did no work)."""

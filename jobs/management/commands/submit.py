@@ -266,17 +266,7 @@ class Command(BaseCommand):
             **{name: result.get(name) for name in ("records", "records_total", "seconds", "records_per_second")},
             "startup_seconds": result.get("startup_seconds"),
             "peak_memory_mb": result.get("peak_memory_mb"),
-            "estimates": [
-                {
-                    "gpus": found.gpus,
-                    "seconds": round(found.seconds, 1),
-                    "hours": str(found.hours),
-                    "gpu_hours": str(found.gpu_hours),
-                    "cost": str(found.cost) if found.cost is not None else None,
-                    "currency": found.currency,
-                }
-                for found in estimates
-            ],
+            "estimates": [found.as_json() for found in estimates],
         }
 
     def submit(self, organisation: Organisation, user, opts: dict) -> Job:
