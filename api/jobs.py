@@ -15,7 +15,7 @@ from rest_framework.response import Response
 from api import submit
 from api.errors import Conflict, Gone
 from api.negotiation import any_accept
-from api.pagination import Pages, query
+from api.pagination import PageParameters, Pages, query
 from api.ranges import ranged_file_response
 from api.representation import event_json, job_json
 from api.schema import OBJECT, answers
@@ -31,7 +31,7 @@ from portal.text import shown
 DATE_OR_TIME = ["iso-8601", "%Y-%m-%d"]
 
 
-class JobFilters(serializers.Serializer):
+class JobFilters(PageParameters):
     """The list's filters, each optional; a value that is not one of its kind is refused, naming it."""
 
     state = serializers.ChoiceField(
@@ -47,8 +47,6 @@ class JobFilters(serializers.Serializer):
     work = serializers.CharField(required=False, max_length=60)
     created_after = serializers.DateTimeField(required=False, input_formats=DATE_OR_TIME)
     created_before = serializers.DateTimeField(required=False, input_formats=DATE_OR_TIME)
-    page = serializers.CharField(required=False, allow_blank=True, help_text="1 and up")
-    page_size = serializers.CharField(required=False, allow_blank=True, help_text="1 to 100; 50 when not given")
 
 
 @extend_schema(

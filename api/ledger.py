@@ -8,7 +8,7 @@ from rest_framework import serializers
 from rest_framework.decorators import api_view
 
 from api.negotiation import any_accept
-from api.pagination import Pages, query
+from api.pagination import PageParameters, Pages, query
 from api.schema import OBJECT, answers
 from billing import exports
 from billing.metering import ledger_row
@@ -24,9 +24,8 @@ class LedgerFilters(serializers.Serializer):
     job = serializers.IntegerField(required=False, min_value=1, help_text="one job's entries")
 
 
-class PagedLedgerFilters(LedgerFilters):
-    page = serializers.CharField(required=False, allow_blank=True, help_text="1 and up")
-    page_size = serializers.CharField(required=False, allow_blank=True, help_text="1 to 100; 50 when not given")
+class PagedLedgerFilters(LedgerFilters, PageParameters):
+    pass
 
 
 def _entries(request, filters: type[serializers.Serializer]):

@@ -1,6 +1,6 @@
-"""Routes that answer a file (an output file, the ledger's exports) whatever the client's Accept header says:
-a download tool asking for application/octet-stream or text/csv must not be refused 406 before it starts.
-Their errors are JSON all the same."""
+"""Routes that answer whatever the client's Accept header says: a download tool asking for an output file or the
+ledger's exports as application/octet-stream or text/csv, and a tus client, must not be refused 406 before the
+view runs. Their errors are JSON all the same (the tus views' are their own)."""
 
 from rest_framework.negotiation import BaseContentNegotiation
 

@@ -12,6 +12,13 @@ from portal.text import ascii_count, shown
 MAX_PAGE_SIZE = 100
 
 
+class PageParameters(serializers.Serializer):
+    """A list's `page` and `page_size`, beside its filters (Pages reads their values)."""
+
+    page = serializers.CharField(required=False, allow_blank=True, help_text="1 and up")
+    page_size = serializers.CharField(required=False, allow_blank=True, help_text="1 to 100; 50 when not given")
+
+
 def query(request, filters: type[serializers.Serializer]) -> dict:
     """The query string read by `filters` (a serializer of its parameters, pages included)."""
     unknown = sorted(set(request.query_params) - set(filters().fields))

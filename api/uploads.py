@@ -10,25 +10,10 @@ large file is sent in many of them."""
 
 from drf_spectacular.utils import extend_schema
 from rest_framework.decorators import api_view, throttle_classes
-from rest_framework.negotiation import BaseContentNegotiation
 
+from api.negotiation import any_accept
 from api.throttling import TokenRate
 from jobs.uploads import views as tus
-
-
-class AnyAccept(BaseContentNegotiation):
-    """A tus client may send any Accept: the answer is the tus view's own, never refused 406 before it."""
-
-    def select_parser(self, request, parsers):
-        return parsers[0]
-
-    def select_renderer(self, request, renderers, format_suffix=None):
-        return renderers[0], renderers[0].media_type
-
-
-def _any_accept(view):
-    view.content_negotiation_class = AnyAccept
-    return view
 
 
 @extend_schema(
@@ -38,7 +23,7 @@ def _any_accept(view):
 )
 @api_view(["OPTIONS", "POST"])
 @throttle_classes([TokenRate])
-@_any_accept
+@any_accept
 def upload_create(request):
     return tus.upload_create(request._request)
 
@@ -50,6 +35,6 @@ def upload_create(request):
 )
 @api_view(["HEAD", "PATCH", "DELETE"])
 @throttle_classes([])
-@_any_accept
+@any_accept
 def upload_detail(request, upload_id):
     return tus.upload_detail(request._request, upload_id=upload_id)
