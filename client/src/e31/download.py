@@ -9,7 +9,6 @@ import hashlib
 import logging
 import os
 import re
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
@@ -17,7 +16,7 @@ from typing import TYPE_CHECKING, TypedDict
 import httpx
 
 from e31.errors import APIError
-from e31.upload import backoff
+from e31.upload import wait_to_retry
 
 if TYPE_CHECKING:
     from e31.client import Client
@@ -134,11 +133,7 @@ def download_file(
             elif isinstance(error, APIError) and error.status not in RETRIED:
                 raise
             failures += 1
-            if failures > retries:
-                raise
-            pause = backoff(failures)
-            log.warning("Download of %s interrupted (%s); going on in %g s.", target.name, error, pause)
-            time.sleep(pause)
+            wait_to_retry(error, failures, retries, f"Download of {target.name}")
     if expected and sha256_of(partial) != expected["sha256"]:
         partial.unlink()
         raise DownloadError(f"{target.name} arrived damaged (its SHA-256 is not the manifest's); download it again.")

@@ -69,6 +69,16 @@ def backoff(attempt: int) -> float:
     return min(30.0, 0.5 * 2 ** (attempt - 1))
 
 
+def wait_to_retry(error: Exception, failures: int, retries: int, what: str) -> None:
+    """After the `failures`-th failure in a row that may pass: say so and wait the backoff, or raise `error`
+    once more than `retries` came."""
+    if failures > retries:
+        raise error
+    pause = backoff(failures)
+    log.warning("%s interrupted (%s); going on in %g s.", what, error or type(error).__name__, pause)
+    time.sleep(pause)
+
+
 class ResumeStore:
     """The uploads in progress on this machine: one small JSON file each, in the user's cache folder."""
 
@@ -218,11 +228,7 @@ def _send(
                 if isinstance(error, APIError) and error.status not in RETRIED:
                     raise
                 failures += 1
-                if failures > retries:
-                    raise
-                pause = backoff(failures)
-                log.warning("Upload interrupted (%s); going on in %g s.", error or type(error).__name__, pause)
-                time.sleep(pause)
+                wait_to_retry(error, failures, retries, "Upload")
                 in_doubt = True
     finally:
         chunks.close()
