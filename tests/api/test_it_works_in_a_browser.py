@@ -2,20 +2,16 @@
 (Chromium) under the portal's Content-Security-Policy: they load, work, and the browser reports no violation.
 Needs Debian's `chromium`; CI sets E31_BROWSER_TESTS=1, so there it cannot skip."""
 
-import os
 import re
 
 import pytest
 
 from api.models import ApiToken
-from tests.support import CHROMIUM, Watched, wait_for
+from tests.support import Watched, needs_chromium, wait_for
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(
-        not CHROMIUM and not os.environ.get("E31_BROWSER_TESTS"),
-        reason="no chromium here (apt install chromium); CI runs this test",
-    ),
+    needs_chromium,
 ]
 
 

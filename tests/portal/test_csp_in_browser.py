@@ -2,7 +2,6 @@
 the htmx polling of a job's page and of the operators' queue all work under it, and the browser reports no
 violation. Needs Debian's `chromium`; CI sets E31_BROWSER_TESTS=1, so there it cannot skip."""
 
-import os
 import re
 
 import pytest
@@ -10,14 +9,11 @@ from django.utils import timezone
 
 from jobs.models import Job, State
 from tests.factories import make_job
-from tests.support import CHROMIUM, Watched, state_is, wait_for, wait_for_end
+from tests.support import Watched, needs_chromium, state_is, wait_for, wait_for_end
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(
-        not CHROMIUM and not os.environ.get("E31_BROWSER_TESTS"),
-        reason="no chromium here (apt install chromium); CI runs this test",
-    ),
+    needs_chromium,
 ]
 
 

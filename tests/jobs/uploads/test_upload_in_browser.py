@@ -4,20 +4,16 @@ reload, and the finished upload becomes the job's data.
 Needs Debian's `chromium`; CI installs it and sets E31_BROWSER_TESTS=1, so there it cannot skip."""
 
 import hashlib
-import os
 import re
 
 import pytest
 
 from jobs.models import Job, State, Upload
-from tests.support import CHROMIUM, state_is, wait_for, wait_for_end
+from tests.support import needs_chromium, state_is, wait_for, wait_for_end
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(
-        not CHROMIUM and not os.environ.get("E31_BROWSER_TESTS"),
-        reason="no chromium here (apt install chromium); CI runs this test",
-    ),
+    needs_chromium,
 ]
 
 SLOW = {"offline": False, "latency": 20, "downloadThroughput": -1, "uploadThroughput": 400_000}
