@@ -21,7 +21,7 @@ from jobs.models import Allocation, Job, State
 from jobs.processors.onnx_infer import OnnxInfer, describe, parse_inputs
 from jobs.spec import Data, JobSpec, NamedFile, Request, Work
 from tests.datasets import BIAS, WEIGHTS, linear_model, model_bytes, table_csv
-from tests.support import job_form, wait_for_end
+from tests.support import job_form, wait_for, wait_for_end
 
 
 def sum_model() -> bytes:
@@ -146,7 +146,9 @@ def test_it_runs_the_partners_model_over_every_row(fleet, partner_client, rate_c
     assert [row["label"] for row in rows] == expected.argmax(axis=1).tolist()
     assert manifest["work"]["plan"]["inputs"][0]["columns"] == ["a", "b", "c"]
     assert manifest["records"] == {"in": 1200, "out": 1198, "rejected": 2, "in_failed_shards": 0, "not_processed": 0}
-    assert not default_storage.exists(job.model_path), "the model goes with the staged copy (deleted when done)"
+    # Assembly deletes the staged copy, and the model with it, just after the job succeeds.
+    gone = wait_for(lambda: not default_storage.exists(job.model_path), what="the model deleted with the staged copy")
+    assert gone, "the model goes with the staged copy (deleted when done)"
 
 
 @pytest.mark.django_db(transaction=True)
