@@ -247,7 +247,7 @@ AUTH_PASSWORD_VALIDATORS = [
 # together, so nobody can lock a partner out from elsewhere. The records are rows in the database
 # (migrate makes their tables), shared by every web process; an operator lifts a lock early by deleting
 # its access attempt in the admin console.
-AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "portal.backends.EmailOrUsernameBackend"]
 AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_FAILURE_LIMIT = env_int("E31_LOGIN_FAILURE_LIMIT", 5, minimum=1)

@@ -31,7 +31,7 @@ def emailed_link(mailbox, to: str) -> str:
 
 def test_the_login_page_links_to_it(client):
     page = client.get("/accounts/login/").content.decode()
-    assert 'href="/accounts/password_reset/"' in page and "Forgotten your password?" in page
+    assert 'href="/accounts/password_reset/"' in page and "Forgot password?" in page
 
 
 def test_it_emails_a_link_that_sets_a_new_password_to_log_in_with(client, partner, mailbox):
