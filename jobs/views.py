@@ -2,6 +2,7 @@
 
 from collections.abc import Callable
 from datetime import datetime
+from decimal import Decimal, InvalidOperation
 from functools import partial
 
 from django.conf import settings
@@ -15,7 +16,7 @@ from django.views.decorators.http import require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseStopPolling
 
-from billing.models import RetentionPolicy
+from billing.models import MONEY, RateCard, RetentionPolicy
 from jobs import enqueue, lifecycle, services
 from jobs.facts import JobFacts
 from jobs.forms import JobForm, RequestForm
@@ -25,6 +26,7 @@ from jobs.outputs.zipstream import stream_zip
 from jobs.scheduling import fleet
 from jobs.uploads import too_large_message
 from portal.models import organisation_for
+from portal.text import ascii_count
 
 
 def _needs_organisation(request):
@@ -56,14 +58,30 @@ def job_new(request):
         elif job := _submit(request, form, lambda: services.submit_job(organisation, request.user, form.spec())):
             return redirect("jobs:detail", pk=job.pk)
     status = 400 if form.errors else 200
+    card = RateCard.in_force()
     context = {
         "form": form,
+        "rate_card": card,
+        "most_cost": _most_cost(form, card),
         "max_upload_bytes": settings.E31_MAX_UPLOAD_BYTES,
         "max_dataset_bytes": settings.E31_MAX_DATASET_BYTES,
         "chunk_bytes": settings.E31_UPLOAD_CHUNK_BYTES,
         "pending_upload": _pending_upload(form, organisation),
     }
     return render(request, "jobs/new.html", context, status=status)
+
+
+def _most_cost(form: RequestForm, card: RateCard | None) -> Decimal | None:
+    """The most the request the form holds can cost: GPUs × hours × the rate (either shape holds as many
+    GPU-hours), as the page shows it before JavaScript takes over; None without a rate or a request."""
+    gpus = ascii_count(str(form["gpus"].value() or "").strip())
+    try:
+        hours = Decimal(str(form["hours"].value() or "").strip())
+    except InvalidOperation:
+        return None
+    if card is None or not gpus or not hours.is_finite() or hours <= 0 or hours > settings.E31_MAX_HOURS:
+        return None
+    return (gpus * hours * card.rate_per_gpu_hour).quantize(MONEY)
 
 
 def _submit(request, form: RequestForm, submit: Callable[[], Job]) -> Job | None:

@@ -141,3 +141,11 @@ def test_it_stores_the_upload_for_staging(partner_client, online_slots):
     assert job.source_path.startswith("uploads/")
     with default_storage.open(job.source_path) as stored:
         assert stored.read(2) == b"id"
+
+
+@pytest.mark.django_db
+def test_the_work_parameters_read_in_words_with_the_name_the_api_takes(partner_client, online_slots):
+    page = partner_client.get("/jobs/new/").content.decode()
+    assert ">Type threshold</label>" in page and "(type_threshold in the API and the e31 client)" in page
+    assert ">Max side</label>" in page and ">Top values</label>" in page
+    assert ">type_threshold</label>" not in page
