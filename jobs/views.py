@@ -1,7 +1,7 @@
 """Pages of jobs: the list, the form, a job's page with its live progress, cancel, and the output."""
 
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from functools import partial
 
@@ -223,10 +223,16 @@ def job_output(request, pk: int):
         return _output_gone(request, job)
     if not job.output_path:
         raise Http404("This job has no output.")
-    files = [(name, partial(open_output_file, job, name)) for name in job.output_names]
-    response = StreamingHttpResponse(stream_zip(files), content_type="application/zip")
+    # Each file named as it is when downloaded alone, dated when the job ended (in UTC).
+    files = [(_download_name(job, name), partial(open_output_file, job, name)) for name in job.output_names]
+    dated = (job.ended_at or datetime.now(UTC)).astimezone(UTC)
+    response = StreamingHttpResponse(stream_zip(files, dated), content_type="application/zip")
     response["Content-Disposition"] = f'attachment; filename="job-{job.pk}-output.zip"'
     return response
+
+
+def _download_name(job: Job, name: str) -> str:
+    return f"job-{job.pk}-{name}"
 
 
 @login_required
@@ -238,7 +244,7 @@ def job_output_file(request, pk: int, name: str):
         return _output_gone(request, job)
     if name not in job.output_names:
         raise Http404("This job has no such output file.")
-    filename = f"job-{job.pk}-{name}"
+    filename = _download_name(job, name)
     signed = signed_output_url(job, name, filename)
     if signed:
         return redirect(signed)

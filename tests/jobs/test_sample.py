@@ -6,7 +6,6 @@ import csv
 import io
 import json
 import os
-import zipfile
 from datetime import timedelta
 from decimal import Decimal
 
@@ -23,7 +22,7 @@ from jobs.scheduling import sizing
 from jobs.spec import Request, Retention
 from jobs.workers.runner import skip_past_budget
 from tests.factories import finished_sample
-from tests.support import Worker, job_form, wait_for_end
+from tests.support import OutputZip, Worker, job_form, wait_for_end
 
 SECONDS_PER_BATCH = "0.2"  # test-slow-echo: 50 records a batch, so at most 250 records a second
 
@@ -57,7 +56,7 @@ def sample_form(**fields) -> dict:
 
 
 def read_output(client, job: Job) -> tuple[list[dict], dict]:
-    archive = zipfile.ZipFile(io.BytesIO(b"".join(client.get(f"/jobs/{job.pk}/output/").streaming_content)))
+    archive = OutputZip(client, job)
     return pq.read_table(io.BytesIO(archive.read("output.parquet"))).to_pylist(), json.loads(
         archive.read("manifest.json")
     )
