@@ -71,6 +71,16 @@ def job_new(request):
     return render(request, "jobs/new.html", context, status=status)
 
 
+EXAMPLE_DATASET = settings.BASE_DIR / "examples" / "customers.csv"
+
+
+@login_required
+def example_dataset(request):
+    """A dataset to try the portal with (examples/customers.csv: customers, a few records malformed on
+    purpose), for a partner who has none at hand."""
+    return FileResponse(EXAMPLE_DATASET.open("rb"), as_attachment=True, filename="customers.csv")
+
+
 def _most_cost(form: RequestForm, card: RateCard | None) -> Decimal | None:
     """The most the request the form holds can cost: GPUs × hours × the rate (either shape holds as many
     GPU-hours), as the page shows it before JavaScript takes over; None without a rate or a request."""
