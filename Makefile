@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test lint gpu-deps client-wheel
+.PHONY: run test lint gpu-deps gpu-bench client-wheel
 
 $(VENV)/.requirements: requirements.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is needed; set PYTHON=python3.11")'
@@ -27,6 +27,11 @@ $(VENV)/.requirements-gpu: $(VENV)/.requirements requirements-gpu.txt
 	touch $@
 
 gpu-deps: $(VENV)/.requirements-gpu
+
+# Every GPU path once (NVML, each GPU work kind against its bare loop, staging), into bench-gpu.txt: one call
+# for a GPU host lent for a few minutes. Without a GPU it runs on CPU slots and says so.
+gpu-bench: $(VENV)/.requirements-gpu
+	$(PY) bench/gpu.py --out bench-gpu.txt
 
 # The e31 client's wheel, which the design-partner and API tokens pages offer to download (static/downloads/).
 client-wheel: $(VENV)/.requirements
