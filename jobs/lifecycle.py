@@ -116,7 +116,7 @@ def start_hold(job: Job, gpus: list[Gpu]) -> list[Allocation]:
             may_start = Q(on_hold_since=None) & (Q(deadline=None) | Q(deadline__gt=now))
             if not _move(job.pk, State.QUEUED, State.RUNNING, at=now, where=may_start, **started):
                 return []
-            allocations = [Allocation.objects.create(job=job, gpu=gpu, held_from=now) for gpu in gpus]
+            allocations = Allocation.objects.bulk_create(Allocation(job=job, gpu=gpu, held_from=now) for gpu in gpus)
     except IntegrityError:
         # Another scheduler took one of these GPUs first; the job stays queued.
         return []
@@ -265,10 +265,17 @@ def _short_of_slots(job: Job) -> bool:
 def send_runner(allocation: Allocation) -> None:
     """After commit, send a slot task to serve this hold, with a new token: a task sent earlier for it
     stops at its next look, so a hold never has two (a message restored late, one sent again)."""
-    token = uuid.uuid4().hex
-    Allocation.objects.filter(pk=allocation.pk).update(runner=token, runner_seen=timezone.now())
-    queue = Gpu.objects.values_list("queue", flat=True).get(pk=allocation.gpu_id)
-    enqueue.run_slot(allocation.job_id, allocation.pk, token, queue)
+    send_runners([allocation])
+
+
+def send_runners(allocations: list[Allocation]) -> None:
+    """send_runner for each of these holds, their new tokens written in one UPDATE."""
+    now = timezone.now()
+    for allocation in allocations:
+        allocation.runner, allocation.runner_seen = uuid.uuid4().hex, now
+    Allocation.objects.bulk_update(allocations, ["runner", "runner_seen"])
+    for allocation in allocations:
+        enqueue.run_slot(allocation.job_id, allocation.pk, allocation.runner, allocation.gpu.queue)
 
 
 def finish_pass(job: Job) -> bool:

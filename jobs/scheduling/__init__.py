@@ -6,9 +6,11 @@ asks for more GPUs than are online at all (a node left): it then waits without h
 """
 
 import logging
+from collections import Counter
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal, InvalidOperation
+from itertools import islice
 
 from django.conf import settings
 from django.db import transaction
@@ -194,32 +196,71 @@ def latest_starts(now=None, until: Job | None = None) -> dict:
     return starts
 
 
+def _head_of_queue(chunk: int = 64):
+    """The jobs the scheduler may start, in queue order, with only what a pass reads of them, a few at a
+    time: a pass stops at the first job that must wait, and reads no further."""
+    jobs = waiting().only("pk", "gpus", "work", "deadline", "started_at", "queued_at")
+    after = Q()
+    while batch := list(jobs.filter(after)[:chunk]):
+        yield from batch
+        last = batch[-1]
+        after = Q(queued_at__gt=last.queued_at) | Q(queued_at=last.queued_at, pk__gt=last.pk)
+
+
+class _Slots:
+    """The schedulable slots of one pass: which nodes run a work kind, and how many online slots they have,
+    worked out once per kind; the free ones, in the order they are taken."""
+
+    def __init__(self):
+        slots = schedulable_slots()
+        free = slots.free().select_for_update(skip_locked=True, of=("self",)).only("pk", "node_id", "queue")
+        self.free = {slot.pk: slot for slot in free.order_by("node__name", "index")}
+        self.online = Counter(slots.online().values_list("node_id", flat=True))
+        self.kinds_of = dict(Node.objects.filter(pk__in=self.online).values_list("pk", "work_kinds"))
+        self.nodes_for: dict[str, frozenset[int]] = {}
+
+    def nodes(self, work: str) -> frozenset[int]:
+        if work not in self.nodes_for:
+            runs = frozenset(node for node, kinds in self.kinds_of.items() if node_runs(kinds, work))
+            self.nodes_for[work] = runs
+        return self.nodes_for[work]
+
+    def online_for(self, work: str) -> int:
+        return sum(self.online[node] for node in self.nodes(work))
+
+    def take(self, work: str, gpus: int) -> list[Gpu]:
+        """The first `gpus` free slots that can run `work`, or none when fewer are free."""
+        nodes = self.nodes(work)
+        fit = list(islice((slot for slot in self.free.values() if slot.node_id in nodes), gpus))
+        return fit if len(fit) == gpus else []
+
+    def taken(self, slots: list[Gpu]) -> None:
+        for slot in slots:
+            del self.free[slot.pk]
+
+
 def schedule() -> list[int]:
     """Start the hold of every queued job, in queue order, whose GPUs are all free now, on nodes that
-    can run its work; a job on hold is passed by."""
+    can run its work; a job on hold is passed by. The pass reads the queue only up to the first job that
+    must wait."""
     started = []
     with transaction.atomic():
-        slots = schedulable_slots()
-        free = list(slots.free().select_for_update(skip_locked=True, of=("self",)).order_by("node__name", "index"))
-        online = list(slots.online().values_list("node_id", flat=True))
-        kinds_of = dict(Node.objects.values_list("pk", "work_kinds"))
-        for job in waiting():
+        slots = _Slots()
+        for job in _head_of_queue():
             if job.deadline_passed():
                 lifecycle.miss_deadline(job)  # never held: starting it now could do nothing it was asked for
                 continue
-            if job.gpus > sum(node_runs(kinds_of.get(node, []), job.work) for node in online):
+            if job.gpus > slots.online_for(job.work):
                 continue  # more than the fleet can give it online now (a node left): it waits without blocking others
-            fit = [slot for slot in free if node_runs(kinds_of.get(slot.node_id, []), job.work)]
-            if job.gpus > len(fit):
+            taken = slots.take(job.work, job.gpus)
+            if not taken:
                 break
-            taken = fit[: job.gpus]
-            free = [slot for slot in free if slot not in taken]
             allocations = lifecycle.start_hold(job, taken)
             if not allocations:
                 break
+            slots.taken(taken)
             started.append(job.pk)
-            for allocation in allocations:
-                lifecycle.send_runner(allocation)
+            lifecycle.send_runners(allocations)
     if started:
         log.info("started the hold of jobs %s", started)
     return started
