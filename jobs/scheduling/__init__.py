@@ -5,6 +5,7 @@ they were queued: the head of the queue is never overtaken, so a wide job cannot
 asks for more GPUs than are online at all (a node left): it then waits without holding up the rest.
 """
 
+import heapq
 import logging
 from collections import Counter
 from dataclasses import dataclass
@@ -12,13 +13,16 @@ from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 from itertools import islice
 
+import redis
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 
 from jobs import lifecycle, processors
+from jobs import queue_figures as stored_figures
 from jobs.models import Gpu, Job, Node, State
+from jobs.queue_figures import QueueFigures
 from portal.text import ascii_count, shown
 
 log = logging.getLogger(__name__)
@@ -138,7 +142,10 @@ def _ahead_of(job: Job):
 
 
 def queue_position(job: Job) -> int | None:
-    """Its place in the queue, counting the jobs on hold before it: they keep theirs."""
+    """Its place in the queue, counting the jobs on hold before it: they keep theirs. Read by counting
+    the jobs before it, like on_hold_ahead and latest_start: these three are the reference of the
+    figures stored for the whole queue at once (queue_figures), and what a job without stored
+    figures is shown."""
     if job.state != State.QUEUED:
         return None
     return _ahead_of(job).count() + 1
@@ -157,6 +164,22 @@ def latest_start(job: Job, now=None):
     return latest_starts(now, until=job).get(job.pk)
 
 
+def figures_of(job: Job, now=None) -> QueueFigures:
+    """A queued job's figures, worked out for it alone by reading every job before it."""
+    return QueueFigures(queue_position(job), on_hold_ahead(job), latest_start(job, now), job.queued_at)
+
+
+def _fleet_releases(now) -> tuple[int, int, list[tuple]]:
+    """The schedulable slots online, those free, and when the running jobs release the others at the
+    latest: (when, how many GPUs), at each running job's time limit."""
+    slots = schedulable_slots().online()
+    online, free = slots.count(), slots.free().count()
+    open_holds = Count("allocations", filter=Q(allocations__held_to__isnull=True, allocations__gpu__in=slots))
+    running = Job.objects.filter(state=State.RUNNING).only("started_at", "hours", "held_before", "deadline")
+    releases = [(max(now, job.time_limit_at()), job.held) for job in running.annotate(held=open_holds) if job.held]
+    return online, free, releases
+
+
 def latest_starts(now=None, until: Job | None = None) -> dict:
     """Each queued job's latest start, in one pass over the queue (up to `until`): the jobs running now
     release their GPUs at their time limits at the latest, and each job in the queue starts as soon as
@@ -165,14 +188,7 @@ def latest_starts(now=None, until: Job | None = None) -> dict:
     Passes usually end before their limits, so jobs tend to start sooner. A job that asks for more
     GPUs than are online has none (None), nor has one on hold."""
     now = now or timezone.now()
-    slots = schedulable_slots().online()
-    online, free = slots.count(), slots.free().count()
-    open_holds = Count("allocations", filter=Q(allocations__held_to__isnull=True, allocations__gpu__in=slots))
-    releases = [  # (when, how many GPUs): each running job's open holds, at its time limit
-        (max(now, running.time_limit_at()), running.held)
-        for running in Job.objects.filter(state=State.RUNNING).annotate(held=open_holds)
-        if running.held
-    ]
+    online, free, releases = _fleet_releases(now)
     starts = {}
     at = now
     queued = queue() if until is None else [*_ahead_of(until), until]
@@ -194,6 +210,48 @@ def latest_starts(now=None, until: Job | None = None) -> dict:
         if not waiting.on_hold:
             starts[waiting.pk] = at
     return starts
+
+
+def queue_figures(now=None) -> dict[int, QueueFigures]:
+    """Every queued job's figures, by id, in one pass over the queue read in a few columns: the places
+    as queue_position and on_hold_ahead count them, the latest starts as latest_starts finds them,
+    the releases kept in a heap."""
+    now = now or timezone.now()
+    online, free, releases = _fleet_releases(now)
+    heapq.heapify(releases)
+    columns = ("pk", "gpus", "hours", "held_before", "deadline", "on_hold_since", "queued_at")
+    figures, at, on_hold, stuck = {}, now, 0, False
+    for place, (pk, gpus, hours, held_before, deadline, on_hold_since, queued_at) in enumerate(
+        queue().values_list(*columns), start=1
+    ):
+        start = None
+        if not stuck and gpus <= online:
+            while free < gpus and releases:
+                when, count = heapq.heappop(releases)
+                at, free = max(at, when), free + count
+            stuck = free < gpus  # slots held by no running job: no later job has a latest start either
+            if not stuck and not (deadline and at >= deadline):
+                free -= gpus
+                ends = at + timedelta(hours=float(hours)) - held_before
+                heapq.heappush(releases, (min(ends, deadline) if deadline else ends, gpus))
+                start = at if on_hold_since is None else None
+        figures[pk] = QueueFigures(place, on_hold, start, queued_at)
+        on_hold += on_hold_since is not None
+    return figures
+
+
+def refresh_queue_figures(now=None) -> bool:
+    """Work out the queue's figures and store them, when the queue changed or they are old; True when
+    they were."""
+    now = now or timezone.now()
+    try:
+        if not stored_figures.due(now):
+            return False
+        stored_figures.write(queue_figures(now), at=now)
+    except redis.RedisError as error:
+        log.warning("the queue's figures are not stored, Redis is unreachable: %s", error)
+        return False
+    return True
 
 
 def _head_of_queue(chunk: int = 64):
