@@ -14,9 +14,9 @@ from functools import cached_property
 from django.db.models import Count, Max, Q, QuerySet, Sum
 from django.utils import timezone
 
-from billing.metering import Meter, meter_for
+from billing.metering import Meter, holds_meter, meter_for
 from jobs import queue_figures, retention, scheduling
-from jobs.models import Job, Shard, State
+from jobs.models import Gpu, Job, Shard, State
 from jobs.queue_figures import QueueFigures
 from jobs.scheduling import Fleet, sizing
 
@@ -73,7 +73,18 @@ class JobFacts:
 
     @cached_property
     def meter(self) -> Meter | None:
+        if self.job.state == State.RUNNING:  # no ledger entry before its hold ends: priced from the holds read here
+            return holds_meter(self.allocations)
         return meter_for(self.job)
+
+    @cached_property
+    def noun(self) -> str:
+        """What the job holds, or else what the fleet offers, in the product's words: "GPU" or "CPU slot".
+        A running job's is read from its holds, which its page shows, not from the fleet."""
+        kinds = {allocation.gpu.kind for allocation in self.allocations}
+        if kinds:
+            return "CPU slot" if kinds == {Gpu.Kind.CPU} else "GPU"
+        return self.fleet.noun
 
     @cached_property
     def held_noun(self) -> str | None:
