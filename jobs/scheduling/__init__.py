@@ -166,7 +166,7 @@ def latest_start(job: Job, now=None):
 
 def figures_of(job: Job, now=None) -> QueueFigures:
     """A queued job's figures, worked out for it alone by reading every job before it."""
-    return QueueFigures(queue_position(job), on_hold_ahead(job), latest_start(job, now), job.queued_at)
+    return QueueFigures(queue_position(job), on_hold_ahead(job), latest_start(job, now))
 
 
 def _fleet_releases(now) -> tuple[int, int, list[tuple]]:
@@ -219,11 +219,13 @@ def queue_figures(now=None) -> dict[int, QueueFigures]:
     now = now or timezone.now()
     online, free, releases = _fleet_releases(now)
     heapq.heapify(releases)
-    columns = ("pk", "gpus", "hours", "held_before", "deadline", "on_hold_since", "queued_at")
+    rows = (
+        queue()
+        .annotate(held=Q(on_hold_since__isnull=False))
+        .values_list("pk", "gpus", "hours", "held_before", "deadline", "held")
+    )
     figures, at, on_hold, stuck = {}, now, 0, False
-    for place, (pk, gpus, hours, held_before, deadline, on_hold_since, queued_at) in enumerate(
-        queue().values_list(*columns), start=1
-    ):
+    for place, (pk, gpus, hours, held_before, deadline, is_on_hold) in enumerate(rows, start=1):
         start = None
         if not stuck and gpus <= online:
             while free < gpus and releases:
@@ -234,9 +236,9 @@ def queue_figures(now=None) -> dict[int, QueueFigures]:
                 free -= gpus
                 ends = at + timedelta(hours=float(hours)) - held_before
                 heapq.heappush(releases, (min(ends, deadline) if deadline else ends, gpus))
-                start = at if on_hold_since is None else None
-        figures[pk] = QueueFigures(place, on_hold, start, queued_at)
-        on_hold += on_hold_since is not None
+                start = None if is_on_hold else at
+        figures[pk] = QueueFigures(place, on_hold, start)
+        on_hold += is_on_hold
     return figures
 
 
