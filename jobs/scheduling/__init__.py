@@ -268,8 +268,8 @@ def _head_of_queue(chunk: int = 64):
 
 
 class _Slots:
-    """The schedulable slots of one pass: which nodes run a work kind, and how many online slots they have,
-    worked out once per kind; the free ones, in the order they are taken."""
+    """The schedulable slots of one pass: for each work kind, once, the nodes that run it and how many
+    online slots they have; the free slots, in the order they are taken."""
 
     def __init__(self):
         slots = schedulable_slots()
@@ -277,20 +277,21 @@ class _Slots:
         self.free = {slot.pk: slot for slot in free.order_by("node__name", "index")}
         self.online = Counter(slots.online().values_list("node_id", flat=True))
         self.kinds_of = dict(Node.objects.filter(pk__in=self.online).values_list("pk", "work_kinds"))
-        self.nodes_for: dict[str, frozenset[int]] = {}
+        self.for_work: dict[str, tuple[frozenset[int], int]] = {}
 
-    def nodes(self, work: str) -> frozenset[int]:
-        if work not in self.nodes_for:
-            runs = frozenset(node for node, kinds in self.kinds_of.items() if node_runs(kinds, work))
-            self.nodes_for[work] = runs
-        return self.nodes_for[work]
+    def _able(self, work: str) -> tuple[frozenset[int], int]:
+        """The nodes that can run `work`, and how many online slots they have."""
+        if work not in self.for_work:
+            nodes = frozenset(node for node, kinds in self.kinds_of.items() if node_runs(kinds, work))
+            self.for_work[work] = nodes, sum(self.online[node] for node in nodes)
+        return self.for_work[work]
 
     def online_for(self, work: str) -> int:
-        return sum(self.online[node] for node in self.nodes(work))
+        return self._able(work)[1]
 
     def take(self, work: str, gpus: int) -> list[Gpu]:
         """The first `gpus` free slots that can run `work`, or none when fewer are free."""
-        nodes = self.nodes(work)
+        nodes = self._able(work)[0]
         fit = list(islice((slot for slot in self.free.values() if slot.node_id in nodes), gpus))
         return fit if len(fit) == gpus else []
 
