@@ -11,7 +11,7 @@ first that does not. Prints the median of `--rounds` passes, the queries of one,
 at the longest queue compares with the shortest (1.0: constant in the queue's length). Then the
 queue's figures (jobs/queue_figures.py, in the configured Redis): the time to work them out and store
 them for the whole queue, and to read the last job's against counting them for it alone. What it
-seeded is deleted at the end.
+seeded is deleted at the end. Give it a database of its own: it marks every other slot offline.
 """
 
 import argparse
