@@ -3,7 +3,7 @@ still running, and records an operator's correction as an entry of its own."""
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -71,7 +71,12 @@ def meter_for(job) -> Meter | None:
     entry = LedgerEntry.objects.filter(job=job, kind=LedgerEntry.Kind.HOLD).first()
     if entry:
         return Meter(entry.gpus, entry.seconds, entry.gpu_hours, entry.rate, entry.currency, entry.amount)
-    allocations = list(job.allocations.all())
+    return holds_meter(job.allocations.all())
+
+
+def holds_meter(allocations: Iterable) -> Meter | None:
+    """What these holds of one job have cost so far, those still open counted until now; None for none."""
+    allocations = list(allocations)
     if not allocations:
         return None
     now = timezone.now()

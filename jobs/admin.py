@@ -6,7 +6,7 @@ from django.db.models import Count, Q
 from django.template.response import TemplateResponse
 from django.urls import path
 
-from jobs import enqueue, lifecycle, scheduling
+from jobs import enqueue, lifecycle, queue_figures, scheduling
 from jobs.models import ENDED, Allocation, Gpu, Job, JobEvent, Node, Shard, State
 from portal.text import NameField
 
@@ -107,8 +107,10 @@ class JobAdmin(admin.ModelAdmin):
             raise PermissionDenied
         open_holds = Count("allocations", filter=Q(allocations__held_to__isnull=True))
         held = Count("gpus__allocations", filter=Q(gpus__allocations__held_to__isnull=True))
-        queued = scheduling.queue().select_related("organisation")
-        starts = scheduling.latest_starts()
+        queued = list(scheduling.queue().select_related("organisation"))
+        figures = queue_figures.read_many(queued)
+        if len(figures) < len(queued):  # some were queued since the last pass: the whole queue's, now
+            figures = scheduling.queue_figures()
         context = {
             **self.admin_site.each_context(request),
             "title": "The queue",
@@ -116,7 +118,7 @@ class JobAdmin(admin.ModelAdmin):
             "nodes": Node.objects.annotate(slots=Count("gpus", distinct=True), held=held).order_by("name"),
             "online": set(Gpu.objects.online().values_list("node_id", flat=True)),
             "running": Job.objects.filter(state=State.RUNNING).select_related("organisation").annotate(held=open_holds),
-            "queued": [(job, place, starts.get(job.pk)) for place, job in enumerate(queued, start=1)],
+            "queued": [(job, figures.get(job.pk)) for job in queued],
             "staging": Job.objects.filter(state__in=(State.SUBMITTED, State.STAGING)).select_related("organisation"),
         }
         template = "admin/jobs/job/queue.html#live" if request.htmx else "admin/jobs/job/queue.html"

@@ -3,7 +3,8 @@
 `JobFacts(job)` finds each fact in one place, once, and only when something reads it: the fragment
 polled every two seconds computes no queue place for a running job. Build one per reading of a job; a
 job read again (`refresh_from_db`) needs new facts. The facts other modules own are asked of them: the
-meter of billing, the queue of the scheduler, the due dates of retention, whose purges use them too.
+meter of billing, the queue's figures of the scheduler (stored for the whole queue, so read in one
+look), the due dates of retention, whose purges use them too.
 """
 
 from dataclasses import dataclass
@@ -13,9 +14,10 @@ from functools import cached_property
 from django.db.models import Count, Max, Q, QuerySet, Sum
 from django.utils import timezone
 
-from billing.metering import Meter, meter_for
-from jobs import retention, scheduling
-from jobs.models import Job, Shard, State
+from billing.metering import Meter, holds_meter, meter_for
+from jobs import queue_figures, retention, scheduling
+from jobs.models import Gpu, Job, Shard, State
+from jobs.queue_figures import QueueFigures
 from jobs.scheduling import Fleet, sizing
 
 
@@ -71,7 +73,18 @@ class JobFacts:
 
     @cached_property
     def meter(self) -> Meter | None:
+        if self.job.state == State.RUNNING:  # no ledger entry before its hold ends: priced from the holds read here
+            return holds_meter(self.allocations)
         return meter_for(self.job)
+
+    @cached_property
+    def noun(self) -> str:
+        """What the job holds, or else what the fleet offers, in the product's words: "GPU" or "CPU slot".
+        A running job's is read from its holds, which its page shows, not from the fleet."""
+        kinds = {allocation.gpu.kind for allocation in self.allocations}
+        if kinds:
+            return "CPU slot" if kinds == {Gpu.Kind.CPU} else "GPU"
+        return self.fleet.noun
 
     @cached_property
     def held_noun(self) -> str | None:
@@ -86,16 +99,24 @@ class JobFacts:
         return self.job.events.all()
 
     @cached_property
+    def queue_figures(self) -> QueueFigures | None:
+        """A queued job's place, the jobs on hold before it and its latest start, as the scheduler stored
+        them; worked out for it alone when none are stored (queued since the last pass, Redis away)."""
+        if self.job.state != State.QUEUED:
+            return None
+        return queue_figures.read(self.job) or scheduling.figures_of(self.job)
+
+    @property
     def queue_position(self) -> int | None:
-        return scheduling.queue_position(self.job)
+        return self.queue_figures.place if self.queue_figures else None
 
-    @cached_property
+    @property
     def on_hold_ahead(self) -> int:
-        return scheduling.on_hold_ahead(self.job)
+        return self.queue_figures.on_hold_ahead if self.queue_figures else 0
 
-    @cached_property
+    @property
     def latest_start(self) -> datetime | None:
-        return scheduling.latest_start(self.job)
+        return self.queue_figures.latest_start if self.queue_figures else None
 
     @cached_property
     def staging_mb_per_s(self) -> float | None:

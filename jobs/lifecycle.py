@@ -27,7 +27,7 @@ from django.db.models import F, Q, Value
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
-from jobs import enqueue
+from jobs import enqueue, queue_figures
 from jobs.models import ENDED, Allocation, Gpu, Job, JobEvent, Shard, State, hold_periods
 from jobs.signals import hold_released, state_changed
 
@@ -44,6 +44,8 @@ TRANSITIONS: dict[str, tuple[str, ...]] = {
 
 # Jobs that hold no GPU yet: the operators may put them on hold, and a deadline may pass them by.
 WAITING = (State.SUBMITTED, State.STAGING, State.QUEUED)
+# The states the queue's figures count: the queue, and the jobs whose holds it waits for.
+COUNTED = {State.QUEUED, State.RUNNING}
 
 
 def _move(
@@ -72,6 +74,10 @@ def _move(
         moved = previous is not None and jobs.update(state=to, modified=now, **fields)
         if moved:
             JobEvent.objects.create(job_id=job_id, state=to, at=now, message=message)
+            if COUNTED & {previous, to}:
+                transaction.on_commit(queue_figures.changed)
+            if previous == State.QUEUED and to != State.RUNNING:
+                enqueue.schedule()  # it left the queue: the jobs behind it move up, and may start now
             if to in ENDED and notify:
                 enqueue.notify_ended(job_id)
             changed = partial(state_changed.send_robust, Job, job_id=job_id, state=to, previous=previous, at=now)
@@ -119,7 +125,7 @@ def start_hold(job: Job, gpus: list[Gpu]) -> list[Allocation]:
             may_start = Q(on_hold_since=None) & (Q(deadline=None) | Q(deadline__gt=now))
             if not _move(job.pk, State.QUEUED, State.RUNNING, at=now, where=may_start, **started):
                 return []
-            allocations = [Allocation.objects.create(job=job, gpu=gpu, held_from=now) for gpu in gpus]
+            allocations = Allocation.objects.bulk_create(Allocation(job=job, gpu=gpu, held_from=now) for gpu in gpus)
     except IntegrityError:
         # Another scheduler took one of these GPUs first; the job stays queued.
         return []
@@ -137,7 +143,8 @@ def put_on_hold(job: Job, reason: str = "") -> bool:
         if not waiting.update(on_hold_since=now, on_hold_reason=reason, modified=now):
             return False
         why = f": {reason}" if reason else ""
-        _note(job, now, f"put on hold by the operators{why}")
+        if _note(job, now, f"put on hold by the operators{why}") == State.QUEUED:
+            _queue_changed()
     return True
 
 
@@ -150,8 +157,14 @@ def lift_hold(job: Job) -> bool:
         if not on_hold.update(on_hold_since=None, on_hold_reason="", modified=now):
             return False
         if _note(job, now, "hold lifted by the operators") == State.QUEUED:
-            enqueue.schedule()
+            _queue_changed()
     return True
+
+
+def _queue_changed() -> None:
+    """Once committed, the queue's figures are worked out again, by a pass that may start a job."""
+    transaction.on_commit(queue_figures.changed)
+    enqueue.schedule()
 
 
 def _note(job: Job, at, message: str) -> str:
@@ -268,10 +281,17 @@ def _short_of_slots(job: Job) -> bool:
 def send_runner(allocation: Allocation) -> None:
     """After commit, send a slot task to serve this hold, with a new token: a task sent earlier for it
     stops at its next look, so a hold never has two (a message restored late, one sent again)."""
-    token = uuid.uuid4().hex
-    Allocation.objects.filter(pk=allocation.pk).update(runner=token, runner_seen=timezone.now())
-    queue = Gpu.objects.values_list("queue", flat=True).get(pk=allocation.gpu_id)
-    enqueue.run_slot(allocation.job_id, allocation.pk, token, queue)
+    send_runners([allocation])
+
+
+def send_runners(allocations: list[Allocation]) -> None:
+    """send_runner for each of these holds, their new tokens written in one UPDATE."""
+    now = timezone.now()
+    for allocation in allocations:
+        allocation.runner, allocation.runner_seen = uuid.uuid4().hex, now
+    Allocation.objects.bulk_update(allocations, ["runner", "runner_seen"])
+    for allocation in allocations:
+        enqueue.run_slot(allocation.job_id, allocation.pk, allocation.runner, allocation.gpu.queue)
 
 
 def finish_pass(job: Job) -> bool:

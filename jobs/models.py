@@ -203,7 +203,8 @@ class Job(TimeStamped):
 
     class Meta:
         ordering = ["-created"]
-        indexes = [models.Index(fields=["state", "queued_at"])]
+        # The queue in its order, (queued_at, id): a pass reads its head without sorting the rest.
+        indexes = [models.Index(fields=["state", "queued_at", "id"], name="jobs_job_queue_order")]
 
     def __str__(self) -> str:
         return f"Job {self.pk} ({self.work})"

@@ -40,7 +40,9 @@ def get_job_for_user(request, pk: int) -> Job:
     """The job if it belongs to the user's organisation; 404 otherwise, whoever asks."""
     if not request.user.is_authenticated:
         raise Http404
-    return get_object_or_404(jobs_for_user(request.user).select_related("organisation"), pk=pk)
+    # One query: the job, joined to the user's membership of its organisation.
+    jobs = Job.objects.filter(organisation__memberships__user=request.user).select_related("organisation")
+    return get_object_or_404(jobs, pk=pk)
 
 
 def submit_job(organisation: Organisation, user, spec: JobSpec) -> Job:

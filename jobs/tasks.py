@@ -34,7 +34,10 @@ def warm_the_staging_scan(sender, **kwargs) -> None:
 
 @shared_task
 def schedule() -> list[int]:
-    return scheduling.schedule()
+    """A pass, then the queue's figures worked out again if it changed (jobs.queue_figures)."""
+    started = scheduling.schedule()
+    scheduling.refresh_queue_figures()
+    return started
 
 
 @shared_task

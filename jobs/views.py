@@ -200,9 +200,15 @@ def job_pass(request, pk: int):
 
 @login_required
 def job_progress(request, pk: int):
-    """The live part of a job's page; 286 tells htmx to stop polling once the job has ended."""
+    """The live part of a job's page, its status card; 286 tells htmx to stop polling once the job has
+    ended. When its state is not the one the page shows (`shown`), the panels below come too, swapped
+    in out of band: they change with the state only."""
     job = services.get_job_for_user(request, pk)
-    html = render_to_string("jobs/detail.html#progress", _detail_context(job), request=request)
+    facts = JobFacts(job)
+    html = render_to_string("jobs/detail.html#progress", {"job": job, "facts": facts}, request=request)
+    if request.GET.get("shown") != job.state:
+        context = {**_detail_context(job), "out_of_band": True}
+        html += render_to_string("jobs/detail.html#panels", context, request=request)
     return HttpResponseStopPolling(html) if job.ended else HttpResponse(html)
 
 

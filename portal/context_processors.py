@@ -1,5 +1,12 @@
+from functools import partial
+
+from django.utils.functional import SimpleLazyObject
+
 from portal.models import organisation_for
 
 
 def portal(request) -> dict:
-    return {"organisation": organisation_for(request.user) if hasattr(request, "user") else None}
+    """The signed-in partner's organisation, read from the database only by a page that shows it."""
+    if not hasattr(request, "user"):
+        return {"organisation": None}
+    return {"organisation": SimpleLazyObject(partial(organisation_for, request.user))}

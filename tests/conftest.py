@@ -28,6 +28,7 @@ from django.utils import timezone
 from playwright.sync_api import sync_playwright
 
 from billing.models import RateCard
+from jobs import queue_figures
 from jobs.models import Gpu, Node
 from portal import embedded_redis
 from portal.models import Membership, Organisation
@@ -127,6 +128,13 @@ def nothing_counted(redis_server):
     keys = list(redis_server.scan_iter(match=f"{settings.CACHES['default']['KEY_PREFIX']}:*"))
     if keys:
         redis_server.delete(*keys)
+
+
+@pytest.fixture(autouse=True)
+def no_queue_figures(redis_server):
+    """Each test starts with no queue figures stored (jobs.queue_figures): an earlier test's jobs had
+    the same ids."""
+    redis_server.delete(queue_figures.FIGURES, queue_figures.CHANGED)
 
 
 @pytest.fixture(scope="module")

@@ -5,18 +5,24 @@ they were queued: the head of the queue is never overtaken, so a wide job cannot
 asks for more GPUs than are online at all (a node left): it then waits without holding up the rest.
 """
 
+import heapq
 import logging
+from collections import Counter
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal, InvalidOperation
+from itertools import islice
 
+import redis
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 
 from jobs import lifecycle, processors
+from jobs import queue_figures as stored_figures
 from jobs.models import Gpu, Job, Node, State
+from jobs.queue_figures import QueueFigures
 from portal.text import ascii_count, shown
 
 log = logging.getLogger(__name__)
@@ -136,7 +142,10 @@ def _ahead_of(job: Job):
 
 
 def queue_position(job: Job) -> int | None:
-    """Its place in the queue, counting the jobs on hold before it: they keep theirs."""
+    """Its place in the queue, counting the jobs on hold before it: they keep theirs. Read by counting
+    the jobs before it, like on_hold_ahead and latest_start: these three are the reference of the
+    figures stored for the whole queue at once (queue_figures), and what a job without stored
+    figures is shown."""
     if job.state != State.QUEUED:
         return None
     return _ahead_of(job).count() + 1
@@ -155,6 +164,22 @@ def latest_start(job: Job, now=None):
     return latest_starts(now, until=job).get(job.pk)
 
 
+def figures_of(job: Job, now=None) -> QueueFigures:
+    """A queued job's figures, worked out for it alone by reading every job before it."""
+    return QueueFigures(queue_position(job), on_hold_ahead(job), latest_start(job, now))
+
+
+def _fleet_releases(now) -> tuple[int, int, list[tuple]]:
+    """The schedulable slots online, those free, and when the running jobs release the others at the
+    latest: (when, how many GPUs), at each running job's time limit."""
+    slots = schedulable_slots().online()
+    online, free = slots.count(), slots.free().count()
+    open_holds = Count("allocations", filter=Q(allocations__held_to__isnull=True, allocations__gpu__in=slots))
+    running = Job.objects.filter(state=State.RUNNING).only("started_at", "hours", "held_before", "deadline")
+    releases = [(max(now, job.time_limit_at()), job.held) for job in running.annotate(held=open_holds) if job.held]
+    return online, free, releases
+
+
 def latest_starts(now=None, until: Job | None = None) -> dict:
     """Each queued job's latest start, in one pass over the queue (up to `until`): the jobs running now
     release their GPUs at their time limits at the latest, and each job in the queue starts as soon as
@@ -163,14 +188,7 @@ def latest_starts(now=None, until: Job | None = None) -> dict:
     Passes usually end before their limits, so jobs tend to start sooner. A job that asks for more
     GPUs than are online has none (None), nor has one on hold."""
     now = now or timezone.now()
-    slots = schedulable_slots().online()
-    online, free = slots.count(), slots.free().count()
-    open_holds = Count("allocations", filter=Q(allocations__held_to__isnull=True, allocations__gpu__in=slots))
-    releases = [  # (when, how many GPUs): each running job's open holds, at its time limit
-        (max(now, running.time_limit_at()), running.held)
-        for running in Job.objects.filter(state=State.RUNNING).annotate(held=open_holds)
-        if running.held
-    ]
+    online, free, releases = _fleet_releases(now)
     starts = {}
     at = now
     queued = queue() if until is None else [*_ahead_of(until), until]
@@ -194,32 +212,116 @@ def latest_starts(now=None, until: Job | None = None) -> dict:
     return starts
 
 
+def queue_figures(now=None) -> dict[int, QueueFigures]:
+    """Every queued job's figures, by id, in one pass over the queue read in a few columns: the places
+    as queue_position and on_hold_ahead count them, the latest starts as latest_starts finds them,
+    the releases kept in a heap."""
+    now = now or timezone.now()
+    online, free, releases = _fleet_releases(now)
+    heapq.heapify(releases)
+    rows = (
+        queue()
+        .annotate(held=Q(on_hold_since__isnull=False))
+        .values_list("pk", "gpus", "hours", "held_before", "deadline", "held")
+    )
+    figures, at, on_hold, stuck = {}, now, 0, False
+    for place, (pk, gpus, hours, held_before, deadline, is_on_hold) in enumerate(rows, start=1):
+        start = None
+        if not stuck and gpus <= online:
+            while free < gpus and releases:
+                when, count = heapq.heappop(releases)
+                at, free = max(at, when), free + count
+            stuck = free < gpus  # slots held by no running job: no later job has a latest start either
+            if not stuck and not (deadline and at >= deadline):
+                free -= gpus
+                ends = at + timedelta(hours=float(hours)) - held_before
+                heapq.heappush(releases, (min(ends, deadline) if deadline else ends, gpus))
+                start = None if is_on_hold else at
+        figures[pk] = QueueFigures(place, on_hold, start)
+        on_hold += is_on_hold
+    return figures
+
+
+def refresh_queue_figures(now=None) -> bool:
+    """Work out the queue's figures and store them, when the queue changed or they are old; True when
+    they were."""
+    now = now or timezone.now()
+    try:
+        if not stored_figures.due(now):
+            return False
+        stored_figures.write(queue_figures(now), at=now)
+    except redis.RedisError as error:
+        log.warning("the queue's figures are not stored, Redis is unreachable: %s", error)
+        return False
+    return True
+
+
+def _head_of_queue(chunk: int = 64):
+    """The jobs the scheduler may start, in queue order, with only what a pass reads of them, a few at a
+    time: a pass stops at the first job that must wait, and reads no further."""
+    jobs = waiting().only("pk", "gpus", "work", "deadline", "started_at", "queued_at")
+    after = Q()
+    while batch := list(jobs.filter(after)[:chunk]):
+        yield from batch
+        last = batch[-1]
+        after = Q(queued_at__gt=last.queued_at) | Q(queued_at=last.queued_at, pk__gt=last.pk)
+
+
+class _Slots:
+    """The schedulable slots of one pass: for each work kind, once, the nodes that run it and how many
+    online slots they have; the free slots, in the order they are taken."""
+
+    def __init__(self):
+        slots = schedulable_slots()
+        free = slots.free().select_for_update(skip_locked=True, of=("self",)).only("pk", "node_id", "queue")
+        self.free = {slot.pk: slot for slot in free.order_by("node__name", "index")}
+        self.online = Counter(slots.online().values_list("node_id", flat=True))
+        self.kinds_of = dict(Node.objects.filter(pk__in=self.online).values_list("pk", "work_kinds"))
+        self.for_work: dict[str, tuple[frozenset[int], int]] = {}
+
+    def _able(self, work: str) -> tuple[frozenset[int], int]:
+        """The nodes that can run `work`, and how many online slots they have."""
+        if work not in self.for_work:
+            nodes = frozenset(node for node, kinds in self.kinds_of.items() if node_runs(kinds, work))
+            self.for_work[work] = nodes, sum(self.online[node] for node in nodes)
+        return self.for_work[work]
+
+    def online_for(self, work: str) -> int:
+        return self._able(work)[1]
+
+    def take(self, work: str, gpus: int) -> list[Gpu]:
+        """The first `gpus` free slots that can run `work`, or none when fewer are free."""
+        nodes = self._able(work)[0]
+        fit = list(islice((slot for slot in self.free.values() if slot.node_id in nodes), gpus))
+        return fit if len(fit) == gpus else []
+
+    def taken(self, slots: list[Gpu]) -> None:
+        for slot in slots:
+            del self.free[slot.pk]
+
+
 def schedule() -> list[int]:
     """Start the hold of every queued job, in queue order, whose GPUs are all free now, on nodes that
-    can run its work; a job on hold is passed by."""
+    can run its work; a job on hold is passed by. The pass reads the queue only up to the first job that
+    must wait."""
     started = []
     with transaction.atomic():
-        slots = schedulable_slots()
-        free = list(slots.free().select_for_update(skip_locked=True, of=("self",)).order_by("node__name", "index"))
-        online = list(slots.online().values_list("node_id", flat=True))
-        kinds_of = dict(Node.objects.values_list("pk", "work_kinds"))
-        for job in waiting():
+        slots = _Slots()
+        for job in _head_of_queue():
             if job.deadline_passed():
                 lifecycle.miss_deadline(job)  # never held: starting it now could do nothing it was asked for
                 continue
-            if job.gpus > sum(node_runs(kinds_of.get(node, []), job.work) for node in online):
+            if job.gpus > slots.online_for(job.work):
                 continue  # more than the fleet can give it online now (a node left): it waits without blocking others
-            fit = [slot for slot in free if node_runs(kinds_of.get(slot.node_id, []), job.work)]
-            if job.gpus > len(fit):
+            taken = slots.take(job.work, job.gpus)
+            if not taken:
                 break
-            taken = fit[: job.gpus]
-            free = [slot for slot in free if slot not in taken]
             allocations = lifecycle.start_hold(job, taken)
             if not allocations:
                 break
+            slots.taken(taken)
             started.append(job.pk)
-            for allocation in allocations:
-                lifecycle.send_runner(allocation)
+            lifecycle.send_runners(allocations)
     if started:
         log.info("started the hold of jobs %s", started)
     return started

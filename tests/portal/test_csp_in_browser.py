@@ -39,6 +39,8 @@ def test_the_pages_work_under_the_policy_without_a_violation(
     job = wait_for_end(Job.objects.get(), timeout=120)
     assert job.state == State.SUCCEEDED, job.error
     partner_page.page.wait_for_selector("progress.bar.succeeded", timeout=30_000)
+    partner_page.page.wait_for_selector("#panels .timeline .state.succeeded", timeout=10_000)  # out of band
+    assert partner_page.page.locator("#panels").count() == 1, "swapped in place, not added"
     partner_page.check("the job's page, polled by htmx")
     partner_page.visit("/jobs/")
     partner_page.visit("/billing/ledger/")

@@ -104,14 +104,24 @@ def retention_of(opts: dict) -> Retention:
 
 
 def progress_line(job: Job) -> str:
-    progress = JobFacts(job).progress
+    facts = JobFacts(job)
+    progress = facts.progress
     done = int(30 * progress.percent / 100)
     bar = "#" * done + "-" * (30 - done)
     rate = f" · {progress.records_per_second:,.0f} rec/s" if progress.records_per_second else ""
     return (
         f"\r[{bar}] {progress.percent:3d}% {progress.records_done:,}/{progress.records_total:,} records "
-        f"· {job.get_state_display().lower()}{' (on hold by the operators)' if job.on_hold else ''}{rate}   "
+        f"· {job.get_state_display().lower()}{' (on hold by the operators)' if job.on_hold else ''}"
+        f"{queue_place(facts)}{rate}   "
     )
+
+
+def queue_place(facts: JobFacts) -> str:
+    """A queued job's place, and when it starts at the latest, as the scheduler last stored them."""
+    if facts.queue_position is None:
+        return ""
+    latest = f", starts by {facts.latest_start:%Y-%m-%d %H:%M} UTC at the latest" if facts.latest_start else ""
+    return f", number {facts.queue_position} in the queue{latest}"
 
 
 class Command(BaseCommand):

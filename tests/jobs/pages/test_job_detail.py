@@ -37,24 +37,40 @@ def running_job(organisation, online_slots, rate_card):
 
 def test_it_polls_the_progress_of_a_running_job(running_job, partner_client):
     page = partner_client.get(f"/jobs/{running_job.pk}/").content.decode()
-    assert f'hx-get="/jobs/{running_job.pk}/progress/"' in page
+    assert f'hx-get="/jobs/{running_job.pk}/progress/?shown=running"' in page
     assert 'hx-trigger="every 2s"' in page
+    assert '<div id="panels">' in page and "Timeline" in page, "the panels are on the page, polled or not"
 
-    fragment = partner_client.get(f"/jobs/{running_job.pk}/progress/", headers={"HX-Request": "true"})
+    fragment = partner_client.get(f"/jobs/{running_job.pk}/progress/?shown=running", headers={"HX-Request": "true"})
     assert fragment.status_code == 200
     html = fragment.content.decode()
     assert "<html" not in html
     assert "250 / 1,000" in html and "1 / 4" in html
     assert "Holding 2 CPU slots: CPU slot 0 on fake-node, CPU slot 1 on fake-node." in html
     assert "Cancel job" in html
+    assert "Timeline" not in html and "panels" not in html, "the state is the one shown: only the status card"
+
+
+def test_its_fragment_costs_at_most_six_queries(running_job, partner_client, django_assert_max_num_queries):
+    with django_assert_max_num_queries(6):
+        html = partner_client.get(f"/jobs/{running_job.pk}/progress/?shown=running").content.decode()
+    assert "250 / 1,000" in html and "Cost so far" in html and " USD" in html, "the counts and the meter"
+
+
+def test_the_panels_come_with_the_fragment_that_finds_the_state_changed(running_job, partner_client):
+    html = partner_client.get(f"/jobs/{running_job.pk}/progress/?shown=queued").content.decode()
+    assert f'hx-get="/jobs/{running_job.pk}/progress/?shown=running"' in html, "it polls on from the new state"
+    panels = html[html.index('<div id="panels" hx-swap-oob="true">') :]
+    assert "Timeline" in panels and "Running" in panels and "customers.csv" in panels
 
 
 def test_it_stops_the_polling_when_the_job_ends(running_job, partner_client):
     lifecycle.cancel(running_job)
-    fragment = partner_client.get(f"/jobs/{running_job.pk}/progress/", headers={"HX-Request": "true"})
+    fragment = partner_client.get(f"/jobs/{running_job.pk}/progress/?shown=running", headers={"HX-Request": "true"})
     assert fragment.status_code == 286
     html = fragment.content.decode()
     assert "Cancelled" in html and "hx-trigger" not in html and "Cancel job" not in html
+    assert 'id="panels" hx-swap-oob="true"' in html and "cancelled" in html, "the timeline says so too"
 
 
 def test_it_polls_the_job_list_only_while_a_job_is_active(running_job, partner_client):
