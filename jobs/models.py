@@ -203,7 +203,11 @@ class Job(TimeStamped):
 
     class Meta:
         ordering = ["-created"]
-        indexes = [models.Index(fields=["state", "queued_at"])]
+        indexes = [
+            models.Index(fields=["state", "queued_at"]),
+            # An organisation's jobs, newest first, a page at a time (the jobs page, the API's list).
+            models.Index(fields=["organisation", "created"], name="job_organisation_created"),
+        ]
 
     def __str__(self) -> str:
         return f"Job {self.pk} ({self.work})"
