@@ -49,7 +49,20 @@ class ListQuery:
     def __init__(self, params: QueryDict):
         self.params = params
         self.kept: dict[str, str] = {}
-        self.notes: list[str] = []
+        self.set_aside: list[tuple[str, str]] = []  # (what was wrong, what the page shows instead)
+
+    def _set_aside(self, problem: str, instead: str) -> None:
+        self.set_aside.append((problem, instead))
+
+    @property
+    def notes(self) -> list[str]:
+        """What a page says above its list: each value set aside, and what it shows instead."""
+        return [f"{problem}; {instead}." for problem, instead in self.set_aside]
+
+    @property
+    def problems(self) -> str:
+        """What was wrong with the query string, for an answer that cannot show a list without it (an export)."""
+        return " ".join(f"{problem}." for problem, _ in self.set_aside)
 
     def _raw(self, name: str) -> str:
         return self.params.get(name, "").strip()
@@ -58,7 +71,7 @@ class ListQuery:
         """One of `choices` (value: label), or "" when none was asked or the value is none of them."""
         value = self._raw(name)
         if value and value not in choices:
-            self.notes.append(f"There is no {what} {shown(value)}; showing every {what}.")
+            self._set_aside(f"There is no {what} {shown(value)}", f"showing every {what}")
             return ""
         if value:
             self.kept[name] = value
@@ -70,7 +83,7 @@ class ListQuery:
             return None
         found = month_of(value)
         if found is None:
-            self.notes.append(f"{shown(value)} is not a month ({MONTH_FORMAT}); showing every month.")
+            self._set_aside(f"{shown(value)} is not a month ({MONTH_FORMAT})", "showing every month")
             return None
         self.kept[name] = value
         return found
@@ -82,7 +95,7 @@ class ListQuery:
             return None
         found = ascii_count(value)
         if not found:
-            self.notes.append(f"{shown(value)} is not a {what} number; showing every {what}.")
+            self._set_aside(f"{shown(value)} is not a {what} number", f"showing every {what}")
             return None
         self.kept[name] = str(found)
         return found
@@ -100,11 +113,11 @@ class ListQuery:
         value = self._raw("page")
         number = ascii_count(value) if value else 1
         if not number:
-            self.notes.append(f"There is no page {shown(value)}; showing the first.")
+            self._set_aside(f"There is no page {shown(value)}", "showing the first")
             number = 1
         elif number > paginator.num_pages:
             pages = f"{paginator.num_pages} page{'s' if paginator.num_pages != 1 else ''}"
-            self.notes.append(f"There {'are' if paginator.num_pages != 1 else 'is'} only {pages}; showing the last.")
+            self._set_aside(f"There {'are' if paginator.num_pages != 1 else 'is'} only {pages}", "showing the last")
             number = paginator.num_pages
         return paginator.page(number)
 
