@@ -7,8 +7,17 @@ from django.template.response import TemplateResponse
 from django.urls import path
 
 from jobs import enqueue, lifecycle, scheduling
-from jobs.models import ENDED, Allocation, Gpu, Job, JobEvent, Node, Shard, State
+from jobs.models import ACTIVE, ENDED, Allocation, Gpu, Job, JobEvent, Node, Shard, State
+from portal.listing import ListQuery, pager
 from portal.text import NameField
+
+QUEUE_ROWS = 50  # the queued jobs, and the staging ones, the queue page shows at a time
+
+
+def _held_now(by: str) -> dict[int, int]:
+    """How many slots are held now, per `by` (a job, or a GPU's node): open holds only, never the history."""
+    held = Allocation.objects.filter(held_to__isnull=True).order_by().values_list(by).annotate(Count("pk"))
+    return dict(held)
 
 
 class ReadOnlyInline(admin.TabularInline):
@@ -101,23 +110,46 @@ class JobAdmin(admin.ModelAdmin):
         return [queue, *super().get_urls()]
 
     def queue_view(self, request):
-        """The queue as the scheduler sees it, live: the fleet, the jobs holding slots and until when at
-        the latest, the queue in order (those on hold in their place), and the jobs staging."""
+        """The queue as the scheduler sees it, live: the jobs in each state, the fleet, the jobs holding slots
+        and until when at the latest, a page of the queue in order (those on hold in their place), and the
+        first jobs staging. Every query reads a page or a count, so the page costs the same at any length."""
         if not self.has_view_permission(request):
             raise PermissionDenied
-        open_holds = Count("allocations", filter=Q(allocations__held_to__isnull=True))
-        held = Count("gpus__allocations", filter=Q(gpus__allocations__held_to__isnull=True))
-        queued = scheduling.queue().select_related("organisation")
-        starts = scheduling.latest_starts()
+        query = ListQuery(request.GET)
+        page = query.page(scheduling.queue().select_related("organisation"), per_page=QUEUE_ROWS)
+        queued = list(page.object_list)
+        # Each latest start needs the jobs ahead of it, and only those: the page's last job bounds the pass.
+        starts = scheduling.latest_starts(until=queued[-1]) if queued else {}
+        held_by_node, held_by_job = _held_now("gpu__node"), _held_now("job")
+        nodes = list(Node.objects.annotate(slots=Count("gpus")).order_by("name"))
+        running = list(Job.objects.filter(state=State.RUNNING).select_related("organisation").order_by("started_at"))
+        for node in nodes:
+            node.held = held_by_node.get(node.pk, 0)
+        for job in running:
+            job.held = held_by_job.get(job.pk, 0)
+        on_hold = Count("pk", filter=Q(on_hold_since__isnull=False))
+        active = list(
+            Job.objects.filter(state__in=ACTIVE)
+            .order_by()
+            .values_list("state")
+            .annotate(n=Count("pk"), on_hold=on_hold)
+        )
+        counts = {state: count for state, count, _ in active}
+        staging = Job.objects.filter(state__in=(State.SUBMITTED, State.STAGING)).select_related("organisation")
         context = {
             **self.admin_site.each_context(request),
             "title": "The queue",
             "opts": self.model._meta,
-            "nodes": Node.objects.annotate(slots=Count("gpus", distinct=True), held=held).order_by("name"),
-            "online": set(Gpu.objects.online().values_list("node_id", flat=True)),
-            "running": Job.objects.filter(state=State.RUNNING).select_related("organisation").annotate(held=open_holds),
-            "queued": [(job, place, starts.get(job.pk)) for place, job in enumerate(queued, start=1)],
-            "staging": Job.objects.filter(state__in=(State.SUBMITTED, State.STAGING)).select_related("organisation"),
+            "counts": [(label, counts.get(state, 0)) for state, label in State.choices if state in ACTIVE],
+            "on_hold": sum(held for _, _, held in active),
+            "nodes": nodes,
+            "online": set(Gpu.objects.online().order_by().values_list("node_id", flat=True).distinct()),
+            "running": running,
+            "queued": [(job, place, starts.get(job.pk)) for place, job in enumerate(queued, start=page.start_index())],
+            "query": query,
+            "pager": pager(query, page),
+            "staging": staging.order_by("created", "pk")[:QUEUE_ROWS],
+            "staging_count": counts.get(State.SUBMITTED, 0) + counts.get(State.STAGING, 0),
         }
         template = "admin/jobs/job/queue.html#live" if request.htmx else "admin/jobs/job/queue.html"
         return TemplateResponse(request, template, context)
