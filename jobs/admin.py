@@ -12,6 +12,10 @@ from portal.listing import ListQuery, pager
 from portal.text import NameField
 
 QUEUE_ROWS = 50  # the queued jobs, and the staging ones, the queue page shows at a time
+# What the queue page's rows show of a job (and what its time limit and latest start are computed from): not its
+# other columns, five of them JSON.
+ROW_FIELDS = ("organisation__name", "state", "work", "gpus", "hours", "deadline", "held_before", "on_hold_since")
+STAGING_FIELDS = ("source_name", "source_kind", "staging_phase", "staging_done", "staging_total")
 
 
 def _held_now(by: str) -> dict[int, int]:
@@ -116,13 +120,15 @@ class JobAdmin(admin.ModelAdmin):
         if not self.has_view_permission(request):
             raise PermissionDenied
         query = ListQuery(request.GET)
-        page = query.page(scheduling.queue().select_related("organisation"), per_page=QUEUE_ROWS)
+        queue = scheduling.queue().select_related("organisation").only(*ROW_FIELDS, "queued_at", "on_hold_reason")
+        page = query.page(queue, per_page=QUEUE_ROWS)
         queued = list(page.object_list)
         # Each latest start needs the jobs ahead of it, and only those: the page's last job bounds the pass.
         starts = scheduling.latest_starts(until=queued[-1]) if queued else {}
         held_by_node, held_by_job = _held_now("gpu__node"), _held_now("job")
         nodes = list(Node.objects.annotate(slots=Count("gpus")).order_by("name"))
-        running = list(Job.objects.filter(state=State.RUNNING).select_related("organisation").order_by("started_at"))
+        running = Job.objects.filter(state=State.RUNNING).select_related("organisation").only(*ROW_FIELDS, "started_at")
+        running = list(running.order_by("started_at"))
         for node in nodes:
             node.held = held_by_node.get(node.pk, 0)
         for job in running:
@@ -136,6 +142,7 @@ class JobAdmin(admin.ModelAdmin):
         )
         counts = {state: count for state, count, _ in active}
         staging = Job.objects.filter(state__in=(State.SUBMITTED, State.STAGING)).select_related("organisation")
+        staging = staging.only(*ROW_FIELDS, *STAGING_FIELDS)
         context = {
             **self.admin_site.each_context(request),
             "title": "The queue",
