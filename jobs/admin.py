@@ -11,7 +11,7 @@ from jobs.models import ACTIVE, ENDED, Allocation, Gpu, Job, JobEvent, Node, Sha
 from portal.listing import ListQuery, pager
 from portal.text import NameField
 
-QUEUE_ROWS = 50  # the queued jobs, and the staging ones, the queue page shows at a time
+QUEUE_ROWS = 50  # the queued jobs the queue page shows at a time, and the first running and staging ones
 # What the queue page's rows show of a job (and what its time limit and latest start are computed from): not its
 # other columns, five of them JSON.
 ROW_FIELDS = ("organisation__name", "state", "work", "gpus", "hours", "deadline", "held_before", "on_hold_since")
@@ -114,8 +114,8 @@ class JobAdmin(admin.ModelAdmin):
         return [queue, *super().get_urls()]
 
     def queue_view(self, request):
-        """The queue as the scheduler sees it, live: the jobs in each state, the fleet, the jobs holding slots
-        and until when at the latest, a page of the queue in order (those on hold in their place), and the
+        """The queue as the scheduler sees it, live: the jobs in each state, the fleet, the first jobs holding
+        slots and until when at the latest, a page of the queue in order (those on hold in their place), and the
         first jobs staging. Every query reads a page or a count, so the page costs the same at any length."""
         if not self.has_view_permission(request):
             raise PermissionDenied
@@ -128,7 +128,7 @@ class JobAdmin(admin.ModelAdmin):
         held_by_node, held_by_job = _held_now("gpu__node"), _held_now("job")
         nodes = list(Node.objects.annotate(slots=Count("gpus")).order_by("name"))
         running = Job.objects.filter(state=State.RUNNING).select_related("organisation").only(*ROW_FIELDS, "started_at")
-        running = list(running.order_by("started_at"))
+        running = list(running.order_by("started_at", "pk")[:QUEUE_ROWS])
         for node in nodes:
             node.held = held_by_node.get(node.pk, 0)
         for job in running:
@@ -157,6 +157,7 @@ class JobAdmin(admin.ModelAdmin):
             "pager": pager(query, page),
             "staging": staging.order_by("created", "pk")[:QUEUE_ROWS],
             "staging_count": counts.get(State.SUBMITTED, 0) + counts.get(State.STAGING, 0),
+            "running_count": counts.get(State.RUNNING, 0),
         }
         template = "admin/jobs/job/queue.html#live" if request.htmx else "admin/jobs/job/queue.html"
         return TemplateResponse(request, template, context)

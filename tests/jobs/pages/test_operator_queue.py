@@ -83,9 +83,12 @@ def test_it_shows_a_page_of_the_queue_in_its_places_and_the_counts_of_every_stat
     lifecycle.put_on_hold(queued[0], reason="")
     for _ in range(52):
         _job(organisation, 1, state=State.STAGING)
+    for minutes in range(51):
+        _job(organisation, 1, state=State.RUNNING, started_at=timezone.now() - timedelta(minutes=minutes))
     client = client_for(operator)
     first = client.get(QUEUE).content.decode()
     assert "Submitted: <strong>0</strong> · Staging: <strong>52</strong> · Queued: <strong>53</strong>" in first
+    assert "Running: <strong>51</strong>" in first and "(the 50 that started first, of 51)" in first
     assert "on hold: <strong>1</strong>." in first
     assert f'<td>50</td><td><a href="/admin/jobs/job/{queued[49].pk}/change/">' in first
     assert f"/admin/jobs/job/{queued[50].pk}/change/" not in first
