@@ -273,7 +273,7 @@ def pages(repeat: int) -> None:
         print(f"  {name:<30} {took:8.1f} ms {queries:4d} queries {len(response.content):10,} B")
     head = list(scheduling.queue()[:50])[-1]
     took, queries, _ = _timed(lambda: scheduling.latest_starts(until=head), repeat)
-    print(f"  {'of which latest starts to 50':<30} {took:8.1f} ms {queries:4d} queries (the scheduler's, in the console)")
+    print(f"  {'of which latest starts to 50':<30} {took:8.1f} ms {queries:4d} queries (the scheduler's code)")
     print(f"  of {Job.objects.filter(organisation=big).count():,} jobs and "
           f"{LedgerEntry.objects.filter(organisation=big).count():,} ledger entries of {big.name}")  # fmt: skip
     export(_client(member))
