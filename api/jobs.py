@@ -21,7 +21,8 @@ from api.representation import event_json, job_json
 from api.schema import OBJECT, answers
 from api.throttling import SubmitRate, TokenRate
 from billing.exports import per_currency
-from billing.metering import MONEY, ledger_row
+from billing.metering import ledger_row
+from billing.models import MONEY
 from jobs import enqueue, lifecycle
 from jobs.models import Job, State
 from jobs.outputs.assemble import open_output_file, signed_output_url

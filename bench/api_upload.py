@@ -1,13 +1,15 @@
 """The e31 client's upload against `curl -T` of the same file to the same portal (issue 14's target:
 at least 0.8 of curl's throughput), and the client's peak memory, which must not grow with the file.
 
-    .venv/bin/python bench/api_upload.py [--gb 1] [--rounds 3] [--chunk-mib 32] [--url URL --token TOKEN]
+    .venv/bin/python bench/api_upload.py [--gb 1] [--rounds 3] [--chunk-mib 32] [--server gunicorn|runserver]
+    .venv/bin/python bench/api_upload.py --url URL --token TOKEN
 
-Without --url it starts its own portal (`manage.py runserver` on loopback, as `make run` serves it) on
-a scratch var/ with a partner and an API token. Each round uploads the generated file twice to
-/api/v1/uploads/, in alternating order: once with the client (in a process of its own, so its peak
-RSS is its own: `e31.upload.upload_file`, 32 MiB chunks each with its SHA-256) and once with curl as
-one tus PATCH of the whole file (`curl -T`, no checksum). The ratio is the median of the rounds'.
+Without --url it starts its own portal on loopback (gunicorn with two workers, as in production, or
+Django's `runserver`) on a scratch var/ with a partner and an API token. Each round uploads the
+generated file twice to /api/v1/uploads/, in alternating order: once with the client (in a process of
+its own, so its peak RSS is its own: `e31.upload.upload_file`, its default chunks each with its
+CRC-32) and once with curl as one tus PATCH of the whole file (`curl -T`, no checksum). The ratio is
+the median of the rounds'.
 """
 
 import argparse
@@ -25,6 +27,7 @@ import time
 from pathlib import Path
 
 import e31
+from e31.upload import CHUNK_SIZE
 
 ROOT = Path(__file__).resolve().parent.parent
 MB = 1e6
@@ -88,7 +91,13 @@ def discard(url: str, token: str, upload: str) -> None:
         portal.delete_upload(upload)
 
 
-def scratch_portal(stack: contextlib.ExitStack) -> tuple[str, str, subprocess.Popen]:
+def server_argv(server: str, port: int) -> list[str]:
+    if server == "runserver":
+        return [sys.executable, str(ROOT / "manage.py"), "runserver", "--noreload", f"127.0.0.1:{port}"]
+    return [sys.executable, "-m", "gunicorn", "--workers", "2", "--bind", f"127.0.0.1:{port}", "portal.wsgi"]
+
+
+def scratch_portal(stack: contextlib.ExitStack, server: str) -> tuple[str, str, subprocess.Popen]:
     """A portal on a scratch var/ with its embedded Redis (the API's rates are counted there), a partner
     in it and an API token of theirs; its URL, token, process."""
     sys.path.insert(0, str(ROOT / "bench"))
@@ -113,8 +122,9 @@ def scratch_portal(stack: contextlib.ExitStack) -> tuple[str, str, subprocess.Po
         port = probe.getsockname()[1]
     env = {**os.environ, "E31_API_RATE": "100000/min", "E31_LOG_LEVEL": "WARNING"}
     with (scratch.SCRATCH / "portal.log").open("ab") as log:
-        server = subprocess.Popen(
-            [sys.executable, str(ROOT / "manage.py"), "runserver", "--noreload", f"127.0.0.1:{port}"],
+        process = subprocess.Popen(
+            server_argv(server, port),
+            cwd=ROOT,
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -125,10 +135,10 @@ def scratch_portal(stack: contextlib.ExitStack) -> tuple[str, str, subprocess.Po
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
             break
         except OSError:
-            if time.monotonic() > deadline or server.poll() is not None:
+            if time.monotonic() > deadline or process.poll() is not None:
                 raise RuntimeError("the portal did not start") from None
             time.sleep(0.2)
-    return f"http://127.0.0.1:{port}", token, server
+    return f"http://127.0.0.1:{port}", token, process
 
 
 def main() -> None:
@@ -138,7 +148,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--gb", type=float, default=1.0, help="size of the generated file, in GB")
     parser.add_argument("--rounds", type=int, default=3, help="rounds, each uploading with both")
-    parser.add_argument("--chunk-mib", type=int, default=32, help="the client's chunk size")
+    parser.add_argument("--chunk-mib", type=int, default=CHUNK_SIZE >> 20, help="the client's chunk size")
+    parser.add_argument("--server", choices=("gunicorn", "runserver"), default="gunicorn", help="the portal's server")
     parser.add_argument("--url", help="an existing portal (default: one on a scratch var/)")
     parser.add_argument("--token", help="an API token of a partner on --url")
     options = parser.parse_args()
@@ -151,14 +162,17 @@ def measure(options: argparse.Namespace, stack: contextlib.ExitStack) -> None:
     if options.url:
         url, token = options.url.rstrip("/"), options.token
     else:
-        url, token, server = scratch_portal(stack)
+        url, token, server = scratch_portal(stack, options.server)
     folder = Path(os.environ.get("E31_BENCH_SCRATCH") or "/tmp")
     path = make_file(folder / "api-upload.bin", int(options.gb * 1e9))
     size = path.stat().st_size
     try:
         with e31.Client(url, token) as portal:
             portal.send("OPTIONS", portal.api_url("uploads/"), headers={"Tus-Resumable": "1.0.0"})
-        print(f"{os.cpu_count()} cores; {size / MB:,.0f} MB to {url}, client chunks {options.chunk_mib} MiB")
+        print(
+            f"{os.cpu_count()} cores; {size / MB:,.0f} MB to {url} ({'given' if options.url else options.server}), "
+            f"client chunks {options.chunk_mib} MiB"
+        )
         ratios, peaks = [], []
         for number in range(options.rounds):
             order = ("ours", "curl") if number % 2 == 0 else ("curl", "ours")

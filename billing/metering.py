@@ -14,14 +14,13 @@ from django.db.models import Sum
 from django.dispatch import receiver
 from django.utils import timezone
 
-from billing.models import LedgerEntry, RateCard
+from billing.models import MONEY, LedgerEntry, RateCard
 from jobs.models import hold_periods
 from jobs.signals import hold_released, staging_finished
 
 log = logging.getLogger(__name__)
 
 GPU_HOURS = Decimal("0.000001")
-MONEY = Decimal("0.0001")
 
 
 @dataclass(frozen=True)

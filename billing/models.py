@@ -2,6 +2,7 @@
 organisation and never updated or deleted."""
 
 from contextvars import ContextVar
+from decimal import Decimal
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -14,6 +15,9 @@ from django.utils import timezone
 from billing.chain import entry_hash
 from jobs.models import Job
 from portal.models import Organisation, TimeStamped
+
+# What an amount is written to, in the ledger and wherever a cost is shown beside it: a 0.0021 USD job is not 0.00.
+MONEY = Decimal("0.0001")
 
 
 class RateCard(TimeStamped):

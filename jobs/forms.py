@@ -167,7 +167,10 @@ class JobForm(RequestForm):
         for processor in kinds:
             for param in processor.params:
                 self.fields[param_field_name(processor, param)] = NameField(
-                    label=param.name, required=False, initial=param.default, help_text=param.help
+                    label=param.label,
+                    required=False,
+                    initial=param.default,
+                    help_text=f"{param.help} ({param.name} in the API and the e31 client)",
                 )
 
     def field_for(self, error_field: str, message: str) -> str | None:

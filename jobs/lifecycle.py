@@ -89,7 +89,10 @@ def _locked_state(job_id: int, sources: tuple[str, ...]) -> str | None:
 def begin_staging(job: Job, claim: str, lease_until: datetime) -> bool:
     """submitted → staging: the attempt holding `claim` owns the staging while it renews its lease.
     False when another attempt began it first, or the job was cancelled."""
+    # A pass sized by a sample stages nothing: it takes the sample's staged copy over (one step on its timeline).
     message = f"staging {job.source_name}"
+    if job.sample_id:
+        message = f"taking over the staged copy of sample {job.sample_id}"
     return _move(
         job.pk, State.SUBMITTED, State.STAGING, message=message, staging_claim=claim, staging_lease_until=lease_until
     )

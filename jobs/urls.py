@@ -6,6 +6,7 @@ app_name = "jobs"
 urlpatterns = [
     path("", views.job_list, name="list"),
     path("new/", views.job_new, name="new"),
+    path("example/customers.csv", views.example_dataset, name="example_dataset"),
     path("", include("jobs.uploads.urls")),
     path("<int:pk>/", views.job_detail, name="detail"),
     path("<int:pk>/progress/", views.job_progress, name="progress"),

@@ -1,7 +1,8 @@
 """Pages of jobs: the list, the form, a job's page with its live progress, cancel, and the output."""
 
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
 from functools import partial
 
 from django.conf import settings
@@ -16,7 +17,7 @@ from django.views.decorators.http import require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseStopPolling
 
-from billing.models import RetentionPolicy
+from billing.models import MONEY, RateCard, RetentionPolicy
 from jobs import enqueue, lifecycle, services
 from jobs.facts import JobFacts
 from jobs.forms import JobForm, RequestForm
@@ -84,14 +85,40 @@ def job_new(request):
         elif job := _submit(request, form, lambda: services.submit_job(organisation, request.user, form.spec())):
             return redirect("jobs:detail", pk=job.pk)
     status = 400 if form.errors else 200
+    card = RateCard.in_force()
     context = {
         "form": form,
+        "rate_card": card,
+        "most_cost": _most_cost(form, card),
         "max_upload_bytes": settings.E31_MAX_UPLOAD_BYTES,
         "max_dataset_bytes": settings.E31_MAX_DATASET_BYTES,
         "chunk_bytes": settings.E31_UPLOAD_CHUNK_BYTES,
         "pending_upload": _pending_upload(form, organisation),
     }
     return render(request, "jobs/new.html", context, status=status)
+
+
+EXAMPLE_DATASET = settings.BASE_DIR / "examples" / "customers.csv"
+
+
+@login_required
+def example_dataset(request):
+    """A dataset to try the portal with (examples/customers.csv: customers, a few records malformed on
+    purpose), for a partner who has none at hand."""
+    return FileResponse(EXAMPLE_DATASET.open("rb"), as_attachment=True, filename="customers.csv")
+
+
+def _most_cost(form: RequestForm, card: RateCard | None) -> Decimal | None:
+    """The most the request the form holds can cost: GPUs × hours × the rate (either shape holds as many
+    GPU-hours), as the page shows it before JavaScript takes over; None without a rate or a request."""
+    gpus = ascii_count(str(form["gpus"].value() or "").strip())
+    try:
+        hours = Decimal(str(form["hours"].value() or "").strip())
+    except InvalidOperation:
+        return None
+    if card is None or not gpus or not hours.is_finite() or hours <= 0 or hours > settings.E31_MAX_HOURS:
+        return None
+    return (gpus * hours * card.rate_per_gpu_hour).quantize(MONEY)
 
 
 def _submit(request, form: RequestForm, submit: Callable[[], Job]) -> Job | None:
@@ -233,10 +260,16 @@ def job_output(request, pk: int):
         return _output_gone(request, job)
     if not job.output_path:
         raise Http404("This job has no output.")
-    files = [(name, partial(open_output_file, job, name)) for name in job.output_names]
-    response = StreamingHttpResponse(stream_zip(files), content_type="application/zip")
+    # Each file named as it is when downloaded alone, dated when the job ended (in UTC).
+    files = [(_download_name(job, name), partial(open_output_file, job, name)) for name in job.output_names]
+    dated = (job.ended_at or datetime.now(UTC)).astimezone(UTC)
+    response = StreamingHttpResponse(stream_zip(files, dated), content_type="application/zip")
     response["Content-Disposition"] = f'attachment; filename="job-{job.pk}-output.zip"'
     return response
+
+
+def _download_name(job: Job, name: str) -> str:
+    return f"job-{job.pk}-{name}"
 
 
 @login_required
@@ -248,7 +281,7 @@ def job_output_file(request, pk: int, name: str):
         return _output_gone(request, job)
     if name not in job.output_names:
         raise Http404("This job has no such output file.")
-    filename = f"job-{job.pk}-{name}"
+    filename = _download_name(job, name)
     signed = signed_output_url(job, name, filename)
     if signed:
         return redirect(signed)

@@ -37,10 +37,18 @@ class OrganisationForm(forms.ModelForm):
 
 
 class ApplicationForm(forms.ModelForm):
-    """An application, as an operator edits it, cleaned as the intake form cleans it."""
+    """An application, as an operator edits it, cleaned as the intake form cleans it. Its status is New or
+    Declined here: only the Accept action accepts, since it makes the organisation and the account."""
 
     class Meta:  # the admin names the model and its fields
         field_classes = IntakeForm.Meta.field_classes
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if "status" in self.fields:
+            choices = Application.Status.choices
+            self.fields["status"].choices = [(value, label) for value, label in choices if value != "accepted"]
+            self.fields["status"].help_text = "To accept, use the Accept action of the applications list."
 
 
 @admin.register(Organisation)
@@ -60,6 +68,12 @@ class ApplicationAdmin(admin.ModelAdmin):
     search_fields = ["organisation", "name", "email"]
     readonly_fields = ["reviewed_by", "reviewed_at", "created"]
     actions = ["accept", "new_link", "decline"]
+
+    def get_readonly_fields(self, request, application=None):
+        """An accepted application stays accepted: its organisation and account exist."""
+        if application is not None and application.status == Application.Status.ACCEPTED:
+            return [*self.readonly_fields, "status"]
+        return self.readonly_fields
 
     @admin.display(description="Applicant", ordering="name")
     def applicant(self, application: Application) -> str:

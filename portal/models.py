@@ -51,8 +51,8 @@ class Application(TimeStamped):
     name = models.CharField("your name", max_length=200)
     email = models.EmailField("work email")
     organisation = models.CharField("organisation", max_length=200)
-    dataset = models.TextField("the dataset", help_text="What it is, how many records, how many GB.")
-    work = models.TextField("the pass", help_text="What you want to run over every record.")
+    dataset = models.TextField("the dataset", max_length=4000, help_text="What it is, how many records, how many GB.")
+    work = models.TextField("the pass", max_length=4000, help_text="What you want to run over every record.")
     gpu_hours = models.PositiveIntegerField("GPU-hours you expect", null=True, blank=True)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.NEW)
     reviewed_by = models.ForeignKey(

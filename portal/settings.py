@@ -80,7 +80,6 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "axes",
-    "django_ratelimit",
     "csp",
     "rest_framework",
     "knox",
@@ -234,16 +233,11 @@ CACHES = {
         "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2},
     }
 }
-# The intake form takes E31_INTAKE_POSTS_PER_HOUR posts from one address (portal.throttling.client_ip) in an
-# hour (django-ratelimit's: a fixed hour per address); the next ones are answered 429 with the form kept.
+# The intake form takes E31_INTAKE_POSTS_PER_HOUR posts from one address (portal.throttling.client_ip) in any
+# hour (a sliding hour, portal.throttling.PostsPerHour); the next ones are answered 429 with the form kept.
 E31_INTAKE_POSTS_PER_HOUR = env_int("E31_INTAKE_POSTS_PER_HOUR", 10, minimum=1)
 # The same for asking a password reset: each ask emails an address that may not be the asker's.
 E31_PASSWORD_RESETS_PER_HOUR = env_int("E31_PASSWORD_RESETS_PER_HOUR", 5, minimum=1)
-# A count the cache lost lets the post through, as a Redis that is down does (portal.throttling).
-RATELIMIT_FAIL_OPEN = True
-# Django's own RedisCache is not on django-ratelimit's list, but its add (SET NX) and incr (INCRBY) are as
-# atomic as the limits need; the check's errors (a cache that is not shared, or not atomic) still stop it.
-SILENCED_SYSTEM_CHECKS = ["django_ratelimit.W001"]
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -256,7 +250,7 @@ AUTH_PASSWORD_VALIDATORS = [
 # together, so nobody can lock a partner out from elsewhere. The records are rows in the database
 # (migrate makes their tables), shared by every web process; an operator lifts a lock early by deleting
 # its access attempt in the admin console.
-AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "portal.backends.EmailOrUsernameBackend"]
 AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_FAILURE_LIMIT = env_int("E31_LOGIN_FAILURE_LIMIT", 5, minimum=1)

@@ -3,11 +3,12 @@ password reset."""
 
 import ipaddress
 import logging
+import math
 
 import redis
 from django.conf import settings
 from django.http import HttpRequest
-from django_ratelimit.core import get_usage
+from rest_framework.throttling import SimpleRateThrottle
 
 from portal.text import ascii_count
 
@@ -60,21 +61,27 @@ def password_reset_wait(request: HttpRequest) -> int:
     return _posts_wait(request, "password-reset", settings.E31_PASSWORD_RESETS_PER_HOUR)
 
 
+class PostsPerHour(SimpleRateThrottle):
+    """So many posts of a form from one client in any hour: a sliding hour (Django REST framework's log of
+    each taken post's time, in the default cache that every web process shares), so posts across the turn of
+    a clock hour count together. A refused post is not counted: the wait it is told is the wait it gets."""
+
+    def __init__(self, group: str, per_hour: int):
+        self.scope, self.rate = group, f"{per_hour}/hour"
+        super().__init__()
+
+    def get_cache_key(self, request, view) -> str:
+        # An IPv6 /56: a home or office is often given one, and could send from each of its /64s.
+        return self.cache_format % {"scope": self.scope, "ident": client_ip(request, ipv6_prefix=56) or "unknown"}
+
+
 def _posts_wait(request: HttpRequest, group: str, per_hour: int) -> int:
+    limit = PostsPerHour(group, per_hour)
     try:
-        usage = get_usage(
-            request,
-            group=group,
-            # An IPv6 /56: a home or office is often given one, and could send from each of its /64s.
-            key=lambda group, request: client_ip(request, ipv6_prefix=56) or "unknown",
-            rate=f"{per_hour}/h",
-            method="POST",
-            increment=True,
-        )
+        if limit.allow_request(request, None):
+            return 0
     except redis.RedisError as error:
         # The form is worth more than the limit: without the cache it is taken unlimited.
         log.warning("The %s form's limit is not counted, the cache is unreachable: %s", group, error)
         return 0
-    if usage is None or not usage["should_limit"]:
-        return 0
-    return max(usage["time_left"], 1)
+    return max(math.ceil(limit.wait() or 0), 1)

@@ -5,18 +5,25 @@ from math import ceil
 
 from django.conf import settings
 from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
+from django.templatetags.static import static
+from django.urls import reverse
 
 from portal import throttling
 from portal.forms import ApplicationForm, ResetForm
-from portal.models import Application
+from portal.models import Application, organisation_for
 
 
 def landing(request):
     if request.user.is_authenticated and hasattr(request.user, "membership"):
         return redirect("jobs:list")
     return render(request, "portal/landing.html")
+
+
+def favicon(request):
+    return redirect(static("favicon.svg"), permanent=True)
 
 
 def design_partners(request):
@@ -42,6 +49,25 @@ def applied(request):
     if application is None:
         return redirect("apply")
     return render(request, "portal/applied.html", {"application": application})
+
+
+class Login(auth_views.LoginView):
+    """The login page, for partners and operators alike: an operator in no organisation, who has no jobs page,
+    lands in the admin console unless they were on their way somewhere."""
+
+    def get_default_redirect_url(self):
+        user = self.request.user
+        if user.is_staff and organisation_for(user) is None:
+            return reverse("admin:index")
+        return super().get_default_redirect_url()
+
+
+@login_required
+def account(request):
+    """Who is logged in, their organisation and its members, and where to change the password or make tokens."""
+    organisation = organisation_for(request.user)
+    members = organisation.memberships.select_related("user").order_by("user__username") if organisation else []
+    return render(request, "portal/account.html", {"members": members})
 
 
 def locked_out(request, original_response: HttpResponse | None, credentials: dict | None) -> HttpResponse:

@@ -4,12 +4,14 @@ an action in the jobs' admin, moto's S3 server, the ledger opened for the flush,
 status. Fixtures live in conftest.py and use these."""
 
 import contextlib
+import io
 import os
 import shutil
 import socket
 import subprocess
 import sys
 import time
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -190,6 +192,22 @@ def admin_action(client, action: str, jobs: list[Job], **fields):
     """Run an action of the jobs' admin on these jobs, as the console posts it."""
     form = {"action": action, "_selected_action": [job.pk for job in jobs], **fields}
     return client.post("/admin/jobs/job/", form, follow=True)
+
+
+class OutputZip:
+    """A job's output as one zip, downloaded from the job page: each file in it named as when it is
+    downloaded alone (job-<id>-<name>), read here by its name in the manifest."""
+
+    def __init__(self, client: Client, job: Job):
+        response = client.get(f"/jobs/{job.pk}/output/")
+        assert response.status_code == 200, response.status_code
+        self.archive = zipfile.ZipFile(io.BytesIO(b"".join(response.streaming_content)))
+        self.prefix = f"job-{job.pk}-"
+        assert all(name.startswith(self.prefix) for name in self.archive.namelist()), self.archive.namelist()
+        self.names = [name.removeprefix(self.prefix) for name in self.archive.namelist()]
+
+    def read(self, name: str) -> bytes:
+        return self.archive.read(self.prefix + name)
 
 
 def wait_for_end(job, timeout: float = 60.0):

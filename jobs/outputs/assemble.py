@@ -22,6 +22,8 @@ from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
+from billing.metering import ledger_row
+from billing.models import LedgerEntry
 from jobs import lifecycle, processors
 from jobs.models import OUTPUT_FILES, Job, Shard, State
 from jobs.outputs import context_for, output_schema
@@ -150,6 +152,9 @@ def manifest(
             for shard in shards
         ],
         "files": files,
+        # What the job was billed, as the ledger holds it (each entry with its hash in the chain): its staging
+        # and every hold, released before the output is assembled.
+        "ledger": [ledger_row(entry) for entry in LedgerEntry.objects.filter(job=job).order_by("created", "pk")],
         "assembled_at": timezone.now().isoformat(),
     }
     if job.sample_id:

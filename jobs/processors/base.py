@@ -47,6 +47,11 @@ class Param:
     minimum: float | None = None
     maximum: float | None = None
 
+    @property
+    def label(self) -> str:
+        """The parameter in words, as the job form shows it: type_threshold is "Type threshold"."""
+        return self.name.replace("_", " ").replace("-", " ").capitalize()
+
     def parse(self, raw: Any) -> Any:
         if raw is None or raw == "":
             return self.default

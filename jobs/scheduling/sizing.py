@@ -13,12 +13,11 @@ from decimal import ROUND_CEILING, Decimal
 
 from django.conf import settings
 
-from billing.models import RateCard
+from billing.models import MONEY, RateCard
 from jobs.models import Job, Shard
 
 MARGIN = 1.25  # the hours asked for, over the hours expected
 HOURS_STEP = Decimal("0.25")
-MONEY = Decimal("0.01")
 
 
 def measure(job: Job) -> dict:

@@ -55,7 +55,6 @@ def take_sample_copy(job: Job) -> tuple[str, int, str]:
         Job.objects.filter(pk=job.pk).update(
             staged_path=sample.staged_path, input_bytes=sample.input_bytes, input_sha256=sample.input_sha256
         )
-        job.events.create(state=State.STAGING, message=f"took over the staged copy of sample {sample.pk}")
     return sample.staged_path, sample.input_bytes, sample.input_sha256
 
 

@@ -4,7 +4,8 @@ the creation, termination, expiration and checksum extensions.
 A client creates an upload with its length and file name, then sends the bytes in chunks, each with
 the offset it starts at and, best, a checksum. Only a chunk that starts at the confirmed offset is
 taken; a chunk whose checksum fails leaves the upload as it was. The body is streamed to the upload's
-file in blocks, never held in memory, and flushed to disk before its offset is confirmed."""
+file in blocks, never held in memory, and on disk before its offset is confirmed: a thread writes the
+blocks out behind the request as they arrive, so the fsync at the end waits only for the last few."""
 
 import base64
 import binascii
@@ -12,7 +13,9 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import zlib
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import timedelta
 from typing import BinaryIO
 
@@ -26,9 +29,29 @@ from portal.text import ascii_count, shown
 
 VERSION = "1.0.0"
 EXTENSIONS = "creation,termination,expiration,checksum"
-ALGORITHMS = {"sha1": hashlib.sha1, "sha256": hashlib.sha256, "md5": hashlib.md5}
+
+
+class Crc32:
+    """CRC-32 (zlib's, as S3's `x-amz-checksum-crc32`) with hashlib's interface; its digest is the four bytes,
+    big-endian. A chunk's check against damage on the way at under half the CPU of SHA-256, the e31 client's."""
+
+    digest_size = 4
+
+    def __init__(self):
+        self.value = 0
+
+    def update(self, data: bytes) -> None:
+        self.value = zlib.crc32(data, self.value)
+
+    def digest(self) -> bytes:
+        return self.value.to_bytes(4, "big")
+
+
+ALGORITHMS = {"crc32": Crc32, "sha1": hashlib.sha1, "sha256": hashlib.sha256, "md5": hashlib.md5}
 CHUNK_TYPE = "application/offset+octet-stream"
 BLOCK = 1024 * 1024
+FLUSH_EVERY = 8 * BLOCK
+_flushes = ThreadPoolExecutor(4, thread_name_prefix="upload-flush")
 
 
 class UploadError(Exception):
@@ -116,6 +139,29 @@ def _writing(upload: Upload) -> Iterator[BinaryIO]:
         yield handle
 
 
+class _Flusher:
+    """A chunk's blocks written to disk behind it, FLUSH_EVERY bytes at a time (one fdatasync in flight),
+    so the disk works while the network does and the fsync that confirms the chunk has little left.
+    `wait()` before the file closes; it raises what a flush met, which a later fsync would not report."""
+
+    def __init__(self, fileno: int):
+        self.fileno = fileno
+        self.unflushed = 0
+        self.flushing: Future | None = None
+
+    def wrote(self, count: int) -> None:
+        self.unflushed += count
+        if self.unflushed >= FLUSH_EVERY and (self.flushing is None or self.flushing.done()):
+            self.wait()
+            self.flushing = _flushes.submit(os.fdatasync, self.fileno)
+            self.unflushed = 0
+
+    def wait(self) -> None:
+        if self.flushing is not None:
+            flushing, self.flushing = self.flushing, None
+            flushing.result()
+
+
 def write_chunk(upload: Upload, offset: str | None, body: BinaryIO, length: str | None, checksum: str) -> int:
     """Append one chunk at the confirmed offset; the new offset, or UploadError with nothing changed."""
     if upload.expired:
@@ -135,15 +181,20 @@ def write_chunk(upload: Upload, offset: str | None, body: BinaryIO, length: str 
         handle.truncate()  # what a chunk that did not complete left behind
         digest = ALGORITHMS[expected[0]]() if expected else None
         received = 0
-        while received < size and (block := body.read(min(BLOCK, size - received))):
-            handle.write(block)
-            if digest:
-                digest.update(block)
-            received += len(block)
+        flusher = _Flusher(handle.fileno())
+        try:
+            while received < size and (block := body.read(min(BLOCK, size - received))):
+                handle.write(block)
+                if digest:
+                    digest.update(block)
+                received += len(block)
+                handle.flush()
+                flusher.wrote(len(block))
+        finally:
+            flusher.wait()
         if digest and (received != size or digest.digest() != expected[1]):
             handle.truncate(start)
             raise UploadError(460, "The chunk's checksum does not match what arrived: send it again.")
-        handle.flush()
         os.fsync(handle.fileno())
         Upload.objects.filter(pk=upload.pk, offset=start).update(
             offset=start + received, expires_at=renewed_expiry(), modified=timezone.now()

@@ -23,7 +23,15 @@
   const bytesToBase64 = (bytes) => btoa(String.fromCharCode(...new Uint8Array(bytes)));
   const storageKey = (file) => `e31-upload:${file.name}:${file.size}:${file.lastModified}`;
   const headers = (extra) => ({ "Tus-Resumable": "1.0.0", "X-CSRFToken": csrf, ...extra });
-  const megabytes = (bytes) => (bytes / 1e6).toFixed(bytes < 1e7 ? 1 : 0);
+  // Sizes as the pages write them (portal.units.size): 999 bytes, 31.6 MB, 2.0 GB.
+  function size(bytes) {
+    if (bytes < 1000) return `${Math.floor(bytes)}\u00a0byte${bytes === 1 ? "" : "s"}`;
+    let scaled = bytes;
+    for (const unit of ["kB", "MB", "GB", "TB"]) {
+      scaled /= 1000;
+      if (scaled < 999.95 || unit === "TB") return `${scaled.toFixed(1)}\u00a0${unit}`;
+    }
+  }
 
   function duration(seconds) {
     if (!isFinite(seconds)) return "…";
@@ -36,7 +44,7 @@
     panel.hidden = false;
     panel.dataset.state = state;
     text.textContent = message;
-    bar.value = Math.round(100 * fraction);
+    bar.value = fraction; // max 1: the bar moves with every progress event, not by whole percents
   }
 
   async function create(file) {
@@ -91,10 +99,10 @@
       while (samples.length > 2 && now - samples[0][0] > 10000) samples.shift();
       const seconds = (now - samples[0][0]) / 1000;
       const rate = seconds > 0.5 ? (at - samples[0][1]) / seconds : NaN;
-      const resumed = resumedAt ? ` (resumed at ${megabytes(resumedAt)} MB)` : "";
+      const resumed = resumedAt ? ` (resumed at ${size(resumedAt)})` : "";
       show(
-        `Uploading ${file.name}: ${megabytes(at)} of ${megabytes(file.size)} MB · ` +
-          `${isFinite(rate) ? megabytes(rate) : "…"} MB/s · ${duration((file.size - at) / rate)} left${resumed}`,
+        `Uploading ${file.name}: ${size(at)} of ${size(file.size)} · ` +
+          `${isFinite(rate) ? size(rate) : "…"}/s · ${duration((file.size - at) / rate)} left${resumed}`,
         at / file.size,
         "uploading",
       );
@@ -122,7 +130,7 @@
       }
       failures += 1;
       const wait = Math.min(30, 2 ** failures);
-      show(`The upload stopped at ${megabytes(offset)} MB; trying again in ${wait} s…`, offset / file.size, "waiting");
+      show(`The upload stopped at ${size(offset)}; trying again in ${wait} s…`, offset / file.size, "waiting");
       await sleep(wait);
       const confirmed = await confirmedOffset(url);
       if (typeof confirmed === "number") offset = confirmed;
@@ -130,8 +138,8 @@
     }
     localStorage.removeItem(storageKey(file));
     hidden.value = new URL(url).pathname.split("/").filter(Boolean).pop();
-    input.value = ""; // the bytes are on the server: the form sends the upload's id
-    show(`${file.name} is uploaded (${megabytes(file.size)} MB). Submit the job when the rest is ready.`, 1, "done");
+    // The field keeps showing the file's name; the form sends the upload's id, not the bytes again (submit).
+    show(`${file.name} is uploaded (${size(file.size)}). Submit the job when the rest is ready.`, 1, "done");
   }
 
   input.addEventListener("change", () => {
@@ -140,7 +148,7 @@
     hidden.value = "";
     if (!file) return;
     if (file.size > maxBytes) {
-      show(`${file.name} is larger than the ${megabytes(maxBytes)} MB limit for a dataset.`, 0, "failed");
+      show(`${file.name} is larger than the ${size(maxBytes)} limit for a dataset.`, 0, "failed");
       input.value = "";
       return;
     }
@@ -162,6 +170,12 @@
     if (active) {
       event.preventDefault();
       text.textContent += " The job is submitted once the upload ends: wait for it, then submit.";
+    } else if (hidden.value) {
+      input.disabled = true; // uploaded already: a disabled field is not sent
     }
+  });
+  // Back from the page the form went to: the field is the person's to change again.
+  window.addEventListener("pageshow", () => {
+    input.disabled = false;
   });
 })();

@@ -69,7 +69,8 @@ def test_a_sample_sizes_its_pass_and_the_pass_runs_on_its_staged_copy(fleet, par
     full = wait_for_end(Job.objects.get(pk=passed.json()["id"]))
     assert full.state == State.SUCCEEDED, full.error
     assert (full.sample_id, full.gpus, full.records_out) == (sample.pk, 2, 4000)
-    assert full.events.filter(message__startswith="took over the staged copy").exists(), "not staged again"
+    staging = list(full.events.filter(state=State.STAGING).values_list("message", flat=True))
+    assert staging == [f"taking over the staged copy of sample {sample.pk}"], "one step, and not staged again"
 
     again = post(partner_api, f"/api/v1/jobs/{sample.pk}/pass/", {"request": {"gpus": 1, "hours": 1}})
     assert again.status_code == 409

@@ -1,13 +1,13 @@
 """What a resumed upload is keyed by and remembers, and how it cuts a file into chunks: no server needed."""
 
 import base64
-import hashlib
 import os
+import zlib
 from pathlib import Path
 
 import pytest
 from e31.client import PIECE, pieces
-from e31.upload import ChunkReader, ResumeStore, backoff, checksum, chunk_spans, metadata, resume_key
+from e31.upload import BLOCK, ChunkReader, FileSpan, ResumeStore, backoff, checksum, chunk_spans, metadata, resume_key
 
 
 def test_it_keys_an_upload_by_server_path_size_and_mtime(tmp_path):
@@ -53,19 +53,39 @@ def test_it_cuts_the_rest_of_a_file_into_chunks():
         list(chunk_spans(0, 8, 0))
 
 
-def test_it_reads_each_chunk_at_its_offset_with_its_checksum(tmp_path):
+def crc32_header(data: bytes) -> str:
+    return "crc32 " + base64.b64encode(zlib.crc32(data).to_bytes(4, "big")).decode()
+
+
+@pytest.mark.parametrize("size", [1, BLOCK - 1, BLOCK, BLOCK + 1, 3 * BLOCK + 7])
+def test_it_reads_each_chunk_at_its_offset_with_its_checksum(tmp_path, size):
     path = tmp_path / "data.bin"
-    path.write_bytes(os.urandom(10_000))
-    reader = ChunkReader(path, 10_000, 4096)
+    path.write_bytes(os.urandom(size))
+    chunk_size = max(1, size // 3 + 1)
+    reader = ChunkReader(path, size, chunk_size)
     try:
-        chunks = [reader.at(start) for start, _ in chunk_spans(0, 10_000, 4096)]
-        again = reader.at(4096)  # after a HEAD moved the offset back: read again, not from the read-ahead
+        spans = [reader.at(start) for start, _ in chunk_spans(0, size, chunk_size)]
+        # after a HEAD moved the offset back: read again, not from the read-ahead
+        span, digest = reader.at(chunk_size) if size > chunk_size else spans[0]
+        again = b"".join(span), digest
+        chunks = [(b"".join(span), digest) for span, digest in spans]
+        twice = [b"".join(span) for span, _ in spans]  # a chunk sent again is read again
     finally:
         reader.close()
     assert b"".join(chunk for chunk, _ in chunks) == path.read_bytes()
-    assert [len(chunk) for chunk, _ in chunks] == [4096, 4096, 1808]
-    assert again == chunks[1]
-    assert chunks[2][1] == "sha256 " + base64.b64encode(hashlib.sha256(chunks[2][0]).digest()).decode()
+    assert [len(span) for span, _ in spans] == [length for _, length in chunk_spans(0, size, chunk_size)]
+    assert [chunk for chunk, _ in chunks] == twice
+    assert all(digest == crc32_header(chunk) for chunk, digest in chunks)
+    assert again == chunks[min(1, len(chunks) - 1)]
+
+
+def test_a_chunk_goes_out_a_block_at_a_time(tmp_path):
+    path = tmp_path / "data.bin"
+    path.write_bytes(os.urandom(3 * BLOCK + 7))
+    with path.open("rb") as handle:
+        blocks = list(FileSpan(path, handle.fileno(), 5, 3 * BLOCK))
+    assert [len(block) for block in blocks] == [BLOCK, BLOCK, BLOCK]
+    assert b"".join(blocks) == path.read_bytes()[5 : 5 + 3 * BLOCK]
 
 
 def test_it_says_when_the_file_shrank_while_uploading(tmp_path):
@@ -73,7 +93,7 @@ def test_it_says_when_the_file_shrank_while_uploading(tmp_path):
     path.write_bytes(b"x" * 100)
     reader = ChunkReader(path, 200, 150)
     try:
-        with pytest.raises(OSError, match="ends at byte 100, before its 200 bytes"):
+        with pytest.raises(OSError, match="ends at byte 100, before byte 200: it changed while uploading"):
             reader.at(100)
     finally:
         reader.close()
@@ -81,7 +101,8 @@ def test_it_says_when_the_file_shrank_while_uploading(tmp_path):
 
 def test_it_writes_tus_headers():
     assert metadata("données.csv") == "filename " + base64.b64encode("données.csv".encode()).decode()
-    assert checksum(b"") == "sha256 47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU="
+    assert checksum([]) == "crc32 AAAAAA=="
+    assert checksum(b"123456789") == checksum([b"1234", b"56789"]) == "crc32 y/Q5Jg=="  # CRC-32's check value
 
 
 def test_it_backs_off_to_half_a_minute():

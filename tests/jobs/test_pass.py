@@ -3,8 +3,10 @@ compared with the input record by record, and the ledger entry checked against t
 
 import csv
 import io
+import json
 import math
 import zipfile
+from datetime import UTC
 from decimal import Decimal
 
 import pyarrow.parquet as pq
@@ -13,7 +15,7 @@ from django.core.files.storage import default_storage
 
 from billing.models import LedgerEntry
 from jobs.models import Allocation, Job, State
-from tests.support import EXAMPLE, job_form, wait_for, wait_for_end
+from tests.support import EXAMPLE, OutputZip, job_form, wait_for, wait_for_end
 
 HOLD = LedgerEntry.Kind.HOLD
 
@@ -34,10 +36,8 @@ def test_it_runs_a_pass_from_upload_to_output_and_ledger(fleet, partner_client, 
     wait_for_end(job)
     assert job.state == State.SUCCEEDED, job.error
 
-    response = partner_client.get(f"/jobs/{job.pk}/output/")
-    assert response.status_code == 200
-    archive = zipfile.ZipFile(io.BytesIO(b"".join(response.streaming_content)))
-    assert sorted(archive.namelist()) == ["manifest.json", "output.parquet", "rejects.csv"]
+    archive = OutputZip(partner_client, job)
+    assert sorted(archive.names) == ["manifest.json", "output.parquet", "rejects.csv"]
     table = pq.read_table(io.BytesIO(archive.read("output.parquet")))
     rejects = list(csv.DictReader(io.StringIO(archive.read("rejects.csv").decode())))
 
@@ -70,6 +70,22 @@ def test_it_runs_a_pass_from_upload_to_output_and_ledger(fleet, partner_client, 
     assert entry.gpu_hours == (Decimal(entry.gpus * entry.seconds) / 3600).quantize(Decimal("0.000001"))
     assert entry.rate == Decimal("3.60")
     assert entry.amount == (entry.gpu_hours * entry.rate).quantize(Decimal("0.0001"))
+    billed = {line["kind"]: line for line in json.loads(archive.read("manifest.json"))["ledger"]}
+    assert billed.keys() == {"staging", HOLD}, "the manifest carries what the job was billed"
+    assert billed[HOLD]["held_from"] == entry.held_from.isoformat()
+    assert billed[HOLD]["held_to"] == entry.held_to.isoformat()
+    assert (billed[HOLD]["seconds"], billed[HOLD]["gpus"]) == (entry.seconds, 2)
+    assert (billed[HOLD]["rate"], billed[HOLD]["amount"]) == ("3.6000", str(entry.amount))
+    assert billed[HOLD]["hash"] == entry.hash
+
+    dated = zipfile.ZipFile(io.BytesIO(b"".join(partner_client.get(f"/jobs/{job.pk}/output/").streaming_content)))
+    job.refresh_from_db()
+    ended = job.ended_at.astimezone(UTC)
+    ended = ended.replace(second=ended.second - ended.second % 2)  # a zip keeps time to two seconds
+    assert {info.date_time for info in dated.infolist()} == {ended.timetuple()[:6]}, "the zip dated at the job's end"
+    for name in archive.names:
+        alone = partner_client.get(f"/jobs/{job.pk}/output/{name}")
+        assert alone["Content-Disposition"] == f'attachment; filename="job-{job.pk}-{name}"', "named as in the zip"
 
     job.refresh_from_db()
     assert job.records_out == len(out) and job.records_rejected == len(rejects)

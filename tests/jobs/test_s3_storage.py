@@ -12,7 +12,6 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-import zipfile
 from pathlib import Path
 
 import boto3
@@ -30,7 +29,7 @@ from jobs.staging import fastcsv, ranged, stage
 from jobs.staging.progress import StagingProgress
 from jobs.staging.staged_copy import copy_to_job_storage
 from tests.factories import make_job
-from tests.support import EXAMPLE, Worker, job_form, s3_on_loopback, wait_for, wait_for_end, wait_for_slots
+from tests.support import EXAMPLE, OutputZip, Worker, job_form, s3_on_loopback, wait_for, wait_for_end, wait_for_slots
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -85,8 +84,7 @@ def test_it_stages_runs_and_returns_the_output_through_s3(s3_endpoint, s3_worker
         assert partner_client.post("/jobs/new/", job_form()).status_code == 302
         job = wait_for_end(Job.objects.get())
         assert job.state == State.SUCCEEDED, job.error
-        response = partner_client.get(f"/jobs/{job.pk}/output/")
-        archive = zipfile.ZipFile(io.BytesIO(b"".join(response.streaming_content)))
+        archive = OutputZip(partner_client, job)
         signed = partner_client.get(f"/jobs/{job.pk}/output/manifest.json")
     assert signed.status_code == 302, "an output file on S3 downloads through a signed URL"
     url = signed["Location"]

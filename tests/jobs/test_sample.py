@@ -6,7 +6,6 @@ import csv
 import io
 import json
 import os
-import zipfile
 from datetime import timedelta
 from decimal import Decimal
 
@@ -16,14 +15,14 @@ from django.core.files.storage import default_storage
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from billing.models import LedgerEntry
+from billing.models import LedgerEntry, RateCard
 from jobs import services
 from jobs.models import Job, Shard, State
 from jobs.scheduling import sizing
 from jobs.spec import Request, Retention
 from jobs.workers.runner import skip_past_budget
 from tests.factories import finished_sample
-from tests.support import Worker, job_form, wait_for_end
+from tests.support import OutputZip, Worker, job_form, wait_for_end
 
 SECONDS_PER_BATCH = "0.2"  # test-slow-echo: 50 records a batch, so at most 250 records a second
 
@@ -57,7 +56,7 @@ def sample_form(**fields) -> dict:
 
 
 def read_output(client, job: Job) -> tuple[list[dict], dict]:
-    archive = zipfile.ZipFile(io.BytesIO(b"".join(client.get(f"/jobs/{job.pk}/output/").streaming_content)))
+    archive = OutputZip(client, job)
     return pq.read_table(io.BytesIO(archive.read("output.parquet"))).to_pylist(), json.loads(
         archive.read("manifest.json")
     )
@@ -277,3 +276,20 @@ def test_a_sample_past_its_time_runs_a_second_shard_before_it_stops(organisation
     sample.started_at = timezone.now()
     Shard.objects.filter(job=sample, index=2).update(status=Shard.Status.PENDING)
     assert skip_past_budget(sample) == 0, "within its time it takes shards"
+
+
+def test_the_estimate_warns_at_once_when_the_gpus_typed_exceed_the_fleet(
+    organisation, partner_client, online_slots, rate_card
+):  # fmt: skip
+    sample = finished_sample(organisation)
+    url = f"/jobs/{sample.pk}/estimate/"
+    fits = partner_client.get(url, {"gpus": "4"}, headers={"HX-Request": "true"}).content.decode()
+    assert "online: ask for" not in fits
+    over = partner_client.get(url, {"gpus": "5"}, headers={"HX-Request": "true"}).content.decode()
+    assert "The fleet has 4 CPU slots online: ask for 4 or fewer." in over
+
+
+def test_an_estimate_of_a_small_pass_shows_its_cost_to_the_ledgers_precision(organisation):
+    RateCard.objects.create(rate_per_gpu_hour=Decimal("2.10"), effective_from=timezone.now() - timedelta(days=1))
+    result = {"records_per_second": 1000.0, "startup_seconds": 0.0, "records_total": 1_000}
+    assert sizing.estimate(result, 1).cost == Decimal("0.0021"), "1 s on one GPU, not 0.00"

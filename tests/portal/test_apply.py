@@ -4,6 +4,7 @@ import pytest
 from django.test import Client
 
 from portal.models import Application
+from portal.throttling import PostsPerHour
 
 pytestmark = pytest.mark.django_db
 
@@ -35,7 +36,7 @@ def test_it_refuses_the_eleventh_post_in_an_hour_and_keeps_what_was_typed(client
     response = apply(client, typed)
     page = response.content.decode()
     assert response.status_code == 429
-    assert "too many applications from your address this hour" in page and "send it again in" in page
+    assert "too many applications from your address in the last hour" in page and "send it again in" in page
     assert 'value="Grace &lt;Hopper&gt;"' in page and 'value="grace@navy.example"' in page
     assert 'value="Navy Lab"' in page and 'value="48"' in page
     assert "12M punch cards, scanned</textarea>" in page and "a clean table of every card</textarea>" in page
@@ -81,3 +82,51 @@ def test_it_counts_an_ipv6_client_by_its_56(client):
     use_up_the_hour(client, address="2001:db8:1:2::9")
     assert apply(client, ADA, address="2001:db8:1:3::9").status_code == 429, "another /64 of the same /56"
     assert apply(client, ADA, address="2001:db8:1:100::9").status_code == 302
+
+
+class Clock:
+    """The limit's clock, set by the test: an hour cannot be waited out in a test."""
+
+    def __init__(self, now: float):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_it_counts_any_hour_not_the_clocks_hour(client, monkeypatch):
+    clock = Clock(3000.0)  # 00:50, ten minutes before a clock hour turns
+    monkeypatch.setattr(PostsPerHour, "timer", clock)
+    for minute in range(10):
+        clock.now = 3000.0 + 60 * minute
+        assert apply(client, {**ADA, "email": f"ada{minute}@lab.example"}).status_code == 302
+    clock.now = 3660.0  # 01:01: a new clock hour, but ten posts in the last one
+    refused = apply(client, ADA)
+    assert refused.status_code == 429
+    assert "send it again in 49 minutes" in refused.content.decode()  # when the post of 00:50 is an hour old
+    clock.now = 6601.0
+    assert apply(client, ADA).status_code == 302
+    clock.now = 6602.0
+    assert apply(client, ADA).status_code == 429, "the post of 00:51 is still in the hour"
+
+
+def test_a_refused_post_does_not_move_the_wait(client, monkeypatch):
+    clock = Clock(0.0)
+    monkeypatch.setattr(PostsPerHour, "timer", clock)
+    use_up_the_hour(client)
+    for second in range(1, 50):
+        clock.now = float(second * 60)
+        assert apply(client, ADA).status_code == 429
+    clock.now = 3601.0
+    assert apply(client, ADA).status_code == 302
+
+
+@pytest.mark.parametrize("field", ["dataset", "work"])
+def test_it_refuses_a_description_past_its_length_and_keeps_it(client, field):
+    response = apply(client, {**ADA, field: "x" * 4001})
+    page = response.content.decode()
+    assert response.status_code == 400
+    assert "Ensure this value has at most 4000 characters (it has 4001)." in page
+    assert "x" * 4001 in page
+    assert not Application.objects.exists()
+    assert apply(client, {**ADA, field: "x" * 4000}).status_code == 302

@@ -31,7 +31,7 @@ def emailed_link(mailbox, to: str) -> str:
 
 def test_the_login_page_links_to_it(client):
     page = client.get("/accounts/login/").content.decode()
-    assert 'href="/accounts/password_reset/"' in page and "Forgotten your password?" in page
+    assert 'href="/accounts/password_reset/"' in page and "Forgot password?" in page
 
 
 def test_it_emails_a_link_that_sets_a_new_password_to_log_in_with(client, partner, mailbox):
@@ -86,7 +86,7 @@ def test_it_refuses_the_sixth_ask_in_an_hour_and_keeps_what_was_typed(client, pa
     response = ask(client, "partner@example.com")
     page = response.content.decode()
     assert response.status_code == 429
-    assert "too many asks for a new password from your address this hour" in page
+    assert "too many asks for a new password from your address in the last hour" in page
     assert 'value="partner@example.com"' in page
     assert ask(client, "partner@example.com", address="10.0.0.2").status_code == 302, "another address is not held"
     assert len(wait_for(lambda: mailbox.to("partner@example.com"))) == 1

@@ -628,7 +628,9 @@ def build_parser() -> Parser:
     submit.add_argument("--s3-region", help="for s3:// data (or AWS_REGION)")
     submit.add_argument("--s3-endpoint-url", help="for s3:// data off AWS (or AWS_ENDPOINT_URL)")
     submit.add_argument("--webhook-url", default="", help="also POST this job's state changes here")
-    submit.add_argument("--chunk-size", type=parse_size, default=CHUNK_SIZE, metavar="SIZE", help="upload chunks (32M)")
+    submit.add_argument(
+        "--chunk-size", type=parse_size, default=CHUNK_SIZE, metavar="SIZE", help=f"upload chunks ({CHUNK_SIZE >> 20}M)"
+    )
     add_wait(submit)
     submit.set_defaults(run=cmd_submit)
 

@@ -16,7 +16,7 @@ from e31.config import normalise_url
 from e31.download import download_file
 from e31.errors import APIError, error_of
 from e31.schema import ENDED, Event, Job, Page, UploadOffset
-from e31.upload import backoff, metadata, upload_file
+from e31.upload import FileSpan, backoff, metadata, upload_file
 
 log = logging.getLogger("e31")
 
@@ -148,7 +148,7 @@ class Client:
         params: dict[str, Any] | None = None,
         json: Any = None,
         headers: dict[str, str] | None = None,
-        content: bytes | None = None,
+        content: bytes | FileSpan | None = None,
         stream: bool = False,
     ) -> httpx.Response:
         """One request to the portal (an absolute URL); APIError for an answer of 400 or more, after
@@ -157,8 +157,9 @@ class Client:
         waited, throttled = 0.0, 0
         while True:
             body, sized = content, headers
-            if isinstance(content, bytes) and len(content) > PIECE:
-                body, sized = pieces(content), {**(headers or {}), "Content-Length": str(len(content))}
+            if isinstance(content, FileSpan) or (isinstance(content, bytes) and len(content) > PIECE):
+                body = content if isinstance(content, FileSpan) else pieces(content)
+                sized = {**(headers or {}), "Content-Length": str(len(content))}
             request = self._http.build_request(method, url, params=params, json=json, headers=sized, content=body)
             response = self._http.send(request, stream=stream)
             if response.status_code < 400:
@@ -214,8 +215,8 @@ class Client:
             "length": int(response.headers.get("Upload-Length", -1)),
         }
 
-    def upload_chunk(self, upload_url: str, offset: int, chunk: bytes, checksum: str) -> int:
-        """Send `chunk` at `offset` with its `sha256 <base64>` checksum; the offset the portal confirms."""
+    def upload_chunk(self, upload_url: str, offset: int, chunk: bytes | FileSpan, checksum: str) -> int:
+        """Send `chunk` at `offset` with its checksum (upload.checksum's); the offset the portal confirms."""
         response = self.send(
             "PATCH",
             upload_url,

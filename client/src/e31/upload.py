@@ -1,7 +1,7 @@
 """Resumable uploads (tus 1.0) of a local file.
 
 The file is read one chunk at a time at its offset, so memory stays at a chunk whatever the file's
-size; each chunk goes with its SHA-256, and the portal keeps only a chunk that arrived whole. The
+size; each chunk goes with its CRC-32, and the portal keeps only a chunk that arrived whole. The
 upload's URL is remembered in the user's cache folder under (server, absolute path, size, mtime):
 the same command run again after a dropped network or a Ctrl-C asks the portal for the offset it
 confirmed and goes on from there, or starts over when the portal says the upload is gone.
@@ -13,7 +13,8 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
+import zlib
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,9 +30,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("e31")
 
-# Each chunk costs the portal a fixed time (its fsync and database write): 32 MiB chunks uploaded 2.3 times
-# as fast as 8 MiB ones (docs/benchmarks.md), in the same flat memory.
-CHUNK_SIZE = 32 * 1024 * 1024
+# Each chunk costs the portal a fixed time (a request, its fsync and database write), so larger chunks go faster
+# (docs/benchmarks.md) in the same memory; a chunk cut off is sent again whole.
+CHUNK_SIZE = 64 * 1024 * 1024
+BLOCK = 1024 * 1024
 RETRIES = 8
 # Answers after which the same chunk is sent again: another request still writing the upload (423), a
 # chunk that arrived damaged (460), an offset that moved under us (409), a server or proxy in trouble.
@@ -44,9 +46,14 @@ def metadata(filename: str) -> str:
     return "filename " + base64.b64encode(filename.encode()).decode()
 
 
-def checksum(chunk: bytes) -> str:
-    """tus's Upload-Checksum of a chunk: `sha256 <base64 digest>`."""
-    return "sha256 " + base64.b64encode(hashlib.sha256(chunk).digest()).decode()
+def checksum(blocks: bytes | Iterable[bytes]) -> str:
+    """tus's Upload-Checksum of a chunk (its bytes, or its blocks): `crc32 <base64 of its four bytes, big-endian>`. A
+    CRC-32, as S3's uploads are checked, catches a chunk damaged on the way at under half the CPU of a
+    SHA-256, which held the upload back (docs/benchmarks.md); the staged copy's SHA-256 is the job's."""
+    value = 0
+    for block in [blocks] if isinstance(blocks, bytes) else blocks:
+        value = zlib.crc32(block, value)
+    return "crc32 " + base64.b64encode(value.to_bytes(4, "big")).decode()
 
 
 def resume_key(server: str, path: Path, size: int, mtime_ns: int) -> str:
@@ -163,25 +170,46 @@ def _resumed(client: "Client", store: ResumeStore, key: str) -> tuple[str | None
     return None, 0
 
 
+class FileSpan:
+    """`length` bytes of the file from `offset`, as a request's body: read a block at a time as it goes
+    out, so a chunk of any size costs a block of memory. Each iteration reads the file afresh (a chunk
+    sent again is read again), and raises OSError where the file ends early."""
+
+    def __init__(self, path: Path, descriptor: int, offset: int, length: int):
+        self.path, self.descriptor, self.offset, self.length = path, descriptor, offset, length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __iter__(self) -> Iterator[bytes]:
+        offset, left = self.offset, self.length
+        while left:
+            block = os.pread(self.descriptor, min(BLOCK, left), offset)
+            if not block:
+                end = offset + left
+                raise OSError(f"{self.path} ends at byte {offset}, before byte {end}: it changed while uploading.")
+            offset += len(block)
+            left -= len(block)
+            yield block
+
+
 class ChunkReader:
-    """The file's chunks with their checksums, each read at its offset; the next one is read and hashed
-    in a thread while the current one is on the wire (both release the GIL), so at most two chunks are
-    in memory."""
+    """The file's chunks (FileSpan) with their checksums. The checksum of the next chunk is taken in a
+    thread while the current one is on the wire (reading and zlib release the GIL); the chunk is read
+    again as it is sent, from the page cache, so memory stays at a few blocks whatever the chunk size."""
 
     def __init__(self, path: Path, size: int, chunk_size: int):
         self.path, self.size, self.chunk_size = path, size, chunk_size
         self.handle = path.open("rb")
         self.reader = ThreadPoolExecutor(1, thread_name_prefix="e31-read")
-        self.ahead: tuple[int, Future[tuple[bytes, str]]] | None = None
+        self.ahead: tuple[int, Future[tuple[FileSpan, str]]] | None = None
 
-    def _read(self, offset: int) -> tuple[bytes, str]:
-        chunk = os.pread(self.handle.fileno(), min(self.chunk_size, self.size - offset), offset)
-        if not chunk:
-            raise OSError(f"{self.path} ends at byte {offset}, before its {self.size} bytes: it changed meanwhile.")
-        return chunk, checksum(chunk)
+    def _read(self, offset: int) -> tuple[FileSpan, str]:
+        span = FileSpan(self.path, self.handle.fileno(), offset, min(self.chunk_size, self.size - offset))
+        return span, checksum(span)
 
-    def at(self, offset: int) -> tuple[bytes, str]:
-        """The chunk at `offset` and its checksum; the one after it starts being read."""
+    def at(self, offset: int) -> tuple[FileSpan, str]:
+        """The chunk at `offset` and its checksum; the checksum of the one after it starts being taken."""
         ahead, self.ahead = self.ahead, None
         found = ahead[1].result() if ahead and ahead[0] == offset else self._read(offset)
         following = offset + len(found[0])

@@ -5,7 +5,7 @@ from django.core.files.storage import default_storage
 from django.test import override_settings
 
 from jobs.models import Allocation, Job
-from tests.support import job_form
+from tests.support import EXAMPLE, job_form
 
 pytestmark = pytest.mark.django_db
 
@@ -141,3 +141,21 @@ def test_it_stores_the_upload_for_staging(partner_client, online_slots):
     assert job.source_path.startswith("uploads/")
     with default_storage.open(job.source_path) as stored:
         assert stored.read(2) == b"id"
+
+
+@pytest.mark.django_db
+def test_the_work_parameters_read_in_words_with_the_name_the_api_takes(partner_client, online_slots):
+    page = partner_client.get("/jobs/new/").content.decode()
+    assert ">Type threshold</label>" in page and "(type_threshold in the API and the e31 client)" in page
+    assert ">Max side</label>" in page and ">Top values</label>" in page
+    assert ">type_threshold</label>" not in page
+
+
+def test_a_partner_without_a_dataset_downloads_the_example(partner_client, client):
+    page = partner_client.get("/jobs/new/").content.decode()
+    assert 'href="/jobs/example/customers.csv" download>customers.csv</a>' in page
+    response = partner_client.get("/jobs/example/customers.csv")
+    assert response.status_code == 200
+    assert response["Content-Disposition"] == 'attachment; filename="customers.csv"'
+    assert b"".join(response.streaming_content) == EXAMPLE.read_bytes()
+    assert client.get("/jobs/example/customers.csv")["Location"].startswith("/accounts/login/")

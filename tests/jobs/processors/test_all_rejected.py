@@ -20,7 +20,7 @@ from jobs.processors import Context, Record
 from jobs.processors.clean_table import CleanTable, TypeScanner
 from jobs.processors.column_stats import ColumnStats, StatsScanner
 from tests.datasets import picture, zipped
-from tests.support import job_form, wait_for_end
+from tests.support import OutputZip, job_form, wait_for_end
 
 BROKEN_IMAGE = b"\x89PNG\r\n\x1a\nthis is not the rest of a png"
 
@@ -31,7 +31,7 @@ def finished(client, form: dict) -> tuple[Job, dict, list[dict], list[dict]]:
     assert response.status_code == 302, response.content.decode()[:2000]
     job = wait_for_end(Job.objects.get(), timeout=120)
     assert job.state == State.SUCCEEDED, job.error
-    whole = zipfile.ZipFile(io.BytesIO(b"".join(client.get(f"/jobs/{job.pk}/output/").streaming_content)))
+    whole = OutputZip(client, job)
     manifest = json.loads(whole.read("manifest.json"))
     rows = pq.read_table(io.BytesIO(whole.read("output.parquet"))).to_pylist()
     rejects = list(csv.DictReader(io.StringIO(whole.read("rejects.csv").decode())))

@@ -8,7 +8,6 @@ import math
 import random
 import statistics
 import subprocess
-import zipfile
 from collections import Counter
 from datetime import date, timedelta
 
@@ -22,7 +21,7 @@ from jobs.processors import Record, column_stats
 from jobs.processors.base import Context, ParamError
 from jobs.processors.column_stats import ColumnStats, StatsScanner, Summary, bin_edges, bin_of, combine_moments
 from jobs.staging import fastcsv
-from tests.support import EXAMPLE, job_form, manage, process_env, wait_for_end
+from tests.support import EXAMPLE, OutputZip, job_form, manage, process_env, wait_for_end
 
 ROWS = 3_000
 CITIES = ["Lisbon", "Oslo", "Riga", "Turin", "Ghent", "Porto"]
@@ -360,8 +359,7 @@ def test_a_dataset_is_summarised_end_to_end_across_shards(fleet, partner_client,
         assert [(row["record"], row["line"]) for row in rejects] == [("1501", "1501" if suffix == "jsonl" else "1502")]
     else:
         assert rejects == []
-    whole = zipfile.ZipFile(io.BytesIO(download(partner_client, job, "")))
-    assert sorted(whole.namelist()) == ["manifest.json", "output.parquet", "rejects.csv"]
+    assert sorted(OutputZip(partner_client, job).names) == ["manifest.json", "output.parquet", "rejects.csv"]
     page = partner_client.get(f"/jobs/{job.pk}/")
     assert page.status_code == 200 and "column-stats" in page.content.decode()
 

@@ -17,7 +17,7 @@ from jobs.processors.image_thumbs import difference_hash, thumbnail
 from jobs.staging import archives
 from jobs.staging.formats import FormatError
 from tests.datasets import picture, tarred, zipped
-from tests.support import job_form, wait_for_end
+from tests.support import OutputZip, job_form, wait_for_end
 
 
 def png_header_only(width: int, height: int) -> bytes:
@@ -180,8 +180,7 @@ def test_an_image_collection_runs_end_to_end(fleet, partner_client, pack):
         assert index[0]["file"] == images[0].rsplit(".", 1)[0] + ".jpeg"
         with Image.open(thumbs.open(index[0]["file"])) as small:
             assert (small.format, small.size) == ("JPEG", (64, 48))
-    whole = zipfile.ZipFile(io.BytesIO(b"".join(partner_client.get(f"/jobs/{job.pk}/output/").streaming_content)))
-    assert "thumbnails.zip" in whole.namelist()
+    assert "thumbnails.zip" in OutputZip(partner_client, job).names
     rejects = list(
         csv.DictReader(
             io.StringIO(b"".join(partner_client.get(f"/jobs/{job.pk}/output/rejects.csv").streaming_content).decode())

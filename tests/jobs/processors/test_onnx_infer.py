@@ -5,7 +5,6 @@ load or does not fit the data is refused before any GPU is held."""
 import csv
 import io
 import json
-import zipfile
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -21,7 +20,7 @@ from jobs.models import Allocation, Job, State
 from jobs.processors.onnx_infer import OnnxInfer, describe, parse_inputs
 from jobs.spec import Data, JobSpec, NamedFile, Request, Work
 from tests.datasets import BIAS, WEIGHTS, linear_model, model_bytes, table_csv
-from tests.support import job_form, wait_for, wait_for_end
+from tests.support import OutputZip, job_form, wait_for, wait_for_end
 
 
 def sum_model() -> bytes:
@@ -56,7 +55,7 @@ def onnx_form(data: bytes, model: bytes, inputs: str = "features=a+b+c", **field
 
 
 def output_of(client, job: Job) -> tuple[list[dict], list[dict], dict]:
-    archive = zipfile.ZipFile(io.BytesIO(b"".join(client.get(f"/jobs/{job.pk}/output/").streaming_content)))
+    archive = OutputZip(client, job)
     rows = pq.read_table(io.BytesIO(archive.read("output.parquet"))).to_pylist()
     rejects = list(csv.DictReader(io.StringIO(archive.read("rejects.csv").decode())))
     return rows, rejects, json.loads(archive.read("manifest.json"))

@@ -7,7 +7,6 @@ import csv
 import io
 import json
 import random
-import zipfile
 
 import pyarrow.parquet as pq
 import pytest
@@ -15,7 +14,7 @@ import pytest
 from jobs.models import Job, State
 from jobs.staging import fastcsv
 from tests.jobs.staging.reading import COMMAS, described, job_for, read, shard_records
-from tests.support import job_form, wait_for_end
+from tests.support import OutputZip, job_form, wait_for_end
 
 VALUES = ["", " ", "x", "a b", 'say "hi"', "two\nlines", "1,5", "2;5", "é", "  padded  ", "12"]
 BLANKS = ["", "   ", "\t", " \t "]
@@ -125,7 +124,7 @@ def test_a_lone_quoted_empty_field_in_a_wider_csv_is_a_ragged_record():
 
 
 def output_of(client, job: Job) -> tuple[list[dict], list[dict], dict]:
-    whole = zipfile.ZipFile(io.BytesIO(b"".join(client.get(f"/jobs/{job.pk}/output/").streaming_content)))
+    whole = OutputZip(client, job)
     rows = pq.read_table(io.BytesIO(whole.read("output.parquet"))).to_pylist()
     rejects = list(csv.DictReader(io.StringIO(whole.read("rejects.csv").decode())))
     return rows, rejects, json.loads(whole.read("manifest.json"))

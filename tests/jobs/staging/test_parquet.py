@@ -3,7 +3,6 @@ every row accounted for in the output; a broken file fails staging with a clear 
 
 import csv
 import io
-import zipfile
 from datetime import UTC, date, datetime
 
 import pyarrow as pa
@@ -13,7 +12,7 @@ import pytest
 from jobs.models import Job, State
 from jobs.staging import parquet
 from jobs.staging.formats import FormatError
-from tests.support import job_form, wait_for_end
+from tests.support import OutputZip, job_form, wait_for_end
 
 ROWS = 5_000
 
@@ -77,7 +76,7 @@ def test_a_parquet_dataset_runs_end_to_end(fleet, partner_client):
         "tags": "string",
     }  # fmt: skip
 
-    archive = zipfile.ZipFile(io.BytesIO(b"".join(partner_client.get(f"/jobs/{job.pk}/output/").streaming_content)))
+    archive = OutputZip(partner_client, job)
     output = pq.read_table(io.BytesIO(archive.read("output.parquet")))
     rejects = list(csv.DictReader(io.StringIO(archive.read("rejects.csv").decode())))
     assert [int(row["record"]) for row in rejects] == [1000, 2000, 3000, 4000, 5000]

@@ -4,6 +4,8 @@ leaves what is stored as it was; a finished upload becomes a job's data without 
 import fcntl
 import hashlib
 import io
+import os
+import zlib
 from datetime import timedelta
 
 import pytest
@@ -69,6 +71,7 @@ def test_a_repeated_chunk_is_harmless(partner_client):
         "sha256 " + b64(hashlib.sha256(b"something else").digest()),
         "sha1 " + b64(hashlib.sha1(b"something else").digest()),
         "md5 " + b64(hashlib.md5(b"something else").digest()),
+        "crc32 " + b64(zlib.crc32(b"something else").to_bytes(4, "big")),
     ],
 )
 def test_it_refuses_a_chunk_whose_checksum_fails_and_stores_nothing_of_it(partner_client, checksum):
@@ -82,10 +85,20 @@ def test_it_refuses_a_chunk_whose_checksum_fails_and_stores_nothing_of_it(partne
     assert send(partner_client, url, 1000, DATA[1000:2000]).status_code == 204
 
 
+@pytest.mark.parametrize("size", [1, 1000, 2 * resumable.FLUSH_EVERY + 3])  # the last written out behind it
+def test_it_takes_a_chunk_with_its_crc32_as_the_e31_client_sends_it(partner_client, size):
+    data = os.urandom(size)
+    url = created(partner_client, length=size)
+    checksum = "crc32 " + b64(zlib.crc32(data).to_bytes(4, "big"))
+    assert send(partner_client, url, 0, data, checksum=checksum).status_code == 204
+    assert upload_of(url).path.read_bytes() == data
+
+
 @pytest.mark.parametrize(
     ("checksum", "message"),
     [
-        ("crc32 AAAAAA==", "not crc32"),
+        ("crc32c AAAAAA==", "not crc32c"),
+        ("crc32 " + b64(b"toolong"), "A crc32 checksum has 4 bytes, not 7"),
         ("sha256 not-base64!", "The checksum is not base64"),
         ("sha256 " + b64(b"short"), "A sha256 checksum has 32 bytes, not 5"),
         ("sha256", "A sha256 checksum has 32 bytes, not 0"),

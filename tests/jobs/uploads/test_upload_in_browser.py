@@ -9,6 +9,7 @@ import re
 import pytest
 
 from jobs.models import Job, State, Upload
+from portal.units import size
 from tests.support import needs_chromium, state_is, wait_for, wait_for_end
 
 pytestmark = [
@@ -46,12 +47,13 @@ def test_an_upload_survives_a_dropped_network_and_a_reload(
     network(SLOW)
     page.set_input_files("input[name=data]", str(dataset))
     wait_for(lambda: Upload.objects.filter(offset__gt=0).exists(), what="a first chunk confirmed")
-    assert "MB/s" in page.inner_text("#upload-status")
+    rate = re.compile(r"of 2\.\d\xa0MB · \d+\.\d\xa0(kB|MB)/s · ")
+    wait_for(lambda: rate.search(page.inner_text("#upload-status")), what="the upload's size and rate in kB or MB")
 
     network(OFFLINE)
     state_is(page, "waiting")
     stopped_at = Upload.objects.get().offset
-    assert f"The upload stopped at {stopped_at / 1e6:.1f} MB" in page.inner_text("#upload-status")
+    assert f"The upload stopped at {size(stopped_at)};" in page.inner_text("#upload-status")
     network(SLOW)
     state_is(page, "uploading")
     wait_for(lambda: Upload.objects.get().offset > stopped_at, what="the upload to go on")
@@ -60,7 +62,8 @@ def test_an_upload_survives_a_dropped_network_and_a_reload(
     network(FAST)
     page.set_input_files("input[name=data]", str(dataset))
     state_is(page, "done")
-    assert "records.csv is uploaded" in page.inner_text("#upload-status")
+    assert f"records.csv is uploaded ({size(dataset.stat().st_size)})" in page.inner_text("#upload-status")
+    assert page.input_value("input[name=data]").endswith("records.csv"), "the field still names the file"
     assert Upload.objects.count() == 1, "the reload resumed the upload instead of starting another"
     upload = Upload.objects.get()
     assert upload.complete and upload.path.read_bytes() == dataset.read_bytes()
