@@ -1,9 +1,10 @@
 # The two commands of the README: `make run` and `make test`. Both bootstrap .venv on a fresh machine.
+# `make serve` is the web side in production (gunicorn, gunicorn.conf.py); the README says what runs beside it.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test lint gpu-deps gpu-bench client-wheel
+.PHONY: run serve test lint gpu-deps gpu-bench client-wheel
 
 $(VENV)/.requirements: requirements.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is needed; set PYTHON=python3.11")'
@@ -42,6 +43,12 @@ run: $(VENV)/.requirements client-wheel
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py bootstrap_demo
 	$(PY) manage.py runportal
+
+# Static files collected (compressed) into $$E31_VAR_DIR/static and served from there by whitenoise.
+# Migrations are not run here: in production the tables' owner runs them (README).
+serve: $(VENV)/.requirements client-wheel
+	$(PY) manage.py collectstatic --noinput --verbosity 0
+	E31_STATIC_FINDERS=false $(PY) -m gunicorn --config gunicorn.conf.py
 
 test: $(VENV)/.requirements-dev
 	$(PY) -m pytest

@@ -9,41 +9,60 @@ from billing import exports
 from billing.models import LedgerEntry
 from jobs.scheduling import fleet
 from jobs.services import get_job_for_user
+from portal.listing import ListQuery, pager
 from portal.models import organisation_for
 
 
-def _entries(request):
+def _entries(request, query: ListQuery):
+    """The organisation's entries, newest first, of one job (another organisation's: 404) or ended in one month
+    (UTC), as the query string asks; None for a user in no organisation."""
     organisation = organisation_for(request.user)
     if organisation is None:
         return None
-    return LedgerEntry.objects.filter(organisation=organisation).order_by("-held_to", "-pk")
+    entries = LedgerEntry.objects.filter(organisation=organisation).order_by("-held_to", "-pk")
+    if job := query.number("job", "job"):
+        entries = entries.filter(job=get_job_for_user(request, job))
+    if month := query.month():
+        entries = entries.filter(held_to__gte=month.start, held_to__lt=month.end)
+    return entries
 
 
 @login_required
 def ledger(request):
-    entries = _entries(request)
+    """A page of the ledger, with the totals of every entry the filters keep and links to export them all."""
+    query = ListQuery(request.GET)
+    entries = _entries(request, query)
     if entries is None:
         return render(request, "jobs/no_organisation.html", status=403)
     totals = entries.aggregate(gpu_hours=Sum("gpu_hours"))
     totals["amounts"] = exports.per_currency(entries)
-    context = {"entries": entries, "totals": totals}
+    page = query.page(entries)
+    context = {"entries": page.object_list, "pager": pager(query, page), "query": query, "totals": totals}
     return render(request, "billing/ledger.html", context)
+
+
+def _export(request, respond, refuse):
+    """The entries the filters keep, streamed by `respond`; what `refuse` makes of a filter that means nothing
+    (an export has no page to say it set one aside on)."""
+    query = ListQuery(request.GET)
+    entries = _entries(request, query)
+    if entries is None:
+        return refuse("Your account is not in an organisation.", 403)
+    if query.set_aside:
+        return refuse(query.problems, 400)
+    return respond(entries)
 
 
 @login_required
 def ledger_csv(request):
-    entries = _entries(request)
-    if entries is None:
-        return HttpResponse("Your account is not in an organisation.", status=403, content_type="text/plain")
-    return exports.csv_response(entries)
+    return _export(
+        request, exports.csv_response, lambda text, status: HttpResponse(text, status=status, content_type="text/plain")
+    )
 
 
 @login_required
 def ledger_json(request):
-    entries = _entries(request)
-    if entries is None:
-        return JsonResponse({"error": "Your account is not in an organisation."}, status=403)
-    return exports.json_response(entries)
+    return _export(request, exports.json_response, lambda text, status: JsonResponse({"error": text}, status=status))
 
 
 @login_required

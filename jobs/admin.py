@@ -7,8 +7,21 @@ from django.template.response import TemplateResponse
 from django.urls import path
 
 from jobs import enqueue, lifecycle, queue_figures, scheduling
-from jobs.models import ENDED, Allocation, Gpu, Job, JobEvent, Node, Shard, State
+from jobs.models import ACTIVE, ENDED, Allocation, Gpu, Job, JobEvent, Node, Shard, State
+from portal.listing import ListQuery, pager
 from portal.text import NameField
+
+QUEUE_ROWS = 50  # the queued jobs the queue page shows at a time, and the first running and staging ones
+# What the queue page's rows show of a job (and what its time limit and latest start are computed from): not its
+# other columns, five of them JSON.
+ROW_FIELDS = ("organisation__name", "state", "work", "gpus", "hours", "deadline", "held_before", "on_hold_since")
+STAGING_FIELDS = ("source_name", "source_kind", "staging_phase", "staging_done", "staging_total")
+
+
+def _held_now(by: str) -> dict[int, int]:
+    """How many slots are held now, per `by` (a job, or a GPU's node): open holds only, never the history."""
+    held = Allocation.objects.filter(held_to__isnull=True).order_by().values_list(by).annotate(Count("pk"))
+    return dict(held)
 
 
 class ReadOnlyInline(admin.TabularInline):
@@ -101,25 +114,51 @@ class JobAdmin(admin.ModelAdmin):
         return [queue, *super().get_urls()]
 
     def queue_view(self, request):
-        """The queue as the scheduler sees it, live: the fleet, the jobs holding slots and until when at
-        the latest, the queue in order (those on hold in their place), and the jobs staging."""
+        """The queue as the scheduler sees it, live: the jobs in each state, the fleet, the first jobs holding
+        slots and until when at the latest, a page of the queue in order (those on hold in their place), and the
+        first jobs staging. Every query reads a page or a count, so the page costs the same at any length."""
         if not self.has_view_permission(request):
             raise PermissionDenied
-        open_holds = Count("allocations", filter=Q(allocations__held_to__isnull=True))
-        held = Count("gpus__allocations", filter=Q(gpus__allocations__held_to__isnull=True))
-        queued = list(scheduling.queue().select_related("organisation"))
-        figures = queue_figures.read_many(queued)
+        query = ListQuery(request.GET)
+        queue = scheduling.queue().select_related("organisation").only(*ROW_FIELDS, "queued_at", "on_hold_reason")
+        page = query.page(queue, per_page=QUEUE_ROWS)
+        queued = list(page.object_list)
+        figures = queue_figures.read_many(queued)  # as the last scheduling pass worked them out
         if len(figures) < len(queued):  # some were queued since the last pass: the whole queue's, now
             figures = scheduling.queue_figures()
+        held_by_node, held_by_job = _held_now("gpu__node"), _held_now("job")
+        nodes = list(Node.objects.annotate(slots=Count("gpus")).order_by("name"))
+        running = Job.objects.filter(state=State.RUNNING).select_related("organisation").only(*ROW_FIELDS, "started_at")
+        running = list(running.order_by("started_at", "pk")[:QUEUE_ROWS])
+        for node in nodes:
+            node.held = held_by_node.get(node.pk, 0)
+        for job in running:
+            job.held = held_by_job.get(job.pk, 0)
+        on_hold = Count("pk", filter=Q(on_hold_since__isnull=False))
+        active = list(
+            Job.objects.filter(state__in=ACTIVE)
+            .order_by()
+            .values_list("state")
+            .annotate(n=Count("pk"), on_hold=on_hold)
+        )
+        counts = {state: count for state, count, _ in active}
+        staging = Job.objects.filter(state__in=(State.SUBMITTED, State.STAGING)).select_related("organisation")
+        staging = staging.only(*ROW_FIELDS, *STAGING_FIELDS)
         context = {
             **self.admin_site.each_context(request),
             "title": "The queue",
             "opts": self.model._meta,
-            "nodes": Node.objects.annotate(slots=Count("gpus", distinct=True), held=held).order_by("name"),
-            "online": set(Gpu.objects.online().values_list("node_id", flat=True)),
-            "running": Job.objects.filter(state=State.RUNNING).select_related("organisation").annotate(held=open_holds),
+            "counts": [(label, counts.get(state, 0)) for state, label in State.choices if state in ACTIVE],
+            "on_hold": sum(held for _, _, held in active),
+            "nodes": nodes,
+            "online": set(Gpu.objects.online().order_by().values_list("node_id", flat=True).distinct()),
+            "running": running,
             "queued": [(job, figures.get(job.pk)) for job in queued],
-            "staging": Job.objects.filter(state__in=(State.SUBMITTED, State.STAGING)).select_related("organisation"),
+            "query": query,
+            "pager": pager(query, page),
+            "staging": staging.order_by("created", "pk")[:QUEUE_ROWS],
+            "staging_count": counts.get(State.SUBMITTED, 0) + counts.get(State.STAGING, 0),
+            "running_count": counts.get(State.RUNNING, 0),
         }
         template = "admin/jobs/job/queue.html#live" if request.htmx else "admin/jobs/job/queue.html"
         return TemplateResponse(request, template, context)

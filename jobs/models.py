@@ -203,8 +203,12 @@ class Job(TimeStamped):
 
     class Meta:
         ordering = ["-created"]
-        # The queue in its order, (queued_at, id): a pass reads its head without sorting the rest.
-        indexes = [models.Index(fields=["state", "queued_at", "id"], name="jobs_job_queue_order")]
+        indexes = [
+            # The queue in its order, (queued_at, id): a pass reads its head without sorting the rest.
+            models.Index(fields=["state", "queued_at", "id"], name="jobs_job_queue_order"),
+            # An organisation's jobs, newest first, a page at a time (the jobs page, the API's list).
+            models.Index(fields=["organisation", "created"], name="job_organisation_created"),
+        ]
 
     def __str__(self) -> str:
         return f"Job {self.pk} ({self.work})"

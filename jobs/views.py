@@ -9,6 +9,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
+from django.db.models import Q
 from django.http import FileResponse, Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
@@ -20,11 +21,12 @@ from billing.models import MONEY, RateCard, RetentionPolicy
 from jobs import enqueue, lifecycle, services
 from jobs.facts import JobFacts
 from jobs.forms import JobForm, RequestForm
-from jobs.models import ACTIVE, Job, Upload
+from jobs.models import ACTIVE, Job, State, Upload
 from jobs.outputs.assemble import open_output_file, signed_output_url
 from jobs.outputs.zipstream import stream_zip
 from jobs.scheduling import fleet
 from jobs.uploads import too_large_message
+from portal.listing import ListQuery, pager
 from portal.models import organisation_for
 from portal.text import ascii_count
 
@@ -33,14 +35,39 @@ def _needs_organisation(request):
     return render(request, "jobs/no_organisation.html", status=403)
 
 
+def _listed_jobs(request, query: ListQuery):
+    """The organisation's jobs as the query string filters them, newest first."""
+    jobs = services.jobs_for_user(request.user).order_by("-created", "-pk")
+    if state := query.choice("state", dict(State.choices), "state"):
+        jobs = jobs.filter(state=state)
+    if kind := query.choice("kind", dict(Job.Kind.choices), "kind"):
+        jobs = jobs.filter(kind=kind)
+    if month := query.month():
+        jobs = jobs.filter(created__gte=month.start, created__lt=month.end)
+    if search := query.text("q"):
+        number = ascii_count(search.removeprefix("#"))
+        jobs = jobs.filter(Q(pk=number) if number else Q(source_name__icontains=search))
+    return jobs
+
+
 @login_required
 @vary_on_headers("HX-Request")
 def job_list(request):
+    """A page of the organisation's jobs, filtered by state, kind and the month they were submitted in, or
+    found by number or data name; the rows refresh themselves while one of them is active."""
     organisation = organisation_for(request.user)
     if organisation is None:
         return _needs_organisation(request)
-    jobs = services.jobs_for_user(request.user)[:200]
-    context = {"jobs": jobs, "polling": any(job.state in ACTIVE for job in jobs)}
+    query = ListQuery(request.GET)
+    page = query.page(_listed_jobs(request, query))
+    context = {
+        "jobs": page.object_list,
+        "pager": pager(query, page),
+        "query": query,
+        "states": State.choices,
+        "kinds": Job.Kind.choices,
+        "polling": any(job.state in ACTIVE for job in page.object_list),
+    }
     template = "jobs/list.html#rows" if request.htmx else "jobs/list.html"
     return render(request, template, context)
 

@@ -188,9 +188,12 @@ TEMPLATES = [
 
 
 def _database() -> dict:
+    """The database, its connections kept for E31_DB_CONN_MAX_AGE seconds between requests (each checked
+    before it is used again). Celery's Django fix-up still closes a worker's connections around every task."""
     url = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'db.sqlite3'}")
+    max_age = env_int("E31_DB_CONN_MAX_AGE", 60, minimum=0)
     try:
-        database = dj_database_url.parse(url, conn_max_age=0)
+        database = dj_database_url.parse(url, conn_max_age=max_age, conn_health_checks=True)
     except ValueError as error:
         raise ImproperlyConfigured(f"DATABASE_URL is not a database URL: {error}") from None
     if database["ENGINE"] == "django.db.backends.sqlite3":
@@ -306,8 +309,9 @@ STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "static"
 STATIC_ROOT.mkdir(exist_ok=True)
-# Served by whitenoise straight from the apps and static/, so a fresh clone needs no collectstatic.
-WHITENOISE_USE_FINDERS = True
+# Served by whitenoise straight from the apps and static/, so a fresh clone needs no collectstatic; `make serve`
+# collects them into STATIC_ROOT, compressed, and turns the finders off to serve that copy.
+WHITENOISE_USE_FINDERS = env_bool("E31_STATIC_FINDERS", True)
 MEDIA_ROOT = VAR_DIR / "media"
 
 E31_STORAGE = env_choice("E31_STORAGE", "filesystem", ("filesystem", "s3"))
@@ -332,7 +336,7 @@ else:
     }
 STORAGES = {
     "default": _default_storage,
-    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
 
 # Uploads always go to a temporary file on disk, never into memory, through a size guard.

@@ -49,6 +49,9 @@ def test_it_refuses_an_unknown_choice(monkeypatch):
         ("E31_PUBLIC_URL", "portal.example.com", "E31_PUBLIC_URL must be an http(s) address"),
         ("E31_LEDGER_KEY", "not-hex-" * 8, "E31_LEDGER_KEY must be hexadecimal digits"),
         ("E31_LEDGER_KEY", "ab" * 31, "E31_LEDGER_KEY must be at least 32 bytes (64 hex digits), not 31"),
+        ("E31_DB_CONN_MAX_AGE", "forever", "E31_DB_CONN_MAX_AGE must be a whole number, not 'forever'"),
+        ("E31_DB_CONN_MAX_AGE", "-1", "E31_DB_CONN_MAX_AGE must be at least 0"),
+        ("E31_STATIC_FINDERS", "maybe", "E31_STATIC_FINDERS must be true or false"),
     ],
 )
 def test_it_stops_the_start_up_on_a_wrong_value(tmp_path, variable, value, message):

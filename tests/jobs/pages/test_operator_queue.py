@@ -70,7 +70,55 @@ def test_it_is_for_operators_who_may_view_jobs(django_user_model, partner_client
 
 def test_its_queries_do_not_grow_with_the_queue(organisation, online_slots, operator, django_assert_max_num_queries):
     client = client_for(operator)
-    for minutes in range(40):
+    for minutes in range(120):
         _job(organisation, 2, minutes_ago=minutes)
-    with django_assert_max_num_queries(20):
-        client.get(QUEUE, HTTP_HX_REQUEST="true")
+    for _ in range(60):
+        _job(organisation, 1, state=State.STAGING)
+    with django_assert_max_num_queries(24):
+        client.get(QUEUE, {"page": "2"}, HTTP_HX_REQUEST="true")
+
+
+def test_it_shows_a_page_of_the_queue_in_its_places_and_the_counts_of_every_state(organisation, online_slots, operator):
+    queued = [_job(organisation, 1, minutes_ago=100 - minutes) for minutes in range(53)]
+    lifecycle.put_on_hold(queued[0], reason="")
+    for _ in range(52):
+        _job(organisation, 1, state=State.STAGING)
+    for minutes in range(51):
+        _job(organisation, 1, state=State.RUNNING, started_at=timezone.now() - timedelta(minutes=minutes))
+    client = client_for(operator)
+    first = client.get(QUEUE).content.decode()
+    assert "Submitted: <strong>0</strong> · Staging: <strong>52</strong> · Queued: <strong>53</strong>" in first
+    assert "Running: <strong>51</strong>" in first and "(the 50 that started first, of 51)" in first
+    assert "on hold: <strong>1</strong>." in first
+    assert f'<td>50</td><td><a href="/admin/jobs/job/{queued[49].pk}/change/">' in first
+    assert f"/admin/jobs/job/{queued[50].pk}/change/" not in first
+    assert "Page 1 of 2 · 1–50 of 53 queued jobs" in first and 'href="?page=2" rel="next"' in first
+    assert "Staging <small>(the first 50 of 52)</small>" in first
+    second = client.get(QUEUE, {"page": "2"}).content.decode()
+    assert f'<td>51</td><td><a href="/admin/jobs/job/{queued[50].pk}/change/">' in second
+    assert f'<td>53</td><td><a href="/admin/jobs/job/{queued[52].pk}/change/">' in second
+    fragment = client.get(QUEUE, {"page": "2"}, HTTP_HX_REQUEST="true").content.decode()
+    assert fragment.strip().startswith('<div id="live" hx-get="/admin/jobs/job/queue/?page=2"'), (
+        "it refreshes its own page"
+    )
+
+
+def test_the_slots_held_are_the_open_holds_only(organisation, online_slots, operator):
+    """A node's and a job's history of holds is not what they hold now."""
+    for _ in range(3):
+        done = _job(organisation, 2)
+        assert lifecycle.start_hold(done, online_slots[:2])
+        assert lifecycle.release(done)
+    running = _job(organisation, 1)
+    assert lifecycle.start_hold(running, online_slots[2:3])
+    page = client_for(operator).get(QUEUE).content.decode()
+    assert ">fake-node</a></td><td>yes</td><td>4</td><td>1</td>" in page
+    assert f"#{running.pk}</a></td><td>Partner Lab</td><td>clean-table</td><td>1</td>" in page
+
+
+@pytest.mark.parametrize("page", ["abc", "-1", "0", "9999"])
+def test_a_page_that_is_not_one_is_said_not_a_500(organisation, online_slots, operator, page):
+    _job(organisation, 1)
+    response = client_for(operator).get(QUEUE, {"page": page})
+    assert response.status_code == 200
+    assert '<p class="errornote">' in response.content.decode()
