@@ -1,5 +1,5 @@
 // The job form: the shape cards show the request laid out in each shape, only the chosen work's
-// parameters are shown. The dataset's upload is in resumable_upload.js.
+// parameters (and the model's fields, for a kind that takes one) are shown. The dataset's upload is in resumable_upload.js.
 (function () {
   const form = document.querySelector("form.job-form");
   if (!form) return;
@@ -18,7 +18,7 @@
   function showParams() {
     const chosen = form.querySelector('input[name="work"]:checked');
     form.querySelectorAll(".params").forEach((group) => {
-      group.hidden = !chosen || group.dataset.work !== chosen.value;
+      group.hidden = !chosen || !group.dataset.work.split(" ").includes(chosen.value);
     });
   }
 

@@ -73,9 +73,12 @@ def spec_of(opts: dict, organisation: Organisation, files: ExitStack) -> JobSpec
     """The job the options ask for, its files opened on `files`; a pass from a sample takes only the
     request and the retention."""
     params = parse_params(opts["param"])
-    model = model_of(Path(opts["model"]), files) if opts["model"] else None
+    given = opts["model"] or ""
+    model = model_of(Path(given), files) if given and "://" not in given else None
+    location = given if "://" in given else ""
     data = data_of(opts["data"], clean_name(opts["sha256"]), organisation, files)
-    return JobSpec(Work(opts["work"], params, model), data, request_of(opts), retention_of(opts), opts["sample"])
+    work = Work(opts["work"], params, model, model_location=location, model_from_job=opts["model_from"])
+    return JobSpec(work, data, request_of(opts), retention_of(opts), opts["sample"])
 
 
 def data_of(given: str, sha256: str, organisation: Organisation, files: ExitStack) -> Data:
@@ -145,8 +148,11 @@ class Command(BaseCommand):
             "--model",
             help=(
                 "The model the work runs: onnx-infer's .onnx file; for embed, classify and generate a Hugging Face "
-                "model folder, or its .zip or .tar."
+                "model folder, or its .zip or .tar. An http(s) URL is fetched by the portal."
             ),
+        )
+        parser.add_argument(
+            "--model-from", type=int, metavar="JOB", help="The model of an earlier job of the organisation, still kept."
         )
         parser.add_argument("--gpus", required=True)
         parser.add_argument("--hours", help="The time limit; with --from-sample, the sample's estimate by default.")
