@@ -273,6 +273,10 @@ def _sentence_modules(archive: _Archive, members: dict[str, Member]) -> dict:
             f"(only {', '.join(sorted(SENTENCE_MODULES))})"
         )
     found = {"normalize": "Normalize" in kinds}
+    if "sentence_bert_config.json" in members:  # the encoder's input limit, below its positions'
+        limit = _read_json(archive, members["sentence_bert_config.json"]).get("max_seq_length")
+        if isinstance(limit, int) and limit > 0:
+            found["max_length"] = limit
     pooling = next((module for module, kind in zip(modules, kinds, strict=True) if kind == "Pooling"), None)
     if pooling is not None:
         path = f"{pooling.get('path', '')}/config.json".lstrip("/")

