@@ -80,7 +80,7 @@ def _submit(organisation: Organisation, user, spec: JobSpec, files: contextlib.E
     else:
         source = _describe_source(processor, organisation, data.file, data.location.strip(), data.s3_credentials)
     gpus, hours = _check_request(spec.request, processor.name)
-    model, kept = _model_of(organisation, work, files)
+    model, kept = _model_of(processor, organisation, work, files)
     checked_model = _check_model(processor, model)
     deadline = _check_deadline(spec.request.deadline)
     request = {"gpus": gpus, "hours": hours, "shape": spec.request.shape, "deadline": deadline}
@@ -121,10 +121,12 @@ def kept_models(organisation: Organisation):
     return Job.objects.filter(organisation=organisation).exclude(model_path="").filter(still_kept).order_by("-pk")
 
 
-def _model_of(organisation: Organisation, work, files: contextlib.ExitStack) -> tuple[NamedFile | None, Job | None]:
+def _model_of(processor, organisation: Organisation, work, files: contextlib.ExitStack) -> tuple:
     """The model the work is given, as a file to check, opened on `files`; with the earlier job it is kept
     for, when it is one chosen again. SubmitError when it is given more than one way, or cannot be had."""
     ways = [way for way in (work.model, work.model_location.strip(), work.model_from_job) if way]
+    if ways and not processor.model_file:  # said before anything is fetched
+        raise SubmitError("model", f"{processor.name} takes no model file.")
     if len(ways) > 1:
         raise SubmitError("model", "Give the model one way: a file, a URL or server path, or an earlier job's.")
     if work.model_location.strip():

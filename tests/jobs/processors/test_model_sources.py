@@ -84,6 +84,8 @@ def test_a_model_location_is_refused_as_a_datas_would_be(organisation, online_sl
         with pytest.raises(services.SubmitError, match=re.escape(message)) as refused:
             submit(organisation, model_location=location)
         assert refused.value.field == "model"
+    with pytest.raises(services.SubmitError, match=r"^clean-table takes no model file\.$"):
+        submit(organisation, "clean-table", model_location="http://localhost:9/never-fetched.zip")
     settings.E31_MAX_MODEL_BYTES = 1000
     with pytest.raises(services.SubmitError, match="is larger than the 1,000-byte limit for a model"):
         submit(organisation, model_location=str(root / "encoder.zip"))
