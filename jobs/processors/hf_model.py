@@ -244,13 +244,15 @@ def _check_sizes(config: dict, shapes: dict[str, list[int]]) -> tuple[int, int]:
     )
     if embedding is None:
         raise ParamError("the weights hold no token embedding (word_embeddings, wte, embed_tokens)")
-    if shapes[embedding] != [vocab, width]:
+    embedded = _first(config, "embedding_size") or width  # ALBERT and ELECTRA embed narrower, then project
+    if shapes[embedding] != [vocab, embedded]:
         raise ParamError(
-            f"config.json says vocab_size {vocab} and hidden size {width}, but the weights' {embedding} "
+            f"config.json says vocab_size {vocab} and hidden size {embedded}, but the weights' {embedding} "
             f"is {shapes[embedding][0]} × {shapes[embedding][1]}"
         )
     indexes = {int(match.group(1)) for name in shapes if (match := LAYER_INDEX.search(name))}
-    if layers is not None and indexes and max(indexes) + 1 != layers:
+    stacks = config.get("is_encoder_decoder")  # two stacks of layers, each counted in its own key
+    if layers is not None and indexes and not stacks and max(indexes) + 1 != layers:
         raise ParamError(f"config.json says {layers} layers, but the weights hold {max(indexes) + 1}")
     return width, vocab
 

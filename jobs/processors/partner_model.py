@@ -64,6 +64,9 @@ def load(model: str, device: str, task: str):
     builder = {"encoder": AutoModel, "classify": AutoModelForSequenceClassification, "generate": AutoModelForCausalLM}
     options = {"local_files_only": True, "trust_remote_code": False}
     tokenizer = AutoTokenizer.from_pretrained(folder, **options)
+    tokenizer.padding_side = "left" if task == "generate" else "right"  # last-token pooling reads the right end
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
     network = builder[task].from_pretrained(folder, use_safetensors=True, dtype=dtype, **options)
     return tokenizer, network.to(device).eval()
 
@@ -386,18 +389,16 @@ def _generate(tokenizer, network, prompts: list[str], params: dict, seed: int, d
     """transformers' generate over one batch of prompts, padded on the left."""
     import torch  # noqa: PLC0415 (a slot's library, loaded with the model)
 
-    tokenizer.padding_side = "left"
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
     inputs = tokenizer(prompts, padding=True, return_tensors="pt").to(device)
+    stops = network.generation_config.eos_token_id
+    stops = set(stops if isinstance(stops, list) else [stops if stops is not None else tokenizer.eos_token_id])
     sampling = {"do_sample": False}
     if params["temperature"] > 0:
         sampling = {"do_sample": True, "temperature": params["temperature"], "top_p": params["top_p"], "top_k": 0}
     torch.manual_seed(seed)
     with torch.inference_mode():
         output = network.generate(
-            **inputs, max_new_tokens=params["max_new_tokens"], pad_token_id=pad, eos_token_id=tokenizer.eos_token_id,
+            **inputs, max_new_tokens=params["max_new_tokens"], pad_token_id=tokenizer.pad_token_id,
             **sampling,
         )  # fmt: skip
     width = inputs["input_ids"].shape[1]
@@ -405,7 +406,7 @@ def _generate(tokenizer, network, prompts: list[str], params: dict, seed: int, d
     for prompt_tokens, tokens in zip(
         inputs["attention_mask"].sum(dim=1).tolist(), output[:, width:].tolist(), strict=True
     ):
-        stop = tokens.index(tokenizer.eos_token_id) if tokenizer.eos_token_id in tokens else None
+        stop = next((index for index, token in enumerate(tokens) if token in stops), None)
         kept = tokens if stop is None else tokens[: stop + 1]
         rows.append(
             {
