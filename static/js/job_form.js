@@ -1,5 +1,5 @@
 // The job form: the shape cards show the request laid out in each shape, only the chosen work's
-// parameters (and the model's fields, for a kind that takes one) are shown. The dataset's upload is in resumable_upload.js.
+// parameters are shown. The dataset's upload is in resumable_upload.js.
 (function () {
   const form = document.querySelector("form.job-form");
   if (!form) return;
