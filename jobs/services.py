@@ -1,19 +1,23 @@
 """What the rest of the portal may do with jobs: submit them and find them. What a job's page reads is in facts.py."""
 
+import contextlib
 import io
 import re
+import tempfile
 from datetime import UTC, datetime
 from decimal import Decimal
 
 from django.conf import settings
+from django.core.files.storage import default_storage
 from django.db import transaction
+from django.db.models import Q
 from django.http import Http404
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 
 from billing.models import RetentionPolicy
 from jobs import enqueue, processors, uploads
-from jobs.models import Job, State, Upload
+from jobs.models import ACTIVE, Job, State, Upload
 from jobs.scheduling import parse_request, sizing
 from jobs.spec import Data, JobSpec, NamedFile, Request, Retention
 from jobs.staging import s3, sources
@@ -48,12 +52,19 @@ def get_job_for_user(request, pk: int) -> Job:
 def submit_job(organisation: Organisation, user, spec: JobSpec) -> Job:
     """Check a job's four parts, store its data and queue its staging. Nothing is held yet.
 
-    A work kind that takes a model file (onnx-infer) gets it with the work, checked here.
+    A work kind that takes a model (onnx-infer, embed, classify, generate) gets it with the work, checked
+    here: a file, one fetched now from a URL or a server path, or an earlier job's that is still kept.
 
     With `spec.sample`, the job is a sample: it stages the data, runs the work on one slot for about
     E31_SAMPLE_SECONDS and measures it; the request given is kept as the one the pass would make,
     and the staged copy is kept at least E31_SAMPLE_KEEP_DAYS for that pass (submit_pass), within
     the retention policy's limit."""
+    with contextlib.ExitStack() as files:
+        return _submit(organisation, user, spec, files)
+
+
+def _submit(organisation: Organisation, user, spec: JobSpec, files: contextlib.ExitStack) -> Job:
+    """submit_job's checks and the job they make; a model fetched from a location is a file on `files`."""
     work, data, retention = spec.work, spec.data, spec.retention
     try:
         processor = processors.get(work.kind)
@@ -71,7 +82,8 @@ def submit_job(organisation: Organisation, user, spec: JobSpec) -> Job:
     else:
         source = _describe_source(processor, organisation, data.file, data.location.strip(), data.s3_credentials)
     gpus, hours = _check_request(spec.request, processor.name)
-    checked_model = _check_model(processor, work.model)
+    model, kept = _model_of(processor, organisation, work, files)
+    checked_model = _check_model(processor, model)
     deadline = _check_deadline(spec.request.deadline)
     request = {"gpus": gpus, "hours": hours, "shape": spec.request.shape, "deadline": deadline}
     request["retention_days"] = retention.staged_days
@@ -85,9 +97,11 @@ def submit_job(organisation: Organisation, user, spec: JobSpec) -> Job:
         source["source_path"] = uploads.store_upload(data.file.stream, data.file.name)
     if upload is not None:
         source["source_path"] = _take_upload(upload)
-    if checked_model:
-        source["model_path"] = uploads.store_model(work.model.stream, work.model.name)
-        source["model_name"] = uploads.safe_name(work.model.name)
+    if checked_model and kept is not None:
+        source.update(model_path=kept.model_path, model_name=kept.model_name)
+    elif checked_model:
+        source["model_path"] = uploads.store_model(model.stream, model.name)
+        source["model_name"] = uploads.safe_name(model.name)
     return _create(
         organisation=organisation,
         created_by=user if user and user.is_authenticated else None,
@@ -100,6 +114,38 @@ def submit_job(organisation: Organisation, user, spec: JobSpec) -> Job:
         **request,
         **source,
     )
+
+
+def kept_models(organisation: Organisation):
+    """The organisation's jobs whose model is still kept, newest first: retention keeps a job's model
+    while the job is under way or keeps its staged copy, and a model can be chosen again until then."""
+    still_kept = Q(state__in=ACTIVE) | (Q(staged_purged_at__isnull=True) & ~Q(staged_path=""))
+    return Job.objects.filter(organisation=organisation).exclude(model_path="").filter(still_kept).order_by("-pk")
+
+
+def _model_of(processor, organisation: Organisation, work, files: contextlib.ExitStack) -> tuple:
+    """The model the work is given, as a file to check, opened on `files`; with the earlier job it is kept
+    for, when it is one chosen again. SubmitError when it is given more than one way, or cannot be had."""
+    ways = [way for way in (work.model, work.model_location.strip(), work.model_from_job) if way]
+    if ways and not processor.model_file:  # said before anything is fetched
+        raise SubmitError("model", f"{processor.name} takes no model file.")
+    if len(ways) > 1:
+        raise SubmitError("model", "Give the model one way: a file, a URL or server path, or an earlier job's.")
+    if work.model_location.strip():
+        copy = files.enter_context(tempfile.TemporaryFile(dir=settings.FILE_UPLOAD_TEMP_DIR))  # noqa: SIM115 (`files`)
+        try:
+            name = sources.copy_model(work.model_location.strip(), organisation.slug, copy)
+        except sources.SourceError as error:
+            raise SubmitError("model", str(error)) from None
+        return NamedFile(copy, name), None
+    if work.model_from_job:
+        kept = kept_models(organisation).filter(pk=work.model_from_job).first()
+        if kept is None or not default_storage.exists(kept.model_path):
+            raise SubmitError(
+                "model", f"Job {work.model_from_job} has no model kept for you: it brought none, or it is purged."
+            )
+        return NamedFile(files.enter_context(default_storage.open(kept.model_path, "rb")), kept.model_name), kept
+    return work.model, None
 
 
 def _check_model(processor, model: NamedFile | None) -> bool:

@@ -25,11 +25,15 @@ class NamedFile:
 
 @dataclass(frozen=True)
 class Work:
-    """The processing step: a work kind, its parameters as typed, and the model file it runs, if any."""
+    """The processing step: a work kind, its parameters as typed, and the model it runs, if any, given one
+    way: a file sent with the job, a location (an http(s) URL or a server path), or an earlier job of the
+    organisation's whose model is still kept."""
 
     kind: str
     params: Mapping[str, str] = field(default_factory=dict)
     model: NamedFile | None = None
+    model_location: str = ""
+    model_from_job: int | None = None
 
 
 @dataclass(frozen=True)

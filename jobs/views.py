@@ -78,7 +78,11 @@ def job_new(request):
     if organisation is None:
         return _needs_organisation(request)
     policy = RetentionPolicy.in_force(organisation)
-    form = JobForm(request.POST, request.FILES, policy=policy) if request.method == "POST" else JobForm(policy=policy)
+    kept = services.kept_models(organisation)
+    if request.method == "POST":
+        form = JobForm(request.POST, request.FILES, policy=policy, kept_models=kept)
+    else:
+        form = JobForm(policy=policy, kept_models=kept)
     if request.method == "POST":
         if getattr(request, "upload_too_large", False):
             form.add_error(None, too_large_message())

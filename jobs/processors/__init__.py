@@ -10,6 +10,7 @@ from jobs.processors.column_stats import ColumnStats
 from jobs.processors.embed_text import EmbedText
 from jobs.processors.image_thumbs import ImageThumbs
 from jobs.processors.onnx_infer import OnnxInfer
+from jobs.processors.partner_model import Classify, Embed, Generate
 
 __all__ = [
     "Batch",
@@ -24,7 +25,9 @@ __all__ = [
     "runnable_here",
 ]
 
-BUILT_IN: tuple[type[Processor], ...] = (CleanTable, ColumnStats, EmbedText, ImageThumbs, OnnxInfer)
+BUILT_IN: tuple[type[Processor], ...] = (
+    CleanTable, Classify, ColumnStats, Embed, EmbedText, Generate, ImageThumbs, OnnxInfer
+)  # fmt: skip
 
 
 @cache

@@ -113,7 +113,7 @@ class _ModelCopies:
         if path in self.copies:
             self.copies.move_to_end(path)
             return self.copies[path]
-        handle, local = tempfile.mkstemp(prefix="e31-model-", suffix=".onnx")
+        handle, local = tempfile.mkstemp(prefix="e31-model-")
         try:
             with os.fdopen(handle, "wb") as target, default_storage.open(path, "rb") as source:
                 while block := source.read(8 * 1024 * 1024):
@@ -140,7 +140,7 @@ def _remove(local: str) -> None:
 _copies = _ModelCopies()
 
 
-def _local(path: str) -> str:
+def local_model(path: str) -> str:
     """The model as a file on this machine: where the storage keeps it, or a copy (S3)."""
     try:
         return default_storage.path(path)
@@ -151,7 +151,7 @@ def _local(path: str) -> str:
 @lru_cache(maxsize=2)
 def _loaded(path: str, device: str):
     """The model's session, kept for the next batches of the same job (a slot runs one job at a time)."""
-    return _session(_local(path), device)
+    return _session(local_model(path), device)
 
 
 def _convert(value, dtype: str):
@@ -215,7 +215,7 @@ class OnnxInfer(Processor):
 
     def prepare(self, plan: dict, layout: dict, params: dict, model: str) -> dict:
         """Each model input's columns, checked against the data's, and the outputs: before any GPU is held."""
-        found = describe(_local(model))
+        found = describe(local_model(model))
         mapping = parse_inputs(params["inputs"])
         names = [node["name"] for node in found["inputs"]]
         unknown = sorted(set(mapping) - set(names))

@@ -6,6 +6,7 @@ import contextlib
 import logging
 import os
 import queue
+import shutil
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -247,6 +248,29 @@ def check(location: str, slug: str, s3_credentials: dict | None = None) -> None:
             raise SourceError(str(error)) from None
     else:
         server_path(location, slug)
+
+
+def copy_model(location: str, slug: str, into: BinaryIO) -> str:
+    """A model at an http(s) URL or a server path, copied into `into` when the job is submitted, since a
+    model is checked before its job is made; its name. The URL passes the SSRF guard."""
+    check(location, slug)
+    kind = kind_of(location)
+    if kind == Job.Source.S3:
+        raise SourceError("A model comes with the job, from an http(s) URL or from a server path; not from S3.")
+    if kind == Job.Source.PATH and server_path(location, slug).stat().st_size > settings.E31_MAX_MODEL_BYTES:
+        raise SourceError(f"{location} is larger than the {settings.E31_MAX_MODEL_BYTES:,}-byte limit for a model.")
+    if kind == Job.Source.URL:
+        try:
+            fetch.fetch(
+                location, into, max_bytes=settings.E31_MAX_MODEL_BYTES, allowed_hosts=settings.E31_STAGING_ALLOWED_HOSTS
+            )
+        except fetch.FetchError as error:
+            raise SourceError(str(error)) from None
+    else:
+        with _open_server_path(location, slug) as stream:
+            shutil.copyfileobj(stream, into, 8 * 1024 * 1024)
+    into.seek(0)
+    return name_of(location)
 
 
 def open_source(job: Job, progress: StagingProgress) -> contextlib.AbstractContextManager[BinaryIO]:

@@ -47,7 +47,7 @@
   function showParams() {
     const chosen = form.querySelector('input[name="work"]:checked');
     form.querySelectorAll(".params").forEach((group) => {
-      group.hidden = !chosen || group.dataset.work !== chosen.value;
+      group.hidden = !chosen || !group.dataset.work.split(" ").includes(chosen.value);
     });
   }
 

@@ -618,7 +618,12 @@ def build_parser() -> Parser:
     submit.add_argument("data", metavar="DATA", help="a local file (uploaded, resumably), an https:// URL or s3://")
     submit.add_argument("--work", required=True, metavar="KIND", help="the work kind, e.g. clean-table")
     submit.add_argument("--param", type=parse_param, action="append", default=[], metavar="K=V")
-    submit.add_argument("--model", metavar="FILE", help="the model file the work runs (onnx-infer)")
+    submit.add_argument(
+        "--model",
+        metavar="FILE",
+        help="the model file the work runs (onnx-infer: .onnx; embed, classify, generate: a .zip or .tar of a "
+        "Hugging Face model folder)",
+    )
     add_request(submit)
     submit.add_argument("--sample", action="store_true", help="run a sample that sizes the full pass")
     submit.add_argument("--sha256", default="", metavar="HEX", help="the data's SHA-256; staging checks it")

@@ -11,6 +11,8 @@ it is staged once the queue is back, and --wait waits for that.
 import json
 import shutil
 import sys
+import tarfile
+import tempfile
 import time
 from contextlib import ExitStack
 from datetime import datetime
@@ -71,9 +73,12 @@ def spec_of(opts: dict, organisation: Organisation, files: ExitStack) -> JobSpec
     """The job the options ask for, its files opened on `files`; a pass from a sample takes only the
     request and the retention."""
     params = parse_params(opts["param"])
-    model = open_file(Path(opts["model"]), "model file", files) if opts["model"] else None
+    given = opts["model"] or ""
+    model = model_of(Path(given), files) if given and "://" not in given else None
+    location = given if "://" in given else ""
     data = data_of(opts["data"], clean_name(opts["sha256"]), organisation, files)
-    return JobSpec(Work(opts["work"], params, model), data, request_of(opts), retention_of(opts), opts["sample"])
+    work = Work(opts["work"], params, model, model_location=location, model_from_job=opts["model_from"])
+    return JobSpec(work, data, request_of(opts), retention_of(opts), opts["sample"])
 
 
 def data_of(given: str, sha256: str, organisation: Organisation, files: ExitStack) -> Data:
@@ -91,6 +96,16 @@ def open_file(path: Path, what: str, files: ExitStack) -> NamedFile:
     if not path.is_file():
         raise CommandError(f"There is no {what} {path}.")
     return NamedFile(files.enter_context(path.open("rb")), path.name)
+
+
+def model_of(path: Path, files: ExitStack) -> NamedFile:
+    """The model file, or a model folder packed as a .tar, as embed, classify and generate take it."""
+    if not path.is_dir():
+        return open_file(path, "model file", files)
+    packed = files.enter_context(tempfile.TemporaryFile(prefix="e31-model-"))  # noqa: SIM115 (closed by `files`)
+    with tarfile.open(fileobj=packed, mode="w") as archive:
+        archive.add(path, arcname=path.name)  # links are added as links, which the check refuses
+    return NamedFile(packed, f"{path.name}.tar")
 
 
 def request_of(opts: dict) -> Request:
@@ -139,7 +154,16 @@ class Command(BaseCommand):
         parser.add_argument("--data", help="A file to upload, an http(s) URL, or a path under a staging root.")
         parser.add_argument("--work", help="The work kind, e.g. clean-table.")
         parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
-        parser.add_argument("--model", help="The model file the work runs (onnx-infer: a .onnx file).")
+        parser.add_argument(
+            "--model",
+            help=(
+                "The model the work runs: onnx-infer's .onnx file; for embed, classify and generate a Hugging Face "
+                "model folder, or its .zip or .tar. An http(s) URL is fetched by the portal."
+            ),
+        )
+        parser.add_argument(
+            "--model-from", type=int, metavar="JOB", help="The model of an earlier job of the organisation, still kept."
+        )
         parser.add_argument("--gpus", required=True)
         parser.add_argument("--hours", help="The time limit; with --from-sample, the sample's estimate by default.")
         parser.add_argument(

@@ -183,6 +183,26 @@ def onnx_infer_case() -> tuple[Context, list]:
     return Context(params=params, plan=plan, layout=csv_layout(["x"]), model="no-model-is-loaded.onnx"), [["a"], [""]]
 
 
+def partner_model_case(name: str, raw: dict, plan: dict, bad: list) -> tuple[Context, list]:
+    """A kind that runs the partner's model, with the plan staging makes; no record reaches the model."""
+    params = processors.get(name).validate_params(raw)
+    return Context(params=params, plan=plan, layout=csv_layout(["text"]), model="no-model-is-loaded.zip"), bad
+
+
+def embed_case() -> tuple[Context, list]:
+    plan = {"column": "text", "index": 0, "pooling": "mean", "normalise": True, "dimension": 8}
+    return partner_model_case("embed", {"dtype": "float16"}, plan, [[""], [None]])
+
+
+def classify_case() -> tuple[Context, list]:
+    plan = {"column": "text", "index": 0, "labels": ["a", "b"]}
+    return partner_model_case("classify", {"all_scores": "yes"}, plan, [[""], [None]])
+
+
+def generate_case() -> tuple[Context, list]:
+    return partner_model_case("generate", {}, {"fields": {"text": ["text", 0]}}, [[], [None]])  # a short row
+
+
 def plugin_case() -> tuple[Context, list]:
     params = processors.get("test-slow-echo").validate_params({"seconds_per_batch": "0"})
     return Context(params=params, plan={}, layout=csv_layout(["a"])), []
@@ -190,9 +210,12 @@ def plugin_case() -> tuple[Context, list]:
 
 # Values each kind rejects (none for those that reject only unreadable records).
 CASES = {
+    "classify": classify_case,
     "clean-table": clean_table_case,
     "column-stats": column_stats_case,
+    "embed": embed_case,
     "embed-text": embed_text_case,
+    "generate": generate_case,
     "image-thumbs": image_thumbs_case,
     "onnx-infer": onnx_infer_case,
     "test-slow-echo": plugin_case,

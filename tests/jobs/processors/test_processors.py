@@ -12,5 +12,6 @@ def test_it_lists_the_built_in_and_the_plugin_work_kinds():
 
 
 def test_it_names_the_kinds_when_one_is_unknown():
-    with pytest.raises(processors.ParamError, match="There is no work kind 'nope'; the kinds are: clean-table"):
+    message = "There is no work kind 'nope'; the kinds are: classify, clean-table"
+    with pytest.raises(processors.ParamError, match=message):
         processors.get("nope")

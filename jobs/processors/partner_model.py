@@ -1,0 +1,456 @@
+"""embed, classify and generate: the partner's own Hugging Face model over every record.
+
+The model comes with the job as its folder in a .zip or .tar, checked on submit and again when
+staged (hf_model.py), and unpacked once on each slot that runs it. Its libraries (torch and
+transformers) are imported only in a slot.
+
+Throughput: a slot's batch is cut into model batches of texts of similar length (fewer pad tokens),
+the next one tokenized in a thread while the model runs the current one; on a GPU the model runs
+in bfloat16 (float16 where bfloat16 is not supported). `generate` runs on vLLM on a GPU slot where it
+is installed, and transformers' `generate` everywhere else.
+"""
+
+import importlib.util
+import string
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
+
+import numpy as np
+import pyarrow as pa
+
+from jobs.processors import hf_model
+from jobs.processors.base import Batch, Context, Param, ParamError, Processor, Record, data_column
+from jobs.processors.embed_text import slot_threads, text_of, unfit
+from jobs.processors.onnx_infer import local_model
+
+MODEL_FILE = "a Hugging Face model folder as a .zip or .tar (safetensors weights, config.json, a tokenizer)"
+CHOICES = {
+    "pooling": ("auto", "mean", "cls", "last"),
+    "normalise": ("auto", "yes", "no"),
+    "dtype": ("float32", "float16"),
+    "all_scores": ("no", "yes"),
+}
+BATCH_SIZE = Param(
+    "batch_size", int, 32, "Records the model runs at once: larger is faster on a GPU and uses more of its memory.",
+    minimum=1, maximum=4096,
+)  # fmt: skip
+
+
+def _choice(params: dict, name: str) -> str:
+    value = params[name].strip().lower()
+    if value not in CHOICES[name]:
+        raise ParamError(f"{name} must be one of {', '.join(CHOICES[name])}, not {params[name]!r}")
+    return value
+
+
+@lru_cache(maxsize=2)
+def load(model: str, device: str, task: str):
+    """(tokenizer, model) for the job's model in storage, loaded once per slot process and job."""
+    # Only a slot runs a model: its libraries come with requirements-gpu.txt and are imported here.
+    import torch  # noqa: PLC0415
+    from transformers import (  # noqa: PLC0415
+        AutoModel,
+        AutoModelForCausalLM,
+        AutoModelForSequenceClassification,
+        AutoTokenizer,
+    )
+
+    torch.set_num_threads(slot_threads())
+    folder = hf_model.unpacked(local_model(model)).name
+    dtype = torch.float32
+    if device == "cuda":
+        dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    builder = {"encoder": AutoModel, "classify": AutoModelForSequenceClassification, "generate": AutoModelForCausalLM}
+    options = {"local_files_only": True, "trust_remote_code": False}
+    tokenizer = AutoTokenizer.from_pretrained(folder, **options)
+    tokenizer.padding_side = "left" if task == "generate" else "right"  # last-token pooling reads the right end
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    network = builder[task].from_pretrained(folder, use_safetensors=True, dtype=dtype, **options)
+    return tokenizer, network.to(device).eval()
+
+
+def by_length(texts: list[str], size: int) -> list[list[int]]:
+    """The texts' indexes in model batches of `size`, shortest first: a batch pads to its longest."""
+    order = sorted(range(len(texts)), key=lambda index: len(texts[index]))
+    return [order[start : start + size] for start in range(0, len(order), size)]
+
+
+def pipelined(chunks: list, prepare: Callable, run: Callable) -> Iterator:
+    """run(prepare(chunk)) for each chunk in turn, the next chunk prepared in a thread meanwhile."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending = pool.submit(prepare, chunks[0]) if chunks else None
+        for index in range(len(chunks)):
+            ready = pending.result()
+            if index + 1 < len(chunks):
+                pending = pool.submit(prepare, chunks[index + 1])
+            yield run(ready)
+
+
+def max_length(tokenizer, network) -> int:
+    """The longest input the model takes: the tokenizer's limit, within the model's positions."""
+    positions = getattr(network.config, "max_position_embeddings", None) or getattr(network.config, "n_positions", 512)
+    return min(tokenizer.model_max_length, positions)
+
+
+class PartnerModel(Processor):
+    """What the three kinds share: the model checked on submit and staging, and the text of each record."""
+
+    task = ""
+    version = "1"
+    input_formats = ("csv", "jsonl", "parquet")
+    batch_size = 256  # records between two renewals of the shard's lease
+    requires = ("torch", "transformers")
+    model_file = MODEL_FILE
+
+    def check_model(self, path: str) -> dict:
+        return hf_model.check(path, self.task)
+
+    def prepare(self, plan: dict, layout: dict, params: dict, model: str) -> dict:
+        return {**plan, "model": hf_model.check(local_model(model), self.task)}
+
+    def text_column(self, plan: dict, layout: dict, params: dict) -> dict:
+        columns = layout["columns"]
+        column = data_column(params["column"], columns)
+        if column is None:
+            raise ParamError(
+                f"{self.name} reads the column {params['column']!r}, which the data does not have; "
+                f"its columns are: {', '.join(columns) or 'none'}. Set the column parameter to one of them."
+            )
+        return {**plan, "column": column, "index": columns.index(column)}
+
+    @staticmethod
+    def texts(records: list[Record], plan: dict) -> tuple[list[str], list[int], list]:
+        texts, kept, rejects = [], [], []
+        for record in records:
+            text = text_of(record.value, plan["column"], plan["index"])
+            if reason := unfit(text, plan["column"]):
+                rejects.append((record, reason))
+            else:
+                texts.append(text)
+                kept.append(record.position)
+        return texts, kept, rejects
+
+    def encoded(self, texts: list[str], context: Context, run: Callable) -> list:
+        """run(the model's inputs) over the texts in batches sorted by length; the results in text order."""
+        tokenizer, network = load(context.model, context.device, self.task)
+        limit = min(max_length(tokenizer, network), context.plan.get("model", {}).get("max_length", 1 << 30))
+
+        def tokenize(chunk: list[int]):
+            batch = tokenizer([texts[index] for index in chunk], padding=True, truncation=True, max_length=limit)
+            return chunk, batch.convert_to_tensors("pt").to(context.device)
+
+        found: list = [None] * len(texts)
+        chunks = by_length(texts, context.params["batch_size"])
+        for chunk, rows in pipelined(chunks, tokenize, lambda ready: (ready[0], run(network, ready[1]))):
+            for index, row in zip(chunk, rows, strict=True):
+                found[index] = row
+        return found
+
+
+class Embed(PartnerModel):
+    name = "embed"
+    title = "Embed with your model"
+    description = (
+        "A vector for the text of every record from your Hugging Face encoder (sentence-transformers or plain "
+        "transformers): its pooling and normalisation, or those you choose. Output: Parquet, one float32 or "
+        "float16 vector per record, as wide as the model."
+    )
+    task = "encoder"
+    params = (
+        Param("column", str, "text", "The column holding the text to embed."),
+        Param(
+            "pooling", str, "auto", "auto (the model's own, else mean), mean, cls or last: how tokens make one vector."
+        ),
+        Param("normalise", str, "auto", "auto (as the model says, else no), yes or no: vectors of unit length."),
+        Param("dtype", str, "float32", "float32 or float16: the vectors' type in the output."),
+        BATCH_SIZE,
+    )
+
+    def validate_params(self, raw):
+        params = super().validate_params(raw)
+        return {**params, **{name: _choice(params, name) for name in ("pooling", "normalise", "dtype")}}
+
+    def prepare(self, plan: dict, layout: dict, params: dict, model: str) -> dict:
+        plan = self.text_column(super().prepare(plan, layout, params, model), layout, params)
+        facts = plan["model"]
+        pooling = facts.get("pooling", "mean") if params["pooling"] == "auto" else params["pooling"]
+        normalise = facts.get("normalize", False) if params["normalise"] == "auto" else params["normalise"] == "yes"
+        return {**plan, "pooling": pooling, "normalise": normalise, "dimension": facts["hidden_size"]}
+
+    def output_schema(self, context: Context) -> pa.Schema:
+        kind = pa.float16() if context.params["dtype"] == "float16" else pa.float32()
+        return pa.schema([("embedding", pa.list_(kind, context.plan["dimension"]))])
+
+    def process_batch(self, records: list[Record], context: Context) -> Batch:
+        texts, kept, rejects = self.texts(records, context.plan)
+        schema = self.output_schema(context)
+        if not texts:
+            return Batch(table=schema.empty_table(), kept=kept, rejects=rejects)
+        pooling, normalise = context.plan["pooling"], context.plan["normalise"]
+        vectors = np.stack(
+            self.encoded(texts, context, lambda network, inputs: pool(network, inputs, pooling, normalise))
+        )
+        values = pa.array(vectors.astype(schema.field("embedding").type.value_type.to_pandas_dtype()).reshape(-1))
+        column = pa.FixedSizeListArray.from_arrays(values, context.plan["dimension"])
+        return Batch(table=pa.table([column], schema=schema), kept=kept, rejects=rejects)
+
+
+def pool(network, inputs, pooling: str, normalise: bool) -> np.ndarray:
+    """One float32 vector per text of the batch: its tokens' states pooled, of unit length if asked."""
+    import torch  # noqa: PLC0415 (a slot's library, loaded with the model)
+
+    with torch.inference_mode():
+        states = network(**inputs).last_hidden_state.float()
+        mask = inputs["attention_mask"].unsqueeze(-1).to(states.dtype)
+        if pooling == "cls":
+            vectors = states[:, 0]
+        elif pooling == "last":
+            last = inputs["attention_mask"].sum(dim=1) - 1
+            vectors = states[torch.arange(states.shape[0], device=states.device), last]
+        else:
+            vectors = (states * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+        if normalise:
+            vectors = torch.nn.functional.normalize(vectors, p=2, dim=1)
+    return vectors.cpu().numpy()
+
+
+class Classify(PartnerModel):
+    name = "classify"
+    title = "Classify with your model"
+    description = (
+        "Your Hugging Face sequence-classification model over the text of every record. Output: Parquet with "
+        "each record's label and its score, and optionally every label's score."
+    )
+    task = "classify"
+    params = (
+        Param("column", str, "text", "The column holding the text to classify."),
+        Param("all_scores", str, "no", "yes to add every label's score, in the order of the plan's labels."),
+        BATCH_SIZE,
+    )
+
+    def validate_params(self, raw):
+        params = super().validate_params(raw)
+        return {**params, "all_scores": _choice(params, "all_scores")}
+
+    def prepare(self, plan: dict, layout: dict, params: dict, model: str) -> dict:
+        plan = self.text_column(super().prepare(plan, layout, params, model), layout, params)
+        return {**plan, "labels": plan["model"]["labels"]}
+
+    def output_schema(self, context: Context) -> pa.Schema:
+        fields = [("label", pa.string()), ("score", pa.float32())]
+        if context.params["all_scores"] == "yes":
+            fields.append(("scores", pa.list_(pa.float32(), len(context.plan["labels"]))))
+        return pa.schema(fields)
+
+    def process_batch(self, records: list[Record], context: Context) -> Batch:
+        texts, kept, rejects = self.texts(records, context.plan)
+        schema = self.output_schema(context)
+        if not texts:
+            return Batch(table=schema.empty_table(), kept=kept, rejects=rejects)
+        scores = np.stack(self.encoded(texts, context, probabilities))
+        labels = context.plan["labels"]
+        best = scores.argmax(axis=1)
+        columns = [pa.array([labels[index] for index in best]), pa.array(scores.max(axis=1), pa.float32())]
+        if "scores" in schema.names:
+            columns.append(pa.FixedSizeListArray.from_arrays(pa.array(scores.reshape(-1), pa.float32()), len(labels)))
+        return Batch(table=pa.table(columns, schema=schema), kept=kept, rejects=rejects)
+
+
+def probabilities(network, inputs) -> np.ndarray:
+    """Each label's probability: a softmax over the labels, or each on its own for a multi-label model."""
+    import torch  # noqa: PLC0415 (a slot's library, loaded with the model)
+
+    with torch.inference_mode():
+        logits = network(**inputs).logits.float()
+    multi = network.config.problem_type == "multi_label_classification"
+    return (torch.sigmoid(logits) if multi else torch.softmax(logits, dim=-1)).cpu().numpy()
+
+
+def template_fields(template: str) -> list[str]:
+    """The column names a prompt template reads, each as {column}; ParamError for anything else."""
+    try:
+        parts = list(string.Formatter().parse(template))
+    except ValueError as error:
+        raise ParamError(f"template is not a template: {error}") from None
+    fields = [name for _, name, _, _ in parts if name is not None]
+    for _, name, spec, conversion in parts:
+        if name is not None and (not name or spec or conversion or "." in name or "[" in name):
+            raise ParamError(f"template fields are {{column}}, a column's name alone, not {{{name}}}")
+    if not fields:
+        raise ParamError("template names no column: write it with {column} where a record's value goes")
+    return fields
+
+
+class Generate(PartnerModel):
+    name = "generate"
+    title = "Generate with your model"
+    description = (
+        "Your causal language model completes a prompt made from every record's columns. Output: Parquet with "
+        "the text, the prompt's and the output's token counts, and why it stopped (stop or length)."
+    )
+    task = "generate"
+    params = (
+        Param("template", str, "{text}", "The prompt, with {column} where each record's value goes."),
+        Param("max_new_tokens", int, 64, "The most tokens generated per record.", minimum=1, maximum=8192),
+        Param("temperature", float, 0.0, "0 for greedy decoding; higher samples more freely.", minimum=0, maximum=5),
+        Param("top_p", float, 1.0, "Samples from the smallest set of tokens this likely.", minimum=0.01, maximum=1),
+        Param("seed", int, 0, "The same seed gives the same output for the same record.", minimum=0, maximum=2**31),
+        Param(
+            "batch_size",
+            int,
+            16,
+            "Prompts the model runs at once (greedy decoding on transformers).",
+            minimum=1,
+            maximum=1024,
+        ),
+    )
+    batch_size = 64
+    schema = pa.schema(
+        [
+            ("text", pa.string()),
+            ("prompt_tokens", pa.int32()),
+            ("output_tokens", pa.int32()),
+            ("finish_reason", pa.string()),
+        ]
+    )
+
+    def validate_params(self, raw):
+        params = super().validate_params(raw)
+        template_fields(params["template"])
+        return params
+
+    def prepare(self, plan: dict, layout: dict, params: dict, model: str) -> dict:
+        plan = super().prepare(plan, layout, params, model)
+        columns = layout["columns"]
+        found = {}
+        for name in template_fields(params["template"]):
+            column = data_column(name, columns)
+            if column is None:
+                raise ParamError(
+                    f"the template reads the column {name!r}, which the data does not have; "
+                    f"its columns are: {', '.join(columns) or 'none'}"
+                )
+            found[name] = [column, columns.index(column)]
+        return {**plan, "fields": found}
+
+    def output_schema(self, context: Context) -> pa.Schema:
+        return self.schema
+
+    def process_batch(self, records: list[Record], context: Context) -> Batch:
+        prompts, kept, rejects = [], [], []
+        for record in records:
+            try:
+                prompts.append(self.prompt(record, context))
+            except ValueError as error:
+                rejects.append((record, str(error)))
+                continue
+            kept.append(record.position)
+        if not prompts:
+            return Batch(table=self.schema.empty_table(), kept=kept, rejects=rejects)
+        rows = generated(prompts, kept, context)
+        table = pa.Table.from_pylist(rows, schema=self.schema)
+        return Batch(table=table, kept=kept, rejects=rejects)
+
+    @staticmethod
+    def prompt(record: Record, context: Context) -> str:
+        values = {}
+        for name, (column, index) in context.plan["fields"].items():
+            value = text_of(record.value, column, index)
+            if value is None:
+                raise ValueError(f"column {column!r} is missing or null")
+            values[name] = value if isinstance(value, str) else str(value)
+        parts = string.Formatter().parse(context.params["template"])
+        return "".join(literal + (values[name] if name is not None else "") for literal, name, _, _ in parts)
+
+
+def generated(prompts: list[str], positions: list[int], context: Context) -> list[dict]:
+    """One row per prompt: on vLLM where a GPU slot has it, else transformers."""
+    if context.device == "cuda" and importlib.util.find_spec("vllm") is not None:
+        return _vllm(prompts, positions, context)
+    tokenizer, network = load(context.model, context.device, "generate")
+    params = context.params
+    if params["temperature"] == 0:
+        chunks = by_length(prompts, params["batch_size"])
+    else:  # each record sampled alone from its own seed: its output does not depend on its batch
+        chunks = [[index] for index in range(len(prompts))]
+    rows: list = [None] * len(prompts)
+    for chunk in chunks:
+        seed = params["seed"] + positions[chunk[0]]
+        for index, row in zip(
+            chunk, _generate(tokenizer, network, [prompts[i] for i in chunk], params, seed, context.device), strict=True
+        ):
+            rows[index] = row
+    return rows
+
+
+def _generate(tokenizer, network, prompts: list[str], params: dict, seed: int, device: str) -> list[dict]:
+    """transformers' generate over one batch of prompts, padded on the left."""
+    import torch  # noqa: PLC0415 (a slot's library, loaded with the model)
+
+    inputs = tokenizer(prompts, padding=True, return_tensors="pt").to(device)
+    stops = network.generation_config.eos_token_id
+    stops = set(stops if isinstance(stops, list) else [stops if stops is not None else tokenizer.eos_token_id])
+    sampling = {"do_sample": False}
+    if params["temperature"] > 0:
+        sampling = {"do_sample": True, "temperature": params["temperature"], "top_p": params["top_p"], "top_k": 0}
+    torch.manual_seed(seed)
+    with torch.inference_mode():
+        output = network.generate(
+            **inputs, max_new_tokens=params["max_new_tokens"], pad_token_id=tokenizer.pad_token_id,
+            **sampling,
+        )  # fmt: skip
+    width = inputs["input_ids"].shape[1]
+    rows = []
+    for prompt_tokens, tokens in zip(
+        inputs["attention_mask"].sum(dim=1).tolist(), output[:, width:].tolist(), strict=True
+    ):
+        stop = next((index for index, token in enumerate(tokens) if token in stops), None)
+        kept = tokens if stop is None else tokens[: stop + 1]
+        rows.append(
+            {
+                "text": tokenizer.decode(kept, skip_special_tokens=True),
+                "prompt_tokens": prompt_tokens,
+                "output_tokens": len(kept),
+                "finish_reason": "length" if stop is None else "stop",
+            }
+        )
+    return rows
+
+
+@lru_cache(maxsize=1)
+def _engine(model: str):
+    # vLLM is installed only on GPU machines that want it; imported only where it runs.
+    from vllm import LLM  # noqa: PLC0415
+
+    folder = hf_model.unpacked(local_model(model)).name
+    return LLM(model=folder, trust_remote_code=False, dtype="auto", load_format="safetensors")
+
+
+def _vllm(prompts: list[str], positions: list[int], context: Context) -> list[dict]:
+    """vLLM's offline batch generation, each prompt with its own seed (the seed and its position)."""
+    from vllm import SamplingParams  # noqa: PLC0415 (installed only where it runs)
+
+    params = context.params
+    sampling = [
+        SamplingParams(
+            max_tokens=params["max_new_tokens"],
+            temperature=params["temperature"],
+            top_p=params["top_p"],
+            seed=params["seed"] + position,
+        )
+        for position in positions
+    ]
+    rows = []
+    for result in _engine(context.model).generate(prompts, sampling, use_tqdm=False):
+        completion = result.outputs[0]
+        rows.append(
+            {
+                "text": completion.text,
+                "prompt_tokens": len(result.prompt_token_ids),
+                "output_tokens": len(completion.token_ids),
+                "finish_reason": "stop" if completion.finish_reason == "stop" else "length",
+            }
+        )
+    return rows

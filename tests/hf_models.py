@@ -1,0 +1,173 @@
+"""Tiny Hugging Face model folders the tests build (there is no hub here): a 2-layer BERT with a WordPiece
+tokenizer made from a word list, and a 2-layer GPT-2 with a word-level one, saved with safetensors.
+
+`checkable_bert` needs no torch: random weights written with safetensors' numpy API beside a real config
+and tokenizer, enough for the submit-time checks, which never load weights. `bert` and `gpt2` build
+real models and need torch (requirements-gpu.txt)."""
+
+import io
+import json
+import tarfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+from safetensors.numpy import save_file
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+from transformers import BertConfig, GPT2Config, PreTrainedTokenizerFast
+
+WORDS = [
+    "the",
+    "a",
+    "an",
+    "invoice",
+    "was",
+    "paid",
+    "late",
+    "early",
+    "client",
+    "asked",
+    "for",
+    "refund",
+    "shipping",
+    "to",
+    "oslo",
+    "takes",
+    "three",
+    "days",
+    "parcel",
+    "arrived",
+    "damaged",
+    "please",
+    "replace",
+    "it",
+    "quickly",
+    "good",
+    "bad",
+    "great",
+    "awful",
+    "order",
+    "price",
+    "tea",
+    "coffee",
+    "is",
+    "are",
+    "and",
+    "or",
+    "not",
+    "very",
+    "very",
+    "much",
+    "service",
+    "staff",
+    "friendly",
+    "slow",
+    "fast",
+    "warm",
+    "cold",
+]
+BERT_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+GPT_END = "<|endoftext|>"
+HIDDEN, LAYERS = 32, 2
+
+
+def bert_tokenizer() -> PreTrainedTokenizerFast:
+    vocab = {token: index for index, token in enumerate(BERT_SPECIALS + WORDS)}
+    tokenizer = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])]
+    )
+    tokenizer.decoder = decoders.WordPiece()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]",
+        mask_token="[MASK]", model_max_length=64,
+    )  # fmt: skip
+
+
+def gpt2_tokenizer() -> PreTrainedTokenizerFast:
+    vocab = {token: index for index, token in enumerate([GPT_END, "[UNK]", *WORDS])}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tokenizer.normalizer = normalizers.Lowercase()
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.decoder = decoders.WordPiece(prefix="##")  # joins the words with spaces
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, unk_token="[UNK]", eos_token=GPT_END, bos_token=GPT_END, model_max_length=128
+    )
+
+
+def bert_config(**overrides) -> BertConfig:
+    size = len(BERT_SPECIALS) + len(WORDS)
+    fields = {"vocab_size": size, "hidden_size": HIDDEN, "num_hidden_layers": LAYERS, "num_attention_heads": 2}
+    fields |= {"intermediate_size": 37, "max_position_embeddings": 64}
+    return BertConfig(**(fields | overrides))
+
+
+def checkable_bert(folder: Path, **config) -> Path:
+    """A BERT folder the submit-time checks pass (when `config` changes nothing), with no torch."""
+    folder.mkdir(parents=True, exist_ok=True)
+    settings = bert_config(**config)
+    settings.architectures = ["BertModel"]
+    settings.save_pretrained(folder)
+    bert_tokenizer().save_pretrained(folder)
+    size = len(BERT_SPECIALS) + len(WORDS)
+    rng = np.random.default_rng(0)
+    tensors = {"embeddings.word_embeddings.weight": rng.standard_normal((size, HIDDEN), dtype=np.float32)}
+    for layer in range(LAYERS):
+        tensors[f"encoder.layer.{layer}.output.dense.weight"] = rng.standard_normal((HIDDEN, 37), dtype=np.float32)
+    save_file(tensors, folder / "model.safetensors")
+    return folder
+
+
+def bert(folder: Path, labels: list[str] | None = None) -> Path:
+    """A real random 2-layer BERT, an encoder or (with labels) a sequence classifier."""
+    import torch  # noqa: PLC0415 (requirements-gpu.txt; the tests that call this skip without it)
+    from transformers import BertForSequenceClassification, BertModel  # noqa: PLC0415
+
+    torch.manual_seed(0)
+    if labels:
+        config = bert_config(id2label=dict(enumerate(labels)), label2id={label: i for i, label in enumerate(labels)})
+        model = BertForSequenceClassification(config)
+    else:
+        model = BertModel(bert_config())
+    model.save_pretrained(folder)
+    bert_tokenizer().save_pretrained(folder)
+    return folder
+
+
+def gpt2(folder: Path) -> Path:
+    """A real random 2-layer GPT-2 whose end-of-text token is word 0."""
+    import torch  # noqa: PLC0415 (requirements-gpu.txt; the tests that call this skip without it)
+    from transformers import GPT2LMHeadModel  # noqa: PLC0415
+
+    torch.manual_seed(0)
+    tokenizer = gpt2_tokenizer()
+    config = GPT2Config(
+        vocab_size=len(tokenizer), n_embd=HIDDEN, n_layer=LAYERS, n_head=2, n_positions=128,
+        bos_token_id=0, eos_token_id=0, pad_token_id=0,
+    )  # fmt: skip
+    GPT2LMHeadModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def zipped_folder(folder: Path, top: str = "") -> bytes:
+    """The folder as a .zip, its files under `top/` when given."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path in sorted(folder.rglob("*")):
+            if path.is_file():
+                archive.write(path, f"{top}/{path.relative_to(folder)}" if top else str(path.relative_to(folder)))
+    return out.getvalue()
+
+
+def tarred_folder(folder: Path) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as archive:
+        archive.add(folder, arcname=folder.name)
+    return out.getvalue()
+
+
+def edit_json(path: Path, **changes) -> None:
+    path.write_text(json.dumps(json.loads(path.read_text()) | changes))

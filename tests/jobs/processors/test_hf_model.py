@@ -1,0 +1,144 @@
+"""The checks a partner's Hugging Face model passes on submit (jobs/processors/hf_model.py), over tiny
+folders built here: none needs torch, none loads the weights."""
+
+import io
+import tarfile
+import zipfile
+
+import numpy as np
+import pytest
+
+from jobs.processors import ParamError, hf_model
+from tests.hf_models import checkable_bert, edit_json, tarred_folder, zipped_folder
+
+
+def archive(tmp_path, folder, name: str = "model.zip") -> str:
+    path = tmp_path / name
+    path.write_bytes(tarred_folder(folder) if name.endswith(".tar") else zipped_folder(folder))
+    return str(path)
+
+
+def test_a_good_model_passes_and_is_described_from_its_headers(tmp_path):
+    folder = checkable_bert(tmp_path / "bert")
+    for name in ("model.zip", "model.tar"):
+        facts = hf_model.check(archive(tmp_path, folder, name), "encoder")
+        assert {key: facts[key] for key in ("model_type", "architecture", "hidden_size", "vocab_size", "files")} == {
+            "model_type": "bert", "architecture": "BertModel", "hidden_size": 32, "vocab_size": 53, "files": 4,
+        }  # fmt: skip
+        assert len(facts["sha256"]) == 64
+
+
+def unlink(name: str):
+    return lambda folder: (folder / name).unlink()
+
+
+def write(name: str, content: bytes):
+    return lambda folder: (folder / name).write_bytes(content)
+
+
+def pickle_only(folder):
+    (folder / "model.safetensors").rename(folder / "pytorch_model.bin")
+
+
+def truncated(folder):
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-100])
+
+
+BAD_FOLDERS = {
+    "pickle weights only": (pickle_only, "the weights are pickle files (pytorch_model.bin), which can run code"),
+    "remote code": (write("modeling_fancy.py", b"import os\n"), "brings its own code (modeling_fancy.py)"),
+    "auto_map": (
+        lambda folder: edit_json(folder / "config.json", auto_map={"AutoModel": "fancy.FancyModel"}),
+        "config.json asks for its own code (auto_map); models are never run with trust_remote_code",
+    ),
+    "unknown architecture": (
+        lambda folder: edit_json(folder / "config.json", architectures=["FancyNet"]),
+        "names the architecture 'FancyNet', which transformers does not know",
+    ),
+    "unknown model type": (
+        lambda folder: edit_json(folder / "config.json", model_type="fancy"),
+        "model_type 'fancy' is not one transformers knows",
+    ),
+    "tokenizer missing": (unlink("tokenizer.json"), "holds no tokenizer"),
+    "vocabulary lie": (
+        lambda folder: edit_json(folder / "config.json", vocab_size=30522),
+        "config.json says vocab_size 30522 and hidden size 32, but the weights' "
+        "embeddings.word_embeddings.weight is 53",
+    ),
+    "width lie": (
+        lambda folder: edit_json(folder / "config.json", hidden_size=768),
+        "says vocab_size 53 and hidden size 768, but the weights' embeddings.word_embeddings.weight is 53 × 32",
+    ),
+    "layer lie": (
+        lambda folder: edit_json(folder / "config.json", num_hidden_layers=12),
+        "config.json says 12 layers, but the weights hold 2",
+    ),
+    "truncated weights": (truncated, "model.safetensors is"),
+    "no config": (unlink("config.json"), "holds no config.json: it is not a Hugging Face model folder"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_FOLDERS))
+def test_a_bad_model_folder_is_refused_with_its_reason(tmp_path, case):
+    change, message = BAD_FOLDERS[case]
+    folder = checkable_bert(tmp_path / "bert")
+    change(folder)
+    with pytest.raises(ParamError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        hf_model.check(archive(tmp_path, folder), "encoder")
+
+
+def zip_of(files: dict[str, bytes], compression=zipfile.ZIP_STORED) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", compression) as bundle:
+        for name, content in files.items():
+            bundle.writestr(name, content)
+    return out.getvalue()
+
+
+def tar_with_link(folder) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as bundle:
+        bundle.add(folder, arcname="bert")
+        link = tarfile.TarInfo("bert/secrets")
+        link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        bundle.addfile(link)
+    return out.getvalue()
+
+
+def test_an_archive_bomb_is_refused_before_anything_is_read(tmp_path, settings):
+    folder = checkable_bert(tmp_path / "bert")
+    files = {f"bert/{path.name}": path.read_bytes() for path in folder.iterdir()}
+    cases = [
+        (zip_of({**files, "../escape.txt": b"x"}), "'../escape.txt', a path outside the model folder"),
+        (zip_of({**files, "/etc/cron.d/x": b"x"}), "'/etc/cron.d/x', a path outside the model folder"),
+        (tar_with_link(folder), "'bert/secrets', a link"),
+        (zip_of({**files, **{f"bert/extra/{n}.txt": b"" for n in range(300)}}), "holds more than 200 files"),
+        (b"neither zip nor tar", "a model is its Hugging Face folder as a .zip or a .tar, and this is neither"),
+    ]
+    for content, message in cases:
+        path = tmp_path / "bomb"
+        path.write_bytes(content)
+        with pytest.raises(ParamError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            hf_model.check(str(path), "encoder")
+    zeros = zip_of({**files, "bert/padding.txt": bytes(2_000_000)}, zipfile.ZIP_DEFLATED)
+    (tmp_path / "bomb").write_bytes(zeros)
+    with pytest.raises(ParamError, match=r"the archive's 'bert/padding.txt' expands 1,0\d\d times: a bomb"):
+        hf_model.check(str(tmp_path / "bomb"), "encoder")
+    settings.E31_MAX_MODEL_BYTES = 500_000
+    bits = np.random.default_rng(0).integers(0, 2, 2_000_000, dtype=np.uint8).tobytes()
+    large = zip_of({**files, "bert/padding.txt": bits}, zipfile.ZIP_DEFLATED)
+    assert len(large) < 500_000, "the archive itself is within the limit"
+    (tmp_path / "bomb").write_bytes(large)
+    with pytest.raises(
+        ParamError, match=r"the model expands to more than the 500\.0\skB limit \(at 'bert/padding\.txt'\)"
+    ):
+        hf_model.check(str(tmp_path / "bomb"), "encoder")
+
+
+def test_the_kind_must_fit_the_architecture(tmp_path):
+    path = archive(tmp_path, checkable_bert(tmp_path / "bert"))
+    with pytest.raises(ParamError, match="the model is not a sequence-classification model: its architectures are"):
+        hf_model.check(path, "classify")
+    with pytest.raises(ParamError, match="the model is not a causal language model: its architectures are BertModel"):
+        hf_model.check(path, "generate")

