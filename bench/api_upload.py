@@ -178,6 +178,7 @@ def measure(options: argparse.Namespace, stack: contextlib.ExitStack) -> None:
             order = ("ours", "curl") if number % 2 == 0 else ("curl", "ours")
             speeds = {}
             for who in order:
+                os.sync()  # the last upload's writes on disk first, so neither side starts behind them
                 found = ours(url, token, path, options.chunk_mib) if who == "ours" else curl(url, token, path)
                 speeds[who] = size / MB / found["seconds"]
                 discard(url, token, found["url"])

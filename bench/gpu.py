@@ -12,6 +12,7 @@ tried here before a host is lent.
 import argparse
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
@@ -52,16 +53,29 @@ def section(out, title: str, argv: list[str], timeout: float) -> None:
     out.flush()
     began = time.monotonic()
     own = {name: value for name, value in os.environ.items() if name not in ("E31_BENCH_SCRATCH", "E31_VAR_DIR")}
+    # Each benchmark in a scratch folder and a session of its own: at its time limit its gpuworker stops with it.
+    bench = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=BENCH.parent,
+        env=own,
+        start_new_session=True,
+    )
     try:
-        done = subprocess.run(
-            argv, capture_output=True, text=True, timeout=timeout, check=False, cwd=BENCH.parent, env=own
-        )  # each benchmark in a scratch folder of its own
-        out.write(done.stdout)
-        if done.returncode:
-            out.write(f"(exit {done.returncode})\n{done.stderr[-3000:]}\n")
-    except subprocess.TimeoutExpired as expired:
-        partial = expired.stdout.decode() if isinstance(expired.stdout, bytes) else expired.stdout or ""
-        out.write(f"{partial}(stopped after {timeout:.0f} s)\n")
+        stdout, stderr = bench.communicate(timeout=timeout)
+        out.write(stdout)
+        if bench.returncode:
+            out.write(f"(exit {bench.returncode})\n{stderr[-3000:]}\n")
+    except subprocess.TimeoutExpired:
+        os.killpg(bench.pid, signal.SIGINT)  # the benchmark stops its gpuworker, which stops its slots
+        try:
+            stdout, _ = bench.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(bench.pid, signal.SIGKILL)
+            stdout, _ = bench.communicate()
+        out.write(f"{stdout}(stopped after {timeout:.0f} s)\n")
     out.write(f"({time.monotonic() - began:.0f} s)\n")
     out.flush()
 

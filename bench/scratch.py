@@ -81,6 +81,7 @@ def start_worker(slots: int, name: str = "bench") -> subprocess.Popen:
         slots and Gpu.objects.online().filter(node__name=name).count() != slots
     ):
         if time.monotonic() > deadline or worker.poll() is not None:
+            worker.kill()  # with its slot workers (PDEATHSIG): nothing of it outlives the benchmark
             raise RuntimeError("the gpuworker did not come online")
         time.sleep(0.2)
     time.sleep(2)  # the Celery workers behind the slots finish starting
