@@ -1,6 +1,15 @@
 from django import template
+from django.utils.html import format_html
 
 register = template.Library()
+
+
+@register.simple_tag
+def state_badge(job, size: str = "") -> str:
+    """A job's state as a badge: On hold for a queued job the operators keep from starting, its state else."""
+    held = job.on_hold and job.state == "queued"
+    classes = " ".join(filter(None, ["state", size, "on_hold" if held else job.state]))
+    return format_html('<span class="{}">{}</span>', classes, "On hold" if held else job.get_state_display())
 
 
 @register.filter

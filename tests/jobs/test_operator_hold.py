@@ -81,7 +81,9 @@ def test_the_partner_reads_why_and_the_jobs_behind_do_not_wait_for_it(
     lifecycle.put_on_hold(on_hold, reason="checking the GPUs of node b7")
 
     page = partner_client.get(f"/jobs/{on_hold.pk}/").content.decode()
+    assert '<span class="state big on_hold">On hold</span>' in page, "its badge"
     assert "On hold: the operators are keeping this job from starting (checking the GPUs of node b7)." in page
+    assert "the 4 CPU slots it asks for are free." in page
     assert "keeps its place in the queue, number 1," in page and "at the latest" not in page
     assert "put on hold by the operators: checking the GPUs of node b7" in page, "on the timeline"
     behind_page = partner_client.get(f"/jobs/{behind.pk}/").content.decode()
@@ -90,8 +92,15 @@ def test_the_partner_reads_why_and_the_jobs_behind_do_not_wait_for_it(
     released = Job.objects.get(pk=busy.pk).time_limit_at()
     assert latest_start(behind) == released + timedelta(hours=1), "as if the hold were lifted in time"
     listing = partner_client.get("/jobs/").content.decode()
-    assert listing.count("on hold</small>") == 1
+    assert listing.count('<span class="state on_hold">On hold</span>') == 1 and "on hold</small>" not in listing
     assert "· queued (on hold by the operators)" in progress_line(Job.objects.get(pk=on_hold.pk)), "the CLI's --wait"
+
+
+@pytest.mark.django_db
+def test_one_slot_on_hold_reads_in_the_singular(organisation, online_slots, operator, partner_client):
+    job = _queued(organisation, 1)
+    lifecycle.put_on_hold(job)
+    assert "the 1 CPU slot it asks for is free." in partner_client.get(f"/jobs/{job.pk}/").content.decode()
 
 
 @pytest.mark.django_db

@@ -141,3 +141,12 @@ def test_it_shows_the_parameters_given_and_a_dash_for_none(organisation, partner
     job = make_job(organisation, params=params)
     page = partner_client.get(f"/jobs/{job.pk}/").content.decode()
     assert f'<dt>Parameters</dt><dd class="mono">{shown}</dd>' in page
+
+
+@pytest.mark.django_db
+def test_without_javascript_a_live_job_page_reloads_itself_and_an_ended_one_does_not(organisation, partner_client):
+    refresh = '<noscript><meta http-equiv="refresh" content="10"></noscript>'
+    queued = partner_client.get(f"/jobs/{make_job(organisation, State.QUEUED).pk}/").content.decode()
+    assert refresh in queued and "Without JavaScript this page reloads itself every 10 s." in queued
+    ended = partner_client.get(f"/jobs/{make_job(organisation, State.SUCCEEDED).pk}/").content.decode()
+    assert refresh not in ended and "reloads itself" not in ended
