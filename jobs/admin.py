@@ -98,9 +98,27 @@ class JobAdmin(admin.ModelAdmin):
         for field in Job._meta.fields
         if field.name != "source_secret"
     ]
+    # What an operator looks at first, in groups; the rest (staging's claim and lease, paths in storage, the
+    # layout and plan) is bookkeeping, folded away at the end.
+    fieldsets = [
+        (None, {"fields": ["organisation", "created_by", "kind", "sample", "state", "error"]}),
+        ("Operator hold", {"fields": ["on_hold_since", "on_hold_reason"]}),
+        ("Work", {"fields": ["work", "params", "model_name"]}),
+        ("Data", {"fields": ["source_kind", "source_name", "source_location", "input_format", "input_bytes",
+                             "input_sha256", "expected_sha256", "records_total", "staging_seconds"]}),
+        ("Request", {"fields": ["gpus", "hours", "shape", "deadline", "allow_partial"]}),
+        ("When", {"fields": ["created", "queued_at", "started_at", "held_before", "ended_at", "notified_at"]}),
+        ("Output and retention", {"fields": ["records_out", "records_rejected", "output_files", "output_keep_days",
+                                             "output_purged_at", "retention_days", "staged_purged_at"]}),
+    ]  # fmt: skip
     inlines = [EventInline, AllocationInline, ShardInline]
     actions = ["cancel", "put_on_hold", "lift_hold"]
     change_list_template = "admin/jobs/job/change_list_with_queue.html"
+
+    def get_fieldsets(self, request, obj=None):
+        shown = {field for _, options in self.fieldsets for field in options["fields"]}
+        rest = [field for field in self.readonly_fields if field not in shown]
+        return [*self.fieldsets, ("Bookkeeping", {"fields": rest, "classes": ["collapse"]})]
 
     def has_add_permission(self, request):
         return False

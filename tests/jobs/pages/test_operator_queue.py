@@ -1,5 +1,6 @@
 """The operators' live view of the queue: the fleet, the jobs holding it, the queue in order, staging."""
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -122,3 +123,15 @@ def test_a_page_that_is_not_one_is_said_not_a_500(organisation, online_slots, op
     response = client_for(operator).get(QUEUE, {"page": page})
     assert response.status_code == 200
     assert '<p class="errornote">' in response.content.decode()
+
+
+def test_a_jobs_admin_page_groups_what_an_operator_needs_and_folds_the_bookkeeping(operator, organisation):
+    job = make_job(organisation, State.QUEUED)
+    page = client_for(operator).get(f"/admin/jobs/job/{job.pk}/change/").content.decode()
+    headings = re.findall(r"<h2[^>]*>([^<]+)</h2>", page)
+    for heading in ("Operator hold", "Work", "Data", "Request", "When", "Output and retention", "Bookkeeping"):
+        assert heading in headings, heading
+    bookkeeping = page[page.index(">Bookkeeping<") :]
+    assert "collapse" in page[: page.index(">Bookkeeping<")].rsplit("<fieldset", 1)[-1], "folded away"
+    assert "staging_claim" in bookkeeping and "field-layout" in bookkeeping
+    assert 'name="state"' not in page and "source_secret" not in page, "read-only, the secret never shown"
