@@ -237,6 +237,18 @@ document.addEventListener("htmx:afterSwap", () => { document.documentElement.dat
 """
 
 
+def logged_in_page(browser, base: str, username: str = "partner", password: str = "pw-partner"):
+    """A new page of `browser` (or of a browser context, one without JavaScript say), logged in through the
+    partners' login page."""
+    page = browser.new_page()
+    page.goto(f"{base}/accounts/login/")
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", password)
+    page.click("form [type=submit], form button.primary")
+    page.wait_for_load_state()
+    return page
+
+
 class Watched:
     """A browser page whose policy violations, console errors and answers without a policy are collected."""
 

@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from billing.models import RateCard
-from tests.support import needs_chromium
+from tests.support import logged_in_page, needs_chromium
 
 
 @pytest.mark.django_db
@@ -61,11 +61,7 @@ def test_without_a_rate_it_says_nothing_is_billed(partner_client, online_slots):
 @needs_chromium
 @pytest.mark.django_db(transaction=True)
 def test_the_cost_and_the_fleet_warning_follow_what_is_typed(browser, live_server, online_slots, rate_card, partner):
-    page = browser.new_page()
-    page.goto(f"{live_server.url}/accounts/login/")
-    page.fill("input[name=username]", "partner")
-    page.fill("input[name=password]", "pw-partner")
-    page.click("button.primary")
+    page = logged_in_page(browser, live_server.url)
     page.goto(f"{live_server.url}/jobs/new/")
     most = page.locator("[data-most]")
     warning = page.locator("[data-fleet-warning]")

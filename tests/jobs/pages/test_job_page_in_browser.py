@@ -7,7 +7,7 @@ import pytest
 from jobs import lifecycle
 from jobs.models import State
 from tests.factories import make_job
-from tests.support import Watched, needs_chromium
+from tests.support import Watched, logged_in_page, needs_chromium
 
 pytestmark = [pytest.mark.django_db(transaction=True), needs_chromium]
 
@@ -35,11 +35,7 @@ def test_the_page_shows_everything_without_javascript(browser, live_server, part
     job = make_job(organisation, State.QUEUED, source_name="customers.csv", gpus=2, records_total=1000)
     lifecycle.start_hold(job, online_slots[:2])
     context = browser.new_context(java_script_enabled=False)
-    page = context.new_page()
-    page.goto(f"{live_server.url}/accounts/login/")
-    page.fill("input[name=username]", "partner")
-    page.fill("input[name=password]", "pw-partner")
-    page.click("form [type=submit], form button.primary")
+    page = logged_in_page(context, live_server.url)
     page.goto(f"{live_server.url}/jobs/{job.pk}/")
     text = page.inner_text("body")
     assert "Holding 2 CPU slots" in text and "Timeline" in text and "customers.csv" in text

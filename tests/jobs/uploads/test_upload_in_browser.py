@@ -10,7 +10,7 @@ import pytest
 
 from jobs.models import Job, State, Upload
 from portal.units import size
-from tests.support import needs_chromium, state_is, wait_for, wait_for_end
+from tests.support import logged_in_page, needs_chromium, state_is, wait_for, wait_for_end
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -37,11 +37,7 @@ def test_an_upload_survives_a_dropped_network_and_a_reload(
     browser, live_server, settings, fleet, partner, dataset
 ):  # fmt: skip
     settings.E31_UPLOAD_CHUNK_BYTES = 128 * 1024
-    page = browser.new_page()
-    page.goto(f"{live_server.url}/accounts/login/")
-    page.fill("input[name=username]", "partner")
-    page.fill("input[name=password]", "pw-partner")
-    page.click("button.primary")
+    page = logged_in_page(browser, live_server.url)
     page.goto(f"{live_server.url}/jobs/new/")
     network = Network(page)
     network(SLOW)
