@@ -5,7 +5,7 @@ from django.db.models import Sum
 from django.http import HttpResponse, JsonResponse
 from django.shortcuts import render
 
-from billing import exports
+from billing import exports, summary
 from billing.models import LedgerEntry
 from jobs.scheduling import fleet
 from jobs.services import get_job_for_user
@@ -37,7 +37,15 @@ def ledger(request):
     totals = entries.aggregate(gpu_hours=Sum("gpu_hours"))
     totals["amounts"] = exports.per_currency(entries)
     page = query.page(entries)
-    context = {"entries": page.object_list, "pager": pager(query, page), "query": query, "totals": totals}
+    months = summary.by_month(entries)
+    context = {
+        "entries": page.object_list,
+        "pager": pager(query, page),
+        "query": query,
+        "totals": totals,
+        "months": months,
+        "chart": summary.bar_chart(months),
+    }
     return render(request, "billing/ledger.html", context)
 
 

@@ -1,0 +1,93 @@
+"""The ledger by month: per month (when each entry ended, UTC) and currency, the jobs billed, the GPU-hours
+held, the bytes staged and the amount; and the amounts as a bar chart, an SVG the page draws without a
+script or a chart library (its colours are the stylesheet's, so it follows dark mode)."""
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+
+from django.db.models import Count, Q, QuerySet, Sum
+from django.db.models.functions import TruncMonth
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+
+from billing.models import MONEY, LedgerEntry
+
+CHART_MONTHS = 12
+WIDTH, HEIGHT, LABELS = 640, 160, 34  # the chart's box, and the room under the bars for their month
+
+
+@dataclass(frozen=True)
+class Month:
+    start: datetime
+    currency: str
+    jobs: int
+    gpu_hours: Decimal
+    bytes_staged: int
+    amount: Decimal
+
+
+def by_month(entries: QuerySet) -> list[Month]:
+    """The entries added up per month and currency, newest month first (amounts add up within a currency)."""
+    rows = (
+        entries.order_by()
+        .annotate(month=TruncMonth("held_to", tzinfo=UTC))
+        .values("month", "currency")
+        .annotate(
+            jobs=Count("job", distinct=True),
+            gpu_hours=Sum("gpu_hours"),
+            staged=Sum("bytes", filter=Q(kind=LedgerEntry.Kind.STAGING)),
+            amount=Sum("amount"),
+        )
+        .order_by("-month", "currency")
+    )
+    return [
+        Month(row["month"], row["currency"], row["jobs"], row["gpu_hours"], row["staged"] or 0, row["amount"])
+        for row in rows
+    ]
+
+
+def bar_chart(months: list[Month]) -> SafeString:
+    """The last CHART_MONTHS months' amounts in the currency most of them bill in, oldest on the left, as an
+    SVG with a title and a label per bar (a screen reader reads the table beside it); empty without months."""
+    if not months:
+        return SafeString("")
+    currency = max({m.currency for m in months}, key=lambda c: sum(m.currency == c for m in months))
+    shown = sorted((m for m in months if m.currency == currency), key=lambda m: m.start)[-CHART_MONTHS:]
+    top = max((m.amount for m in shown), default=Decimal(0)) or Decimal(1)
+    slot = WIDTH / len(shown)
+    bars = []
+    for index, month in enumerate(shown):
+        tall = float(month.amount / top) * (HEIGHT - LABELS - 14) if month.amount > 0 else 0
+        x = index * slot + slot * 0.15
+        bars.append(
+            (
+                f"{x:.1f}",
+                f"{HEIGHT - LABELS - tall:.1f}",
+                f"{slot * 0.7:.1f}",
+                f"{tall:.1f}",
+                f"{month.start:%Y-%m}: {month.amount.quantize(MONEY)} {currency}",
+                f"{x + slot * 0.35:.1f}",
+                f"{HEIGHT - LABELS + 14}",
+                f"{month.start:%b %y}",
+                f"{HEIGHT - LABELS - tall - 4:.1f}",
+                f"{month.amount.quantize(Decimal('0.01'))}",
+            )
+        )
+    drawn = format_html_join(
+        "",
+        '<g><title>{4}</title><rect x="{0}" y="{1}" width="{2}" height="{3}" rx="2"></rect>'
+        '<text x="{5}" y="{6}" class="label">{7}</text><text x="{5}" y="{8}" class="value">{9}</text></g>',
+        bars,
+    )
+    return format_html(
+        '<svg class="chart" viewBox="0 0 {} {}" role="img" aria-label="{}"><line x1="0" y1="{}" x2="{}" y2="{}">'
+        "</line>{}</svg>",
+        WIDTH,
+        HEIGHT,
+        f"Amount billed per month, in {currency}",
+        HEIGHT - LABELS,
+        WIDTH,
+        HEIGHT - LABELS,
+        drawn,
+    )
