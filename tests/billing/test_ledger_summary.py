@@ -80,7 +80,7 @@ def test_the_ledger_page_shows_the_months_with_their_chart(organisation, partner
     entry(job, ended=DECEMBER + timedelta(days=1))
     page = partner_client.get("/billing/ledger/").content.decode()
     assert "<h2>By month</h2>" in page and '<svg class="chart"' in page
-    assert '<td>December 2026</td><td class="num">1</td><td class="num">1.000</td>' in page
+    assert '<td>December 2026</td><td class="num">1</td><td class="num wide-only">1.000</td>' in page
     assert "3.6000 USD</td></tr>" in page
     filtered = partner_client.get("/billing/ledger/", {"month": "2026-11"}).content.decode()
     assert "By month" not in filtered, "no entry in November: no months"
