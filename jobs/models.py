@@ -218,6 +218,19 @@ class Job(TimeStamped):
         return self.state in ENDED
 
     @property
+    def records_processed(self) -> int | None:
+        """The records its output accounts for (out and rejected), once assembled: all of them for a job that
+        succeeded, those its finished shards held for one cancelled or failed on the way."""
+        if self.records_out is None:
+            return None
+        return self.records_out + (self.records_rejected or 0)
+
+    @property
+    def took_seconds(self) -> float | None:
+        """From submitted to ended: the partner's wall time, staging and waiting included."""
+        return max(0.0, (self.ended_at - self.created).total_seconds()) if self.ended_at else None
+
+    @property
     def held_noun(self) -> str | None:
         """What the job held, in the product's words ("GPU" or "CPU slot"); None when it held nothing."""
         kinds = set(self.allocations.values_list("gpu__kind", flat=True))

@@ -9,7 +9,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
-from django.db.models import Q
+from django.db.models import OuterRef, Q, Subquery, Sum
 from django.http import FileResponse, Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
@@ -17,7 +17,7 @@ from django.views.decorators.http import require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseStopPolling
 
-from billing.models import MONEY, RateCard, RetentionPolicy
+from billing.models import MONEY, LedgerEntry, RateCard, RetentionPolicy
 from jobs import enqueue, lifecycle, services
 from jobs.facts import JobFacts
 from jobs.forms import JobForm, RequestForm
@@ -36,8 +36,12 @@ def _needs_organisation(request):
 
 
 def _listed_jobs(request, query: ListQuery):
-    """The organisation's jobs as the query string filters them, newest first."""
+    """The organisation's jobs as the query string filters them, newest first, each with what it was billed
+    (its ledger entries added up, in their currency) read in the same query."""
+    entries = LedgerEntry.objects.filter(job=OuterRef("pk")).order_by()
+    billed = entries.values("job").annotate(total=Sum("amount")).values("total")
     jobs = services.jobs_for_user(request.user).order_by("-created", "-pk")
+    jobs = jobs.annotate(billed=Subquery(billed), billed_currency=Subquery(entries.values("currency")[:1]))
     if state := query.choice("state", dict(State.choices), "state"):
         jobs = jobs.filter(state=state)
     if kind := query.choice("kind", dict(Job.Kind.choices), "kind"):

@@ -1,11 +1,14 @@
 """The jobs page: the organisation's jobs a page at a time, newest first, filtered by state, kind and month,
 found by number or data name; a query string that means nothing is set aside with a sentence, never a 500."""
 
-from datetime import UTC, datetime
+import re
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from billing.models import LedgerEntry
 from jobs.models import Job, State
+from tests.api.support import entry
 from tests.factories import make_job
 from tests.support import client_for
 
@@ -112,3 +115,27 @@ def test_its_queries_do_not_grow_with_the_jobs(organisation, partner, django_ass
     with django_assert_max_num_queries(12):
         page = client.get(JOBS, {"page": "2"}).content.decode()
     assert len(_rows(page)) == 50
+
+
+def test_each_row_shows_what_the_job_processed_cost_and_took(organisation, partner_client):
+    done = make_job(organisation, State.SUCCEEDED, records_total=5000, records_out=4990, records_rejected=10)
+    cancelled = make_job(organisation, State.CANCELLED, records_total=5000, records_out=1180, records_rejected=20)
+    queued = make_job(organisation, State.QUEUED, records_total=5000)
+    Job.objects.filter(pk=done.pk).update(ended_at=done.created + timedelta(minutes=3, seconds=20))
+    entry(done, ended=done.created + timedelta(minutes=3))
+    entry(done, ended=done.created + timedelta(minutes=3), kind=LedgerEntry.Kind.CORRECTION, amount="-1.5")
+    page = partner_client.get(JOBS).content.decode()
+
+    def cells(job) -> list[str]:
+        """Its row's Records, Cost and Took."""
+        row = page.split(f'<td><a href="/jobs/{job.pk}/">')[1].split("</tr>")[0]
+        return re.findall(r"<td[^>]*>([^<]*)</td>", row)[-4:-1]
+
+    assert cells(done) == ["5,000", "2.1000 USD", "3 min 20 s"], "its entries added up, a credit too"
+    assert cells(cancelled)[0] == "1,200 of 5,000", "what it processed, not the dataset's size"
+    assert cells(queued) == ["5,000", "–", "–"]
+
+
+def test_the_empty_list_offers_the_example_dataset(partner_client):
+    page = partner_client.get(JOBS).content.decode()
+    assert 'href="/jobs/example/customers.csv" download>customers.csv</a>' in page
