@@ -41,6 +41,16 @@ needs_chromium = pytest.mark.skipif(
 )
 
 
+def needs_libraries_of(processor) -> pytest.MarkDecorator:
+    """Skip where the libraries the work kind runs (torch and the like, requirements-gpu.txt) are not installed;
+    CI installs them and sets E31_GPU_DEPS_TESTS, so there the test runs, and fails if they are missing."""
+    missing = processor.missing()
+    return pytest.mark.skipif(
+        bool(missing) and not os.environ.get("E31_GPU_DEPS_TESTS"),
+        reason=f"no {', '.join(missing)} here (make gpu-deps installs requirements-gpu.txt); CI runs this test",
+    )
+
+
 @contextlib.contextmanager
 def ledger_open_for_flush() -> Iterator[None]:
     """The flush may empty the append-only ledger, and only it: in one transaction with the flush, the

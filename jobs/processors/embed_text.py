@@ -57,6 +57,32 @@ def text_of(value: list | dict, column: str, index: int):
     return value.get(column)
 
 
+def text_column(kind: str, layout: dict, params: dict) -> dict:
+    """Staging's check that the column holding the text exists, once the data's columns are known: its name
+    and its index in a CSV row, for the plan."""
+    columns = layout["columns"]
+    column = data_column(params["column"], columns)
+    if column is None:
+        raise ParamError(
+            f"{kind} reads the column {params['column']!r}, which the data does not have; "
+            f"its columns are: {', '.join(columns) or 'none'}. Set the column parameter to one of them."
+        )
+    return {"column": column, "index": columns.index(column)}
+
+
+def texts_of(records: list[Record], plan: dict) -> tuple[list[str], list[int], list[tuple[Record, str]]]:
+    """The records' texts and positions, and those with no text to give each with why."""
+    texts, kept, rejects = [], [], []
+    for record in records:
+        text = text_of(record.value, plan["column"], plan["index"])
+        if reason := unfit(text, plan["column"]):
+            rejects.append((record, reason))
+        else:
+            texts.append(text)
+            kept.append(record.position)
+    return texts, kept, rejects
+
+
 def unfit(text, column: str) -> str | None:
     """Why a value cannot be embedded, or None when it can."""
     if text is None:
@@ -94,29 +120,13 @@ class EmbedText(Processor):
 
     def prepare(self, plan: dict, layout: dict, params: dict, model: str) -> dict:
         """Staging's check that the text column exists, once the data's columns are known."""
-        columns = layout["columns"]
-        column = data_column(params["column"], columns)
-        if column is None:
-            raise ParamError(
-                f"embed-text reads the column {params['column']!r}, which the data does not have; "
-                f"its columns are: {', '.join(columns) or 'none'}. Set the column parameter to one of them."
-            )
-        return {**plan, "column": column, "index": columns.index(column), "model": MODEL, "dimension": DIMENSION}
+        return {**plan, **text_column(self.name, layout, params), "model": MODEL, "dimension": DIMENSION}
 
     def output_schema(self, context: Context) -> pa.Schema:
         return SCHEMA
 
     def process_batch(self, records: list[Record], context: Context) -> Batch:
-        column, index = context.plan["column"], context.plan["index"]
-        texts, kept, rejects = [], [], []
-        for record in records:
-            text = text_of(record.value, column, index)
-            reason = unfit(text, column)
-            if reason:
-                rejects.append((record, reason))
-            else:
-                texts.append(text)
-                kept.append(record.position)
+        texts, kept, rejects = texts_of(records, context.plan)
         if texts:
             vectors = embed(texts, context.device, context.params["batch_size"])
         else:

@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from jobs.processors import hf_model
 from jobs.processors.base import Batch, Context, Param, ParamError, Processor, Record, data_column
-from jobs.processors.embed_text import slot_threads, text_of, unfit
+from jobs.processors.embed_text import slot_threads, text_column, text_of, texts_of
 from jobs.processors.onnx_infer import local_model
 
 MODEL_FILE = "a Hugging Face model folder as a .zip or .tar (safetensors weights, config.json, a tokenizer)"
@@ -110,28 +110,6 @@ class PartnerModel(Processor):
     def prepare(self, plan: dict, layout: dict, params: dict, model: str) -> dict:
         return {**plan, "model": hf_model.check(local_model(model), self.task)}
 
-    def text_column(self, plan: dict, layout: dict, params: dict) -> dict:
-        columns = layout["columns"]
-        column = data_column(params["column"], columns)
-        if column is None:
-            raise ParamError(
-                f"{self.name} reads the column {params['column']!r}, which the data does not have; "
-                f"its columns are: {', '.join(columns) or 'none'}. Set the column parameter to one of them."
-            )
-        return {**plan, "column": column, "index": columns.index(column)}
-
-    @staticmethod
-    def texts(records: list[Record], plan: dict) -> tuple[list[str], list[int], list]:
-        texts, kept, rejects = [], [], []
-        for record in records:
-            text = text_of(record.value, plan["column"], plan["index"])
-            if reason := unfit(text, plan["column"]):
-                rejects.append((record, reason))
-            else:
-                texts.append(text)
-                kept.append(record.position)
-        return texts, kept, rejects
-
     def encoded(self, texts: list[str], context: Context, run: Callable) -> list:
         """run(the model's inputs) over the texts in batches sorted by length; the results in text order."""
         tokenizer, network = load(context.model, context.device, self.task)
@@ -173,7 +151,7 @@ class Embed(PartnerModel):
         return {**params, **{name: _choice(params, name) for name in ("pooling", "normalise", "dtype")}}
 
     def prepare(self, plan: dict, layout: dict, params: dict, model: str) -> dict:
-        plan = self.text_column(super().prepare(plan, layout, params, model), layout, params)
+        plan = {**super().prepare(plan, layout, params, model), **text_column(self.name, layout, params)}
         facts = plan["model"]
         pooling = facts.get("pooling", "mean") if params["pooling"] == "auto" else params["pooling"]
         normalise = facts.get("normalize", False) if params["normalise"] == "auto" else params["normalise"] == "yes"
@@ -184,7 +162,7 @@ class Embed(PartnerModel):
         return pa.schema([("embedding", pa.list_(kind, context.plan["dimension"]))])
 
     def process_batch(self, records: list[Record], context: Context) -> Batch:
-        texts, kept, rejects = self.texts(records, context.plan)
+        texts, kept, rejects = texts_of(records, context.plan)
         schema = self.output_schema(context)
         if not texts:
             return Batch(table=schema.empty_table(), kept=kept, rejects=rejects)
@@ -235,7 +213,7 @@ class Classify(PartnerModel):
         return {**params, "all_scores": _choice(params, "all_scores")}
 
     def prepare(self, plan: dict, layout: dict, params: dict, model: str) -> dict:
-        plan = self.text_column(super().prepare(plan, layout, params, model), layout, params)
+        plan = {**super().prepare(plan, layout, params, model), **text_column(self.name, layout, params)}
         return {**plan, "labels": plan["model"]["labels"]}
 
     def output_schema(self, context: Context) -> pa.Schema:
@@ -245,7 +223,7 @@ class Classify(PartnerModel):
         return pa.schema(fields)
 
     def process_batch(self, records: list[Record], context: Context) -> Batch:
-        texts, kept, rejects = self.texts(records, context.plan)
+        texts, kept, rejects = texts_of(records, context.plan)
         schema = self.output_schema(context)
         if not texts:
             return Batch(table=schema.empty_table(), kept=kept, rejects=rejects)

@@ -23,13 +23,10 @@ from jobs.processors import Context, ParamError, Record
 from jobs.processors.embed_text import DIMENSION, EmbedText
 from jobs.scheduling import fleet, node_runs, schedule
 from portal.text import clean_name
-from tests.support import EXAMPLE, ROOT, job_form, wait_for_end
+from tests.support import EXAMPLE, ROOT, job_form, needs_libraries_of, wait_for_end
 
 EMBED = EmbedText()
-needs_model = pytest.mark.skipif(
-    bool(EMBED.missing()) and not os.environ.get("E31_GPU_DEPS_TESTS"),
-    reason=f"no {', '.join(EMBED.missing())} here (make gpu-deps installs requirements-gpu.txt); CI runs this test",
-)
+needs_model = needs_libraries_of(EMBED)
 WITHOUT_EMBED = [processor.name for processor in processors.available() if processor.name != "embed-text"]
 TEXTS = [
     "The invoice was paid two weeks late.",

@@ -7,7 +7,6 @@ with the same model run directly here."""
 
 import io
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -23,12 +22,9 @@ from tests import hf_models
 from tests.hf_models import checkable_bert, zipped_folder
 from tests.jobs.processors.test_hf_model import BAD_FOLDERS
 from tests.jobs.processors.test_onnx_infer import output_of
-from tests.support import job_form, wait_for_end
+from tests.support import job_form, needs_libraries_of, wait_for_end
 
-needs_torch = pytest.mark.skipif(
-    bool(Embed().missing()) and not os.environ.get("E31_GPU_DEPS_TESTS"),
-    reason=f"no {', '.join(Embed().missing())} here (make gpu-deps installs requirements-gpu.txt); CI runs this test",
-)
+needs_torch = needs_libraries_of(Embed())
 TEXTS = [
     "the invoice was paid late",
     "client asked for a refund",
