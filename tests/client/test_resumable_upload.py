@@ -41,26 +41,32 @@ def settled_offset(organisation) -> int:
 def test_it_resumes_after_ctrl_c_sending_only_the_bytes_not_confirmed(e31, fleet, portal, token, organisation):
     data = grown_csv(e31.folder / "big.csv", 12 * 1024 * 1024)
     size = data.stat().st_size
-    first = e31.start(*SUBMIT)
-    wait_for(
-        lambda: first.poll() is not None or Upload.objects.filter(organisation=organisation, offset__gt=0).exists(),
-        timeout=60,
-        interval=0.01,
-        what="a first chunk to be confirmed",
-    )
-    first.send_signal(signal.SIGINT)
-    out, err = first.communicate(timeout=30)
-    assert (first.returncode, out) == (130, ""), err
-    assert err.startswith("e31: Upload stopped at byte ") and err.count("\n") == 1, err
-    assert err.endswith("run the same command to resume it.\n")
-    (state,) = (e31.folder.parent / "cache" / "e31" / "uploads").glob("*.json")
-    url = json.loads(state.read_text())["url"]
-    settled_offset(organisation)
-    with library.Client(portal.url, token) as client:
-        confirmed = client.upload_offset(url)["offset"]
-    assert 0 < confirmed < size, "interrupted in the middle"
-    mark = len(portal.lines())
-    second = e31(*SUBMIT)
+    # The network hangs half-way: the Ctrl-C comes in the middle of the upload, however fast the machine.
+    proxy = DroppingProxy(int(urlsplit(portal.url).port), drop_after=size // 2, stall=True)
+    try:
+        first = e31.start(*SUBMIT, E31_URL=proxy.url)
+        wait_for(
+            lambda: first.poll() is not None or proxy.dropped,
+            timeout=60,
+            interval=0.01,
+            what="the upload to hang half-way",
+        )
+        first.send_signal(signal.SIGINT)
+        out, err = first.communicate(timeout=30)
+        proxy.release()
+        assert (first.returncode, out) == (130, ""), err
+        assert err.startswith("e31: Upload stopped at byte ") and err.count("\n") == 1, err
+        assert err.endswith("run the same command to resume it.\n")
+        (state,) = (e31.folder.parent / "cache" / "e31" / "uploads").glob("*.json")
+        url = json.loads(state.read_text())["url"]
+        settled_offset(organisation)
+        with library.Client(portal.url, token) as client:
+            confirmed = client.upload_offset(url)["offset"]
+        assert 0 < confirmed < size, "interrupted in the middle"
+        mark = len(portal.lines())
+        second = e31(*SUBMIT, E31_URL=proxy.url)  # the same command, to the same address: it resumes
+    finally:
+        proxy.close()
     assert second.returncode == 0, second.stderr
     assert f"Resuming the upload of big.csv at byte {confirmed:,} of {size:,}." in second.stderr
     sent = portal.requests("PATCH", urlsplit(url).path, after=mark)

@@ -98,11 +98,11 @@ class E31:
             input=input if text else input.encode(),
         )
 
-    def start(self, *args: str) -> subprocess.Popen:
+    def start(self, *args: str, **env: str) -> subprocess.Popen:
         return subprocess.Popen(
             [sys.executable, "-m", "e31", *args],
             cwd=self.folder,
-            env=self.env,
+            env={**self.env, **env},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -112,13 +112,17 @@ class E31:
 
 class DroppingProxy:
     """A TCP relay on loopback to the portal that cuts one connection, once, after `drop_after` bytes
-    went from the client towards the portal: a network that drops in the middle of an upload."""
+    went from the client towards the portal: a network that drops in the middle of an upload. With
+    `stall=True` it holds that connection instead, forwarding nothing more, until `release()` drops it:
+    a network that hangs, so the client is in the middle of a chunk for as long as a test needs."""
 
-    def __init__(self, target_port: int, drop_after: int):
+    def __init__(self, target_port: int, drop_after: int, stall: bool = False):
         self.target_port = target_port
         self.drop_after = drop_after
         self.forwarded = 0
         self.dropped = 0
+        self.stall = stall
+        self.released = threading.Event()
         self.lock = threading.Lock()
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
@@ -147,6 +151,8 @@ class DroppingProxy:
         try:
             while data := source.recv(65536):
                 if towards_portal and self._cut_here(len(data)):
+                    if self.stall:
+                        self.released.wait()
                     return
                 sink.sendall(data)
         except OSError:
@@ -157,7 +163,11 @@ class DroppingProxy:
                     end.shutdown(socket.SHUT_RDWR)
                 end.close()
 
+    def release(self) -> None:
+        self.released.set()
+
     def close(self) -> None:
+        self.release()
         self.listener.close()
 
 
