@@ -10,6 +10,7 @@ import email
 import email.policy
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -36,6 +37,11 @@ from tests.settings import PLUGIN_PATH
 from tests.support import CHROMIUM, Worker, client_for, ledger_open_for_flush, wait_for_slots
 
 sys.path.insert(0, str(PLUGIN_PATH))
+
+# A suite started in the background by a shell without job control (`nohup make test &`) inherits SIGINT
+# ignored, and so would every process a test starts: those that stop a command with Ctrl-C need it heard.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 _flush = TransactionTestCase._fixture_teardown
 
