@@ -12,7 +12,7 @@ naming the task and the job, and dropped. The safety net sends each kind again:
 - assemble: reconcile sends a finishing job without output its assembly again, and a job that
   ended early with finished shards and no output, for ten minutes after its end;
 - purge_staged_copy_if_due: the retention beat (purge_expired) purges what is due;
-- notify_ended: not sent again yet, so a lost one is an email never sent.
+- notify_ended: reconcile sends it again for an ended pass whose submitter was not told, for an hour.
 
 A caller that answers a person (a page, the CLI) wraps its action in `unsent()` to learn whether
 the queue took everything, and says so."""

@@ -19,8 +19,8 @@ log = logging.getLogger(__name__)
 def job_ended(job_id: int) -> bool:
     """Tell the partner who submitted a pass how it ended, once; False when there is nobody to tell (a
     job from the CLI, a user without an email or no longer in the job's organisation, a sample), when
-    it was told already, or when the email could not be sent, which only logs: a job's end never waits
-    on mail."""
+    it was told already, or when the email could not be sent, which only logs (and leaves it untold, for
+    jobs.reconcile to try again): a job's end never waits on mail."""
     job = Job.objects.select_related("created_by").filter(pk=job_id).first()
     if job is None or job.kind != Job.Kind.PASS or not job.ended or not _still_member(job):
         return False
@@ -38,6 +38,7 @@ def job_ended(job_id: int) -> bool:
         send_mail(subject, render_to_string("jobs/email/ended.txt", context), None, [job.created_by.email])
     except (OSError, smtplib.SMTPException) as error:
         log.warning("job %s: the email to %s was not sent: %s", job.pk, job.created_by.email, error)
+        Job.objects.filter(pk=job.pk).update(notified_at=None)  # reconcile sends it again for a while
         return False
     return True
 

@@ -8,6 +8,8 @@
 - a job left submitted (its staging message lost) is sent to staging again;
 - a finishing job with no output gets its assembly sent again, as does a job that ended early with
   finished shards and no output, for ten minutes;
+- a pass that ended without its submitter told (the message lost, or the mail server away) is told
+  again, once a quiet spell, for an hour;
 - an ended job's S3 credentials and URL query (a signature) are wiped if staging did not."""
 
 import logging
@@ -25,6 +27,7 @@ from jobs.workers.node import take_silent_nodes_offline
 log = logging.getLogger(__name__)
 FORGET_BATCH = 200  # ended jobs whose upload or secrets one run clears
 PARTIAL_OUTPUT_RETRY = timedelta(minutes=10)
+NOTIFY_RETRY = timedelta(hours=1)
 
 
 def reconcile() -> list[int]:
@@ -70,6 +73,15 @@ def reconcile() -> list[int]:
     for job_id in partial.values_list("pk", flat=True).distinct():
         if Job.objects.filter(pk=job_id, modified__lt=quiet).update(modified=now):
             enqueue.assemble(job_id)
+            touched.append(job_id)
+    # The end of a pass is emailed by a task of its own: one lost with Redis, or one that met the mail
+    # server away, is sent again (jobs.notify tells once however many arrive).
+    told_late = Q(ended_at__gt=now - NOTIFY_RETRY, ended_at__lt=quiet, modified__lt=quiet)
+    someone = Q(created_by__is_active=True) & ~Q(created_by__email="")
+    untold = Job.objects.filter(told_late & someone, kind=Job.Kind.PASS, state__in=ENDED, notified_at=None)
+    for job_id in untold.values_list("pk", flat=True):
+        if Job.objects.filter(pk=job_id, modified__lt=quiet).update(modified=now):
+            enqueue.notify_ended(job_id)
             touched.append(job_id)
     # Staging deletes a partner's upload and wipes their secrets when it ends; a job that ended before
     # staging ever ran (its message lost with Redis) is cleared here. A batch at a time: each job

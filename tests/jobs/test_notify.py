@@ -91,3 +91,15 @@ def test_it_tells_once_and_only_a_member_of_the_jobs_organisation(organisation, 
     partner.membership.save()
     assert not notify.job_ended(moved.pk), "they left the organisation: its jobs are no longer theirs to hear of"
     assert len(mailbox.to(PARTNER)) == 1
+
+
+@pytest.mark.django_db
+def test_an_email_the_mail_server_refused_is_left_to_be_sent_again(organisation, partner, mailbox, settings):
+    port = settings.EMAIL_PORT
+    settings.EMAIL_PORT = 9  # nothing listens there
+    job = make_job(organisation, State.SUCCEEDED, created_by=partner)
+    assert not notify.job_ended(job.pk)
+    assert Job.objects.get(pk=job.pk).notified_at is None, "untold, for the safety net to try again"
+    settings.EMAIL_PORT = port
+    assert notify.job_ended(job.pk)
+    assert len(mailbox.to(PARTNER)) == 1 and Job.objects.get(pk=job.pk).notified_at is not None

@@ -109,3 +109,26 @@ def test_a_job_that_ended_early_gets_its_partial_outputs_assembly_again_for_a_wh
         assert reconcile() == [], "not for ever: an assembly that fails for good is not sent again and again"
     finally:
         redis_server.delete("control")
+
+
+def test_a_pass_whose_end_was_never_told_is_told_again_for_an_hour(
+    organisation, partner, redis_server, django_capture_on_commit_callbacks
+):
+    """The notify_ended message was lost with Redis: the partner would never hear how their pass ended."""
+    untold = make_job(organisation, State.SUCCEEDED, created_by=partner)
+    told = make_job(organisation, State.FAILED, created_by=partner, source_name="b.csv")
+    make_job(organisation, State.SUCCEEDED, source_name="c.csv")  # from the CLI: nobody to tell
+    make_job(organisation, State.SUCCEEDED, created_by=partner, kind=Job.Kind.SAMPLE, source_name="d.csv")
+    a_while_ago = timezone.now() - timedelta(minutes=5)
+    Job.objects.all().update(ended_at=a_while_ago, modified=a_while_ago)
+    Job.objects.filter(pk=told.pk).update(notified_at=a_while_ago)
+    redis_server.delete("control")
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            assert reconcile() == [untold.pk]
+            assert reconcile() == [], "not again while the one sent may still run"
+        assert redis_server.llen("control") == 1
+        Job.objects.filter(pk=untold.pk).update(ended_at=timezone.now() - timedelta(hours=2), modified=a_while_ago)
+        assert reconcile() == [], "not for ever: a mail server away for hours is not tried every half minute"
+    finally:
+        redis_server.delete("control")
