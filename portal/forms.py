@@ -1,6 +1,7 @@
 """The design-partner intake form and the password reset's, what people type cleaned of invisible characters."""
 
 import logging
+from urllib.parse import urlsplit
 
 from django import forms
 from django.conf import settings
@@ -38,7 +39,12 @@ class ApplicationForm(forms.ModelForm):
 
 
 class ResetForm(PasswordResetForm):
-    """Django's password reset, with the portal's address in its link and no link where it would be logged."""
+    """Django's password reset, with the portal's address in its link and no link where it would be logged.
+    The page only checks the address; the control worker sends the links (`send_links`), so a known address
+    is answered as fast as an unknown one and a slow mail server holds up no page."""
+
+    subject_template_name = "portal/email/password_reset_subject.txt"
+    email_template_name = "portal/email/password_reset.txt"
 
     email = text.EmailField(label="Email", max_length=254, widget=forms.EmailInput(attrs={"autocomplete": "email"}))
 
@@ -47,6 +53,15 @@ class ResetForm(PasswordResetForm):
         first link sets one this way."""
         users = get_user_model()._default_manager.filter(email__iexact=email, is_active=True)
         return (user for user in users if user.email.casefold() == email.casefold())
+
+    def send_links(self) -> None:
+        """Email each active account with the address a link, which leads to E31_PUBLIC_URL."""
+        self.save(
+            domain_override=urlsplit(settings.E31_PUBLIC_URL).netloc,
+            subject_template_name=self.subject_template_name,
+            email_template_name=self.email_template_name,
+            extra_email_context={"public_url": settings.E31_PUBLIC_URL, "days": reset_days()},
+        )
 
     def send_mail(self, subject_template_name, email_template_name, context, from_email, to_email, **kwargs):
         if not settings.E31_EMAIL_HOST:
@@ -61,3 +76,8 @@ class ResetForm(PasswordResetForm):
             )
             return
         super().send_mail(subject_template_name, email_template_name, context, from_email, to_email, **kwargs)
+
+
+def reset_days() -> int:
+    """For how many days a link to set a password works."""
+    return round(settings.PASSWORD_RESET_TIMEOUT / 86400)

@@ -11,8 +11,9 @@ from django.shortcuts import redirect, render
 from django.templatetags.static import static
 from django.urls import reverse
 
+from jobs import enqueue
 from portal import throttling
-from portal.forms import ApplicationForm, ResetForm
+from portal.forms import ApplicationForm, ResetForm, reset_days
 from portal.models import Application, organisation_for
 
 
@@ -81,17 +82,11 @@ def locked_out(request, original_response: HttpResponse | None, credentials: dic
 
 class PasswordReset(auth_views.PasswordResetView):
     """Ask for a link to set a new password: so many asks an hour from one address, then 429 with the form as
-    typed. A known address and an unknown one get the same answer, so the form tells nobody who has an account."""
+    typed. A known address and an unknown one get the same answer, as fast: the control worker looks the
+    address up and sends the email (portal.tasks), so the form tells nobody who has an account."""
 
     form_class = ResetForm
     template_name = "registration/password_reset_form.html"
-    subject_template_name = "portal/email/password_reset_subject.txt"
-    email_template_name = "portal/email/password_reset.txt"
-
-    @property
-    def extra_email_context(self) -> dict:
-        # The link leads to E31_PUBLIC_URL, not to whatever Host the request named.
-        return {"public_url": settings.E31_PUBLIC_URL, "days": _reset_days()}
 
     def post(self, request, *args, **kwargs):
         if wait := throttling.password_reset_wait(request):
@@ -99,9 +94,13 @@ class PasswordReset(auth_views.PasswordResetView):
             return self.render_to_response(context, status=429)
         return super().post(request, *args, **kwargs)
 
+    def form_valid(self, form):
+        with enqueue.unsent() as unsent:
+            enqueue.send_on_commit("portal.tasks.send_password_reset", form.cleaned_data["email"], about="reset for")
+        if unsent:
+            form.add_error(None, f"{enqueue.UNREACHABLE}: no link could be sent. Please ask again in a minute.")
+            return self.render_to_response(self.get_context_data(form=form), status=503)
+        return redirect(self.get_success_url())
+
     def get_context_data(self, **kwargs):
-        return {**super().get_context_data(**kwargs), "days": _reset_days()}
-
-
-def _reset_days() -> int:
-    return round(settings.PASSWORD_RESET_TIMEOUT / 86400)
+        return {**super().get_context_data(**kwargs), "days": reset_days()}

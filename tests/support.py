@@ -28,6 +28,7 @@ from moto.server import ThreadedMotoServer
 from jobs import services
 from jobs.models import ENDED, Gpu, Job
 from jobs.spec import Data, JobSpec, NamedFile, Request, Work
+from portal.celery import app as celery_app
 from tests.datasets import csv_bytes
 from tests.settings import PLUGIN_PATH, ROOT
 
@@ -304,3 +305,23 @@ class Watched:
     def wait_for_a_swap(self) -> None:
         self.page.evaluate("delete document.documentElement.dataset.swapped")
         self.page.wait_for_selector("html[data-swapped]", state="attached", timeout=60_000)
+
+
+@contextlib.contextmanager
+def celery_sends_to(url: str) -> Iterator[None]:
+    """This process sends its tasks to the broker at `url` (one that is not there, to see a page say so)."""
+    before = celery_app.conf.broker_url
+
+    def point_at(broker: str) -> None:
+        celery_app.conf.broker_url = broker
+        # The app keeps its broker connections in pools made for the old URL: they are made again.
+        celery_app._pool = celery_app.amqp._producer_pool = None
+
+    point_at(url)
+    try:
+        yield
+    finally:
+        point_at(before)
+
+
+BROKER_AWAY = "redis+socket:///nonexistent/redis.sock"

@@ -2,7 +2,6 @@
 upload (sent over the token), a URL, an S3 URI or a server path; a refusal is the service's sentence with the
 value named as docs/api.md names it; nothing is made of a refused job; creating jobs has its own rate."""
 
-import contextlib
 import hashlib
 import uuid
 
@@ -10,11 +9,10 @@ import pytest
 from django.urls import reverse
 
 from jobs.models import Job, State, Upload
-from portal.celery import app as celery_app
 from tests.api.loopback import file_server, upload
 from tests.api.support import api_client, token_for
 from tests.datasets import linear_model, table_csv
-from tests.support import EXAMPLE, wait_for_end
+from tests.support import BROKER_AWAY, EXAMPLE, celery_sends_to, wait_for_end
 
 DATA = EXAMPLE.read_bytes()
 
@@ -207,22 +205,9 @@ def test_it_limits_the_jobs_a_token_makes(partner_api, online_slots, settings):
     assert Job.objects.count() == 2
 
 
-@contextlib.contextmanager
-def broker_away():
-    """This process sends its tasks to a Redis that is not there."""
-    before = celery_app.conf.broker_url
-    celery_app.conf.broker_url = "redis+socket:///nonexistent/redis.sock"
-    celery_app._pool = celery_app.amqp._producer_pool = None
-    try:
-        yield
-    finally:
-        celery_app.conf.broker_url = before
-        celery_app._pool = celery_app.amqp._producer_pool = None
-
-
 @pytest.mark.django_db(transaction=True)
 def test_a_job_made_while_the_task_queue_is_away_is_kept_and_says_so(partner_api, online_slots):
-    with broker_away():
+    with celery_sends_to(BROKER_AWAY):
         answer = post_job(partner_api, job_body())
     assert answer.status_code == 201
     assert answer.json()["task_queue"] == "unreachable"

@@ -24,13 +24,13 @@ from django.test import override_settings
 from jobs.models import Job, Shard, State
 from jobs.reconcile import reconcile
 from portal import embedded_redis
-from portal.celery import app as celery_app
 from tests.datasets import csv_bytes
 from tests.factories import finished_sample, make_job
 from tests.jobs.uploads.tus import job_with_upload, upload_whole
 from tests.support import (
     Worker,
     admin_action,
+    celery_sends_to,
     client_for,
     manage,
     process_env,
@@ -141,24 +141,12 @@ def test_a_job_survives_redis_stopping_for_ten_seconds(redis_with_a_worker, orga
 UNREACHABLE = "The job queue is unreachable just now"
 
 
-def _point_celery_at(url: str) -> None:
-    celery_app.conf.broker_url = url
-    # The app keeps its broker connections in pools made for the old URL: they are made again.
-    celery_app._pool = None
-    celery_app.amqp._producer_pool = None
-
-
 @contextlib.contextmanager
 def this_process_on(server: PrivateRedis) -> Iterator[None]:
     """The pages and reconcile run in this process: their sends and their cache go to `server`."""
-    before = celery_app.conf.broker_url
-    _point_celery_at(f"redis+socket://{server.socket}")
     cache = {**settings.CACHES["default"], "LOCATION": server.url}
-    try:
-        with override_settings(CACHES={"default": cache}):
-            yield
-    finally:
-        _point_celery_at(before)
+    with celery_sends_to(f"redis+socket://{server.socket}"), override_settings(CACHES={"default": cache}):
+        yield
 
 
 @pytest.fixture
