@@ -4,16 +4,28 @@ expired or revoked one is 401. Users in no organisation get past here and are re
 from django.utils import timezone
 from knox.auth import TokenAuthentication
 from knox.crypto import hash_token
-from rest_framework.exceptions import AuthenticationFailed
+from rest_framework.exceptions import AuthenticationFailed, Throttled
 
 from api.models import ApiToken
+from api.throttling import AddressRate
 
 WRONG = "This token is not valid: it is wrong, or it was revoked."
 
 
 class BearerTokenAuthentication(TokenAuthentication):
     """knox's header parsing and hashing; the token is found by its digest (the table's key), an expired one
-    is refused but kept for its owner to see on the tokens page, and each use is recorded."""
+    is refused but kept for its owner to see on the tokens page, and each use is recorded. A request without a
+    valid token counts against its address's rate (throttling.AddressRate): past it, 429 rather than 401."""
+
+    def authenticate(self, request):
+        try:
+            found = super().authenticate(request)
+        except AuthenticationFailed:
+            _count_without_token(request)
+            raise
+        if found is None:
+            _count_without_token(request)
+        return found
 
     def authenticate_credentials(self, token: bytes):
         try:
@@ -30,3 +42,9 @@ class BearerTokenAuthentication(TokenAuthentication):
             raise AuthenticationFailed("This token's user is no longer active.")
         found.record_use()
         return found.user, found
+
+
+def _count_without_token(request) -> None:
+    limit = AddressRate()
+    if not limit.allow_request(request, None):
+        raise Throttled(limit.wait())

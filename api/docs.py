@@ -4,7 +4,10 @@ Content-Security-Policy: its script is a separate request (the split view) and i
 
 from drf_spectacular.views import SpectacularSwaggerSplitView
 
+from api.throttling import AddressRate
+
 
 class SwaggerDocs(SpectacularSwaggerSplitView):
     template_name = "api/swagger_ui.html"
     authentication_classes = []
+    throttle_classes = [AddressRate]

@@ -1,10 +1,14 @@
-"""Rate limits per token (docs/api.md, "Limits"): E31_API_RATE for every route, E31_API_SUBMIT_RATE on top for
-the routes that create jobs. Past one, 429 with Retry-After (errors.py). Counted in the default cache (Redis),
-shared by every web process. The rate is read from settings on each request, so a test can change it."""
+"""Rate limits (docs/api.md, "Limits"): per token, E31_API_RATE for every route and E31_API_SUBMIT_RATE on top
+for the routes that create jobs; per client address, E31_API_ADDRESS_RATE for the requests without a valid
+token (the public pages, a missing token, a refused one). Past one, 429 with Retry-After (errors.py). Counted
+in the default cache (Redis), shared by every web process. The rate is read from settings on each request,
+so a test can change it."""
 
 from django.conf import settings
 from rest_framework.permissions import SAFE_METHODS
 from rest_framework.throttling import SimpleRateThrottle
+
+from portal.throttling import client_ip
 
 
 class TokenRate(SimpleRateThrottle):
@@ -29,3 +33,15 @@ class SubmitRate(TokenRate):
 
     def allow_request(self, request, view) -> bool:
         return request.method in SAFE_METHODS or super().allow_request(request, view)
+
+
+class AddressRate(TokenRate):
+    """The requests without a valid token, per client address (portal.throttling.client_ip): counted by the
+    authentication for a missing or refused token (a valid one is never held up by its neighbours behind the
+    same address), and in the throttle_classes of the pages that authenticate nobody (the index, the docs)."""
+
+    scope = "api-address"
+    setting = "E31_API_ADDRESS_RATE"
+
+    def get_cache_key(self, request, view) -> str:
+        return self.cache_format % {"scope": self.scope, "ident": client_ip(request) or "unknown"}

@@ -3,11 +3,12 @@ jobs.py and ledger.py beside it."""
 
 from django.urls import reverse
 from drf_spectacular.utils import extend_schema
-from rest_framework.decorators import api_view, authentication_classes, permission_classes
+from rest_framework.decorators import api_view, authentication_classes, permission_classes, throttle_classes
 from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.response import Response
 
 from api.schema import OBJECT, answers
+from api.throttling import AddressRate
 from portal.models import organisation_for
 
 
@@ -20,6 +21,7 @@ from portal.models import organisation_for
 @api_view(["GET"])
 @authentication_classes([])
 @permission_classes([AllowAny])
+@throttle_classes([AddressRate])
 def index(request):
     return Response(
         {

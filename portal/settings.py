@@ -140,6 +140,7 @@ REST_FRAMEWORK = {
 }
 E31_API_RATE = env_rate("E31_API_RATE", "120/min")
 E31_API_SUBMIT_RATE = env_rate("E31_API_SUBMIT_RATE", "30/hour")
+E31_API_ADDRESS_RATE = env_rate("E31_API_ADDRESS_RATE", "60/min")  # per client address, without a valid token
 # Webhooks (api/webhooks/): a delivery not answered 2xx is tried again after each of these delays in turn (1 min,
 # 5 min, 30 min, 2 h, 6 h), then given up; each attempt is on the job's delivery log.
 E31_WEBHOOK_RETRY_SECONDS = env_ints("E31_WEBHOOK_RETRY_SECONDS", "60,300,1800,7200,21600", minimum=1)

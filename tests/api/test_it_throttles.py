@@ -5,6 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
+from django.test import Client
 
 from api.models import ApiToken
 from api.throttling import SubmitRate, TokenRate
@@ -51,3 +52,24 @@ def test_creating_jobs_has_a_rate_of_its_own(partner, settings):
     refused.allow_request(request, None)
     assert 3500 < refused.wait() <= 3600
     assert TokenRate().allow_request(request, None), "the rate of every route is counted apart"
+
+
+def test_requests_without_a_valid_token_are_counted_per_address(partner, settings):
+    """A missing token, a wrong one and the public pages share the address's count; past it, 429 rather than
+    401. A valid token from the same address is not held up, and another address has its own count."""
+    settings.E31_API_ADDRESS_RATE = "4/min"
+    nobody, wrong = Client(), api_client("e31_" + "x" * 40)
+    answers = [
+        nobody.get("/api/v1/jobs/", REMOTE_ADDR="10.0.0.7").status_code,
+        wrong.get("/api/v1/jobs/", REMOTE_ADDR="10.0.0.7").status_code,
+        nobody.get("/api/v1/", REMOTE_ADDR="10.0.0.7").status_code,
+        wrong.get("/api/v1/me/", REMOTE_ADDR="10.0.0.7").status_code,
+    ]
+    assert answers == [401, 401, 200, 401]
+    for client, path in [(wrong, "/api/v1/me/"), (nobody, "/api/v1/jobs/"), (nobody, "/api/v1/docs/")]:
+        answer = client.get(path, REMOTE_ADDR="10.0.0.7")
+        assert answer.status_code == 429, path
+        assert 1 <= int(answer["Retry-After"]) <= 60
+    assert wrong.get("/api/v1/me/", REMOTE_ADDR="10.0.0.7").json()["error"]["code"] == "throttled"
+    assert api_client(token_for(partner)).get("/api/v1/me/", REMOTE_ADDR="10.0.0.7").status_code == 200
+    assert wrong.get("/api/v1/me/", REMOTE_ADDR="10.0.0.8").status_code == 401
