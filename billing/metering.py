@@ -74,6 +74,32 @@ def meter_for(job) -> Meter | None:
     return holds_meter(job.allocations.all())
 
 
+@dataclass(frozen=True)
+class Charged:
+    """What a job was charged in one currency: its ledger entries added up, and by kind."""
+
+    currency: str
+    amount: Decimal
+    by_kind: dict[str, Decimal]
+
+    @property
+    def parts(self) -> list[tuple[str, Decimal]]:
+        """(kind's label, amount) of each kind charged, when more than the hold was: what the total is made of."""
+        kinds = LedgerEntry.Kind
+        parts = [(kind.label, self.by_kind[kind]) for kind in kinds if self.by_kind.get(kind)]
+        return parts if len(parts) > 1 or LedgerEntry.Kind.HOLD not in self.by_kind else []
+
+
+def charged(job) -> list[Charged]:
+    """Every ledger entry of the job (its hold, its staging, the operators' corrections) added up per
+    currency, as its receipt adds them: what the job cost in the end."""
+    sums: dict[str, dict[str, Decimal]] = {}
+    totals = LedgerEntry.objects.filter(job=job).values("currency", "kind").annotate(total=Sum("amount"))
+    for row in totals.order_by("currency"):
+        sums.setdefault(row["currency"], {})[row["kind"]] = row["total"]
+    return [Charged(currency, sum(kinds.values(), Decimal(0)), kinds) for currency, kinds in sums.items()]
+
+
 def holds_meter(allocations: Iterable) -> Meter | None:
     """What these holds of one job have cost so far, those still open counted until now; None for none."""
     allocations = list(allocations)

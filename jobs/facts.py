@@ -14,7 +14,7 @@ from functools import cached_property
 from django.db.models import Count, Max, Q, QuerySet, Sum
 from django.utils import timezone
 
-from billing.metering import Meter, holds_meter, meter_for
+from billing.metering import Charged, Meter, charged, holds_meter, meter_for
 from jobs import queue_figures, retention, scheduling
 from jobs.models import Gpu, Job, Shard, State
 from jobs.queue_figures import QueueFigures
@@ -76,6 +76,11 @@ class JobFacts:
         if self.job.state == State.RUNNING:  # no ledger entry before its hold ends: priced from the holds read here
             return holds_meter(self.allocations)
         return meter_for(self.job)
+
+    @cached_property
+    def charged(self) -> list[Charged]:
+        """An ended job's cost per currency, every ledger entry counted: staging and corrections too."""
+        return charged(self.job) if self.job.ended else []
 
     @cached_property
     def noun(self) -> str:

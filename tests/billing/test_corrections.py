@@ -73,6 +73,16 @@ def test_an_operator_records_a_credit_as_an_entry_of_its_own(ended_job, operator
     assert exported[0]["reason"] == "Slot 1 stalled for five minutes" and exported[0]["hash"] == credit.hash
 
 
+def test_the_job_page_costs_what_the_receipt_adds_up_after_a_credit(ended_job, operator, partner_client):
+    def cost() -> str:
+        page = partner_client.get(f"/jobs/{ended_job.pk}/").content.decode()
+        return re.search(r"<dt>Cost</dt><dd>(.*?) <small><a", page, re.S)[1]
+
+    assert cost() == "1.2000 USD", "the hold alone: staging was free"
+    assert client_for(operator).post(CORRECT, correction(ended_job)).status_code == 302
+    assert cost() == '0.7000 USD <small class="muted">(gpu hold 1.2000, correction -0.5000)</small>'
+
+
 def test_a_second_correction_of_one_job_is_another_entry(ended_job, operator):
     client = client_for(operator)
     assert client.post(CORRECT, correction(ended_job, amount="-1", reason="Refund: the hold")).status_code == 302
