@@ -22,6 +22,10 @@ SPAN_SECONDS = 5  # a job's figures are worked out per span of at least this lon
 FLEET_DAY = timedelta(hours=24)
 
 
+Shards = list[tuple[datetime, datetime, int]]  # each finished shard's start, end and records
+Spans = list[tuple[datetime, datetime]]  # from, to
+
+
 @dataclass(frozen=True)
 class Chart:
     heading: str
@@ -46,7 +50,7 @@ class JobCharts:
     empty: str = ""  # why there is no chart yet
 
 
-def spans(start: datetime, end: datetime) -> list[tuple[datetime, datetime]]:
+def spans(start: datetime, end: datetime) -> Spans:
     """[start, end] cut into equal spans of at least SPAN_SECONDS, at most MOST_POINTS of them."""
     seconds = (end - start).total_seconds()
     count = max(1, min(MOST_POINTS, int(seconds // SPAN_SECONDS)))
@@ -58,18 +62,19 @@ def middle(span: tuple[datetime, datetime]) -> datetime:
     return span[0] + (span[1] - span[0]) / 2
 
 
-def records_done(shards: list[tuple[datetime, datetime, int]], start: datetime) -> list[Point]:
-    """The records done so far at each shard's end, from none at the start."""
+def records_done(shards: Shards, start: datetime) -> list[Point]:
+    """The records done so far at each moment shards ended (those that ended together in one point), from
+    none at the start."""
     points, done = [(start, 0.0)], 0
     for _, finished, count in sorted(shards, key=lambda shard: shard[1]):
         done += count
+        if points[-1][0] == finished:
+            points.pop()
         points.append((finished, float(done)))
     return points
 
 
-def records_per_second(
-    shards: list[tuple[datetime, datetime, int]], cuts: list[tuple[datetime, datetime]]
-) -> list[Point]:
+def records_per_second(shards: Shards, cuts: Spans) -> list[Point]:
     """The records per second over each span, all slots together: each shard's records counted as done at an
     even pace from its start to its end."""
     bounds = [cuts[0][0], *(span_end for _, span_end in cuts)]
@@ -80,7 +85,7 @@ def records_per_second(
     ]
 
 
-def _done_by(shards: list[tuple[datetime, datetime, int]], times: list[datetime]) -> list[float]:
+def _done_by(shards: Shards, times: list[datetime]) -> list[float]:
     """The records done by each of these times (in order), each shard's at an even pace: one sweep over the
     moments the pace changes, a shard's start and end."""
     changes: list[tuple[datetime, float]] = []  # when the pace changes, and by how much (records a second)
@@ -100,15 +105,13 @@ def _done_by(shards: list[tuple[datetime, datetime, int]], times: list[datetime]
     return found
 
 
-def held_slots(holds: list[tuple[datetime, datetime]], cuts: list[tuple[datetime, datetime]]) -> list[Point]:
+def held_slots(holds: Spans, cuts: Spans) -> list[Point]:
     """How many slots the job held at each span's middle."""
     starts, ends = sorted(start for start, _ in holds), sorted(end for _, end in holds)
     return [(at, float(bisect_right(starts, at) - bisect_right(ends, at))) for at in map(middle, cuts)]
 
 
-def used_per_span(
-    readings: list[tuple[int, datetime, float]], cuts: list[tuple[datetime, datetime]], scale: float = 1.0
-) -> list[Point]:
+def used_per_span(readings: list[tuple[int, datetime, float]], cuts: Spans, scale: float = 1.0) -> list[Point]:
     """Per span with readings: each hold's readings in it averaged, added up over the holds, times `scale`."""
     bounds = [span_start for span_start, _ in cuts[1:]]
     per_span: dict[int, dict[int, list[float]]] = {}

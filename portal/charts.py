@@ -30,11 +30,13 @@ class Series:
 
 
 def nice_top(value: float) -> float:
-    """The value axis's top: the largest value rounded up to 1, 2, 2.5 or 5 times a power of ten; 1 for nothing."""
-    if value <= 0:
-        return 1.0
+    """The value axis's top, so that it and its half read as round figures: up to 10, the next even whole
+    number (2 at least); past it, the largest value rounded up to 1, 1.2, 1.5, 2, 3, 4, 5, 6 or 8 times a
+    power of ten."""
+    if value <= 10:
+        return float(max(2, 2 * math.ceil(value / 2)))
     power = 10 ** math.floor(math.log10(value))
-    return next(step * power for step in (1, 2, 2.5, 5, 10) if value <= step * power)
+    return float(next(step * power for step in (1, 1.2, 1.5, 2, 3, 4, 5, 6, 8, 10) if value <= step * power))
 
 
 def averaged(points: Sequence[Point], start: datetime, end: datetime, most: int = MOST_POINTS) -> list[Point]:
@@ -81,16 +83,15 @@ def line_chart(
 
     grid = format_html_join(
         "",
-        '<line class="grid" x1="{0}" y1="{1:.1f}" x2="{2}" y2="{1:.1f}"></line>'
-        '<text class="value" x="{3}" y="{4:.1f}">{5}</text>',
-        ((LEFT, y(v), WIDTH - RIGHT, LEFT - 4, y(v) + 4, shown(v)) for v in (0, top / 2, top)),
+        '<line class="grid" x1="{0}" y1="{1}" x2="{2}" y2="{1}"></line><text class="y" x="{3}" y="{4}">{5}</text>',
+        ((LEFT, f"{y(v):.1f}", WIDTH - RIGHT, LEFT - 4, f"{y(v) + 4:.1f}", shown(v)) for v in (0, top / 2, top)),
     )
     span = end - start
     times = format_html_join(
         "",
-        '<text class="time" x="{0:.1f}" y="{1}" text-anchor="{2}">{3}</text>',
+        '<text class="x {2}" x="{0}" y="{1}">{3}</text>',
         (
-            (x(at), HEIGHT - 5, anchor, time_label(at, span))
+            (f"{x(at):.1f}", HEIGHT - 5, anchor, time_label(at, span))
             for at, anchor in ((start, "start"), (start + span / 2, "middle"), (end, "end"))
         ),
     )
@@ -110,16 +111,14 @@ def _drawn(series: Series, x, y, baseline: float) -> SafeString:
     if len(series.points) == 1:
         at, value = series.points[0]
         return format_html(
-            '<circle class="{}" data-series="{}" cx="{:.1f}" cy="{:.1f}" r="4"></circle>',
-            series.css, series.name, x(at), y(value),
+            '<circle class="{}" data-series="{}" cx="{}" cy="{}" r="4"></circle>',
+            series.css, series.name, f"{x(at):.1f}", f"{y(value):.1f}",
         )  # fmt: skip
     area = ""
     if series.area:
         first, last = x(series.points[0][0]), x(series.points[-1][0])
-        area = format_html(
-            '<polygon class="{} area" points="{:.1f},{:.1f} {} {:.1f},{:.1f}"></polygon>',
-            series.css, first, baseline, points, last, baseline,
-        )  # fmt: skip
+        outline = f"{first:.1f},{baseline:.1f} {points} {last:.1f},{baseline:.1f}"
+        area = format_html('<polygon class="{} area" points="{}"></polygon>', series.css, outline)
     return format_html(
         '{}<polyline class="{}" data-series="{}" points="{}"></polyline>', area, series.css, series.name, points
     )
