@@ -15,7 +15,7 @@ from django.utils.safestring import SafeString
 
 # The chart's box, and the room left of it for the values and under it for the times. Narrow and with large
 # type, so that it still reads at 390 px, where it is drawn at about two thirds of its size.
-WIDTH, HEIGHT, LEFT, BOTTOM, TOP, RIGHT = 480, 180, 46, 22, 10, 10
+WIDTH, HEIGHT, LEFT, BOTTOM, TOP, RIGHT = 480, 184, 46, 28, 10, 10
 MOST_POINTS = 120  # a series is averaged into at most this many points of time
 
 Point = tuple[datetime, float]
@@ -91,7 +91,7 @@ def line_chart(
         "",
         '<text class="x {2}" x="{0}" y="{1}">{3}</text>',
         (
-            (f"{x(at):.1f}", HEIGHT - 5, anchor, time_label(at, span))
+            (f"{x(at):.1f}", HEIGHT - 6, anchor, time_label(at, span))
             for at, anchor in ((start, "start"), (start + span / 2, "middle"), (end, "end"))
         ),
     )

@@ -11,7 +11,7 @@ import pytest
 from django.utils import timezone
 
 from jobs import history, lifecycle
-from jobs.models import Allocation, Gpu, Node, NodeSample, QueueSample, Shard, State
+from jobs.models import Allocation, Gpu, JobEvent, Node, NodeSample, QueueSample, Shard, State
 from jobs.workers.nvml import Reading
 from tests.factories import make_job
 from tests.support import logged_in_page, needs_chromium
@@ -55,6 +55,9 @@ def finished_job(organisation, slots) -> int:
         readings = {slot.index: Reading(slot.index, busy[n], 30_000 + 150 * busy[n]) for n, slot in enumerate(slots)}
         history.record_readings(slots, readings, start + timedelta(seconds=second))
     Allocation.objects.filter(job=job).update(held_to=end)
+    JobEvent.objects.filter(job=job).update(at=start)
+    JobEvent.objects.create(job=job, state=State.FINISHING, at=end, message="all shards done; GPUs released")
+    JobEvent.objects.create(job=job, state=State.SUCCEEDED, at=end + timedelta(seconds=2))
     job.state, job.started_at, job.ended_at = State.SUCCEEDED, start, end
     job.records_out, job.records_rejected = SHARDS * RECORDS - 12, 12
     job.save()
@@ -115,11 +118,28 @@ def test_a_finished_jobs_charts_read_at_1280_and_390_px_in_light_and_dark(
     assert len({stroke for _, stroke in strokes}) == 2, "dark mode draws in its own colours"
 
 
-def test_the_fleets_charts_read_at_1280_and_390_px(browser, live_server, operator, gpu_slots):
+def test_the_fleets_charts_read_at_1280_and_390_px_in_light_and_dark(browser, live_server, operator, gpu_slots):
     a_day_of_the_fleet(gpu_slots)
-    for width in WIDTHS:
-        found = looked_at(
-            browser, live_server.url, "/admin/jobs/job/fleet/", "operator", width, "light", "console-charts"
-        )
+    for width, scheme in ((1280, "light"), (390, "light"), (390, "dark")):
+        found = looked_at(browser, live_server.url, FLEET, "operator", width, scheme, "console-charts")
         assert found["overflow"] <= 0, f"the page scrolls sideways at {width} px"
         assert found["label"] >= 10
+
+
+def test_a_running_jobs_charts_follow_its_shards_without_a_reload(
+    browser, live_server, partner, organisation, online_slots
+):
+    job = make_job(organisation, State.QUEUED, source_name="customers.csv", gpus=2, records_total=1000)
+    lifecycle.start_hold(job, online_slots[:2])
+    page = logged_in_page(browser, live_server.url)
+    page.goto(f"{live_server.url}/jobs/{job.pk}/")
+    assert "No shard has finished yet" in page.inner_text("#charts")
+    page.evaluate("document.querySelector('#charts').dataset.loaded = 'yes'")
+    began = timezone.now() - timedelta(seconds=20)
+    Shard.objects.create(
+        job=job, index=0, first_record=1, record_count=250, first_line=2, start_byte=0, end_byte=1,
+        status=Shard.Status.DONE, started_at=began, finished_at=began + timedelta(seconds=10),
+    )  # fmt: skip
+    page.wait_for_selector("#charts svg title:text('Records done')", state="attached", timeout=30_000)
+    assert page.evaluate("document.querySelector('#charts').dataset.loaded") is None, "the charts came anew"
+    assert page.url.endswith(f"/jobs/{job.pk}/"), "no reload"
