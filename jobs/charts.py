@@ -16,7 +16,7 @@ from django.utils import timezone
 from django.utils.safestring import SafeString
 
 from jobs.models import Job, NodeSample, QueueSample, Shard, SlotReading
-from portal.charts import MOST_POINTS, Point, Series, averaged, line_chart
+from portal.charts import MOST_POINTS, Point, Series, averaged, latest, line_chart
 
 SPAN_SECONDS = 5  # a job's figures are worked out per span of at least this long, at most MOST_POINTS spans
 FLEET_DAY = timedelta(hours=24)
@@ -151,7 +151,7 @@ def job_charts(job: Job, now: datetime | None = None) -> JobCharts | None:
 
 
 def _records_charts(shards, start, end, cuts) -> list[Chart]:
-    done = Series("Records done", "accent", records_done(shards, start), area=True)
+    done = Series("Records done", "accent", latest(records_done(shards, start), start, end), area=True)
     pace = Series("Records per second", "ok", records_per_second(shards, cuts))
     return [
         _chart("records-done", "Records done", "Records done so far, at each shard's end", [done], start, end),

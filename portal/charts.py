@@ -52,6 +52,18 @@ def averaged(points: Sequence[Point], start: datetime, end: datetime, most: int 
     return [(start + span * (slot + 0.5), sum(values) / len(values)) for slot, values in sorted(sums.items())]
 
 
+def latest(points: Sequence[Point], start: datetime, end: datetime, most: int = MOST_POINTS) -> list[Point]:
+    """The last of the points in each of at most `most` equal spans of [start, end] (for a running total, whose
+    last value in a span is the one to keep), and the first point; as they are when there are no more than `most`."""
+    if len(points) <= most or end <= start:
+        return list(points)
+    span = (end - start) / most
+    kept: dict[int, Point] = {}
+    for at, value in points:
+        kept[min(most - 1, max(0, int((at - start) / span)))] = (at, value)
+    return [points[0], *(point for point in kept.values() if point != points[0])]
+
+
 def time_label(at: datetime, span: timedelta) -> str:
     return f"{at:%H:%M:%S}" if span < timedelta(minutes=10) else f"{at:%H:%M}"
 

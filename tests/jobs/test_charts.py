@@ -1,13 +1,14 @@
 """The charts' figures: the series worked out from shards, holds and readings, and the SVG drawing exactly them,
 with no point, one point or many."""
 
+import itertools
 import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from jobs.charts import held_slots, records_done, records_per_second, spans, used_per_span
-from portal.charts import BOTTOM, HEIGHT, LEFT, RIGHT, TOP, WIDTH, Series, averaged, line_chart, nice_top
+from portal.charts import BOTTOM, HEIGHT, LEFT, RIGHT, TOP, WIDTH, Series, averaged, latest, line_chart, nice_top
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
@@ -112,3 +113,10 @@ def test_the_axis_tops_are_round(largest, top):
 def test_shards_that_end_together_are_one_point():
     shards = [(at(0), at(30), 300), (at(0), at(30), 200)]
     assert records_done(shards, at(0)) == [(at(0), 0.0), (at(30), 500.0)]
+
+
+def test_a_long_running_total_keeps_the_last_point_of_each_span():
+    shards = [(at(n), at(n + 1), 10) for n in range(3600)]
+    points = latest(records_done(shards, at(0)), at(0), at(3601))
+    assert len(points) == 121 and points[0] == (at(0), 0.0) and points[-1] == (at(3600), 36_000.0)
+    assert all(a[1] < b[1] for a, b in itertools.pairwise(points)), "it climbs"

@@ -4,7 +4,9 @@ out as the hold ages; once a minute each node's slots online, held and used, and
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from jobs import history, lifecycle
@@ -108,3 +110,19 @@ def test_a_holds_readings_go_a_month_after_it_ended(organisation, online_slots):
 
 def test_beat_samples_the_fleet_every_minute(settings):
     assert settings.CELERY_BEAT_SCHEDULE["sample-the-fleet"] == {"task": "jobs.tasks.sample_fleet", "schedule": 60.0}
+
+
+def test_the_readings_cost_a_heartbeat_one_read_and_one_insert(organisation, gpu_box):
+    specs, slots = gpu_box
+
+    def beat() -> list[str]:
+        with override_settings(E31_NVML_MODULE=FAKE), CaptureQueriesContext(connection) as queries:
+            node.register("gpu-box", specs, readings=nvml.readings())
+        return [query["sql"] for query in queries]
+
+    before = beat()
+    assert sum('"jobs_slotreading"' in sql for sql in before) == 1, "the read, which finds no hold"
+    lifecycle.start_hold(make_job(organisation, State.QUEUED, gpus=2), slots)
+    held = beat()
+    assert len(held) == len(before) + 1 and sum('INSERT INTO "jobs_slotreading"' in sql for sql in held) == 1
+    assert SlotReading.objects.count() == 2, "one insert for both GPUs"

@@ -14,7 +14,7 @@ from jobs import history, lifecycle
 from jobs.models import Allocation, Gpu, JobEvent, Node, NodeSample, QueueSample, Shard, State
 from jobs.workers.nvml import Reading
 from tests.factories import make_job
-from tests.support import logged_in_page, needs_chromium
+from tests.support import Watched, logged_in_page, needs_chromium
 
 pytestmark = [pytest.mark.django_db(transaction=True), needs_chromium]
 
@@ -131,8 +131,10 @@ def test_a_running_jobs_charts_follow_its_shards_without_a_reload(
 ):
     job = make_job(organisation, State.QUEUED, source_name="customers.csv", gpus=2, records_total=1000)
     lifecycle.start_hold(job, online_slots[:2])
-    page = logged_in_page(browser, live_server.url)
-    page.goto(f"{live_server.url}/jobs/{job.pk}/")
+    watched = Watched(browser, live_server.url)
+    watched.log_in("partner", "pw-partner")
+    watched.visit(f"/jobs/{job.pk}/")
+    page = watched.page
     assert "No shard has finished yet" in page.inner_text("#charts")
     page.evaluate("document.querySelector('#charts').dataset.loaded = 'yes'")
     began = timezone.now() - timedelta(seconds=20)
@@ -143,3 +145,4 @@ def test_a_running_jobs_charts_follow_its_shards_without_a_reload(
     page.wait_for_selector("#charts svg title:text('Records done')", state="attached", timeout=30_000)
     assert page.evaluate("document.querySelector('#charts').dataset.loaded") is None, "the charts came anew"
     assert page.url.endswith(f"/jobs/{job.pk}/"), "no reload"
+    watched.check("the job's charts, redrawn by htmx")
