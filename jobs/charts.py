@@ -134,6 +134,7 @@ def job_charts(job: Job, now: datetime | None = None) -> JobCharts | None:
     shards = list(job.shards.filter(done).values_list("started_at", "finished_at", "record_count"))
     start = min([held_from for _, held_from, _, _, _ in holds] + [started for started, _, _ in shards])
     end = max([held_to or now for _, _, held_to, _, _ in holds] + [finished for _, finished, _ in shards])
+    end = max(end, start + timedelta(seconds=1))  # a hold that has just started spans a second
     cuts = spans(start, end)
     found = JobCharts(start, end)
     noun = "CPU slot" if all(kind == "cpu" for *_, kind in holds) else "GPU"

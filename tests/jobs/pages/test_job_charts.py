@@ -105,3 +105,14 @@ def test_a_job_that_held_nothing_has_no_charts(organisation, partner_client):
     job = make_job(organisation, State.QUEUED)
     assert 'id="charts"' not in partner_client.get(f"/jobs/{job.pk}/").content.decode()
     assert 'id="charts"' not in partner_client.get(f"/jobs/{job.pk}/charts/").content.decode()
+
+
+def test_a_hold_just_started_with_one_reading_draws_it_as_a_dot(organisation, online_slots, partner_client):
+    job = make_job(organisation, State.QUEUED, gpus=1)
+    lifecycle.start_hold(job, online_slots[:1])
+    allocation = Allocation.objects.get(job=job)
+    SlotReading.objects.create(allocation=allocation, at=allocation.held_from, utilisation=40, memory_used_mb=10)
+    svgs = charts_of(partner_client.get(f"/jobs/{job.pk}/charts/").content.decode())
+    svg = svgs["CPU slots held and used"]
+    assert '<circle class="ok" data-series="CPU slots used"' in svg
+    assert close(plotted(svg, "CPU slots used"), [(allocation.held_from, 0.4)], 2, seconds=1)
