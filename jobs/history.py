@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 
 from django.db.models import Count, Max, Q, Sum
 
-from jobs.models import Allocation, Gpu, Job, Node, NodeSample, QueueSample, SlotReading, State
+from jobs.models import Allocation, Gpu, Job, NodeSample, QueueSample, SlotReading, State
 from jobs.workers.nvml import Reading
 
 READING_SECONDS = 10
@@ -89,8 +89,3 @@ def prune_readings(now: datetime) -> int:
     """The readings of holds that ended more than READINGS_KEPT ago go. Returns how many."""
     deleted, _ = SlotReading.objects.filter(allocation__held_to__lt=now - READINGS_KEPT).delete()
     return deleted
-
-
-def nodes_sampled(since: datetime) -> list[Node]:
-    """The nodes with a sample since then, by name."""
-    return list(Node.objects.filter(samples__at__gte=since).distinct().order_by("name"))
