@@ -6,7 +6,7 @@ from django.db.models import Count, Q
 from django.template.response import TemplateResponse
 from django.urls import path
 
-from jobs import enqueue, lifecycle, queue_figures, scheduling
+from jobs import charts, enqueue, lifecycle, queue_figures, scheduling
 from jobs.models import ACTIVE, ENDED, Allocation, Gpu, Job, JobEvent, Node, Shard, State
 from portal.listing import ListQuery, pager
 from portal.text import NameField
@@ -129,7 +129,22 @@ class JobAdmin(admin.ModelAdmin):
 
     def get_urls(self):
         queue = path("queue/", self.admin_site.admin_view(self.queue_view), name="jobs_job_queue")
-        return [queue, *super().get_urls()]
+        fleet = path("fleet/", self.admin_site.admin_view(self.fleet_view), name="jobs_job_fleet")
+        return [queue, fleet, *super().get_urls()]
+
+    def fleet_view(self, request):
+        """The last day of the fleet, each node's slots held against what they used, and of the queue's length,
+        as beat sampled them once a minute; refreshed every minute."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "The fleet over the last day",
+            "opts": self.model._meta,
+            "found": charts.fleet_charts(),
+        }
+        template = "admin/jobs/job/fleet.html#charts" if request.htmx else "admin/jobs/job/fleet.html"
+        return TemplateResponse(request, template, context)
 
     def queue_view(self, request):
         """The queue as the scheduler sees it, live: the jobs in each state, the fleet, the first jobs holding

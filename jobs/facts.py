@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from billing.metering import Charged, Meter, charged, holds_meter, meter_for
 from jobs import queue_figures, retention, scheduling
+from jobs.charts import JobCharts, job_charts
 from jobs.models import Gpu, Job, Shard, State
 from jobs.queue_figures import QueueFigures
 from jobs.scheduling import Fleet, sizing
@@ -147,6 +148,11 @@ class JobFacts:
         if job.kind != Job.Kind.SAMPLE or job.staged_path or job.staged_purged_at or job.input_bytes is None:
             return None
         return job.passes.exclude(input_bytes=None).order_by("pk").first()
+
+    @cached_property
+    def charts(self) -> JobCharts | None:
+        """Its records and its slots' use over its hold, drawn with the panels, not with the polled status card."""
+        return job_charts(self.job)
 
     @cached_property
     def fleet(self) -> Fleet:

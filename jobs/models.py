@@ -444,3 +444,50 @@ class Upload(TimeStamped):
     @property
     def expired(self) -> bool:
         return self.expires_at <= timezone.now()
+
+
+class SlotReading(models.Model):
+    """A held GPU's utilisation and memory in use at one heartbeat: the history of a hold that the job's
+    page draws as held against used. Written at most so often per hold (jobs.history), and pruned by age."""
+
+    allocation = models.ForeignKey(Allocation, on_delete=models.CASCADE, related_name="readings")
+    at = models.DateTimeField()
+    utilisation = models.PositiveSmallIntegerField(help_text="Percent busy.")
+    memory_used_mb = models.PositiveIntegerField()
+
+    class Meta:
+        indexes = [models.Index(fields=["allocation", "at"], name="slot_reading_allocation_at")]
+
+    def __str__(self) -> str:
+        return f"{self.allocation} at {self.at:%Y-%m-%d %H:%M:%S}: {self.utilisation}%"
+
+
+class NodeSample(models.Model):
+    """A node's slots online, held and in use, once a minute: the operators' last day of the fleet."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="samples")
+    at = models.DateTimeField(help_text="The minute it was taken in.")
+    slots = models.PositiveIntegerField(help_text="Slots online.")
+    held = models.PositiveIntegerField(help_text="Slots held by a job.")
+    used = models.FloatField(
+        null=True, blank=True, help_text="The slots' utilisation added up, in slots; none when no slot reports it."
+    )
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["node", "at"], name="one_sample_per_node_a_minute")]
+        indexes = [models.Index(fields=["at"], name="node_sample_at")]
+
+    def __str__(self) -> str:
+        return f"{self.node} at {self.at:%Y-%m-%d %H:%M}"
+
+
+class QueueSample(models.Model):
+    """How many jobs waited in the queue (those on hold among them) and ran, once a minute."""
+
+    at = models.DateTimeField(unique=True, help_text="The minute it was taken in.")
+    queued = models.PositiveIntegerField()
+    on_hold = models.PositiveIntegerField(help_text="Of the queued, those the operators hold.")
+    running = models.PositiveIntegerField()
+
+    def __str__(self) -> str:
+        return f"the queue at {self.at:%Y-%m-%d %H:%M}"

@@ -8,7 +8,7 @@ from celery import shared_task
 from celery.signals import worker_init
 from django.utils import timezone
 
-from jobs import lifecycle, notify, retention, scheduling
+from jobs import history, lifecycle, notify, retention, scheduling
 from jobs.models import Job, State
 from jobs.outputs.assemble import assemble as assemble_output
 from jobs.reconcile import reconcile as reconcile_jobs
@@ -88,7 +88,14 @@ def purge_staged_copy_if_due(job_id: int) -> bool:
 
 @shared_task
 def purge_expired() -> list[int]:
+    history.prune_readings(timezone.now())
     return retention.purge_expired()
+
+
+@shared_task
+def sample_fleet() -> int:
+    """Once a minute: each node's slots online, held and in use, and the queue's length, for the console."""
+    return history.sample_fleet(timezone.now())
 
 
 @shared_task

@@ -10,6 +10,7 @@ urlpatterns = [
     path("", include("jobs.uploads.urls")),
     path("<int:pk>/", views.job_detail, name="detail"),
     path("<int:pk>/progress/", views.job_progress, name="progress"),
+    path("<int:pk>/charts/", views.job_charts, name="charts"),
     path("<int:pk>/cancel/", views.job_cancel, name="cancel"),
     path("<int:pk>/estimate/", views.job_estimate, name="estimate"),
     path("<int:pk>/pass/", views.job_pass, name="pass"),

@@ -248,6 +248,15 @@ def job_progress(request, pk: int):
 
 
 @login_required
+def job_charts(request, pk: int):
+    """The job's charts, polled on their own, slower than the status card, while the job runs; 286 once
+    it has ended (the panels that come with its end carry the last of them)."""
+    job = services.get_job_for_user(request, pk)
+    html = render_to_string("jobs/detail.html#charts", {"job": job, "facts": JobFacts(job)}, request=request)
+    return HttpResponseStopPolling(html) if job.ended else HttpResponse(html)
+
+
+@login_required
 @require_POST
 def job_cancel(request, pk: int):
     job = services.get_job_for_user(request, pk)

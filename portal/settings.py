@@ -426,6 +426,7 @@ CELERY_BEAT_SCHEDULE = {
     "purge-expired-copies-and-outputs": {"task": "jobs.tasks.purge_expired", "schedule": 600.0},
     "purge-abandoned-uploads": {"task": "jobs.tasks.purge_abandoned_uploads", "schedule": 600.0},
     "send-due-webhooks": {"task": "api.webhooks.tasks.send_due", "schedule": 60.0},
+    "sample-the-fleet": {"task": "jobs.tasks.sample_fleet", "schedule": 60.0},
 }
 
 LOGGING = {

@@ -10,7 +10,7 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from jobs import enqueue, lifecycle, scheduling
+from jobs import enqueue, history, lifecycle, scheduling
 from jobs.models import Allocation, Gpu, Node, Shard, State
 from jobs.workers.nvml import GpuInfo, Reading
 
@@ -50,7 +50,7 @@ def register(
     """Create or refresh the node and its slots; slots in `alive` (all by default) are seen now, with
     their GPU's utilisation and memory in use when NVML gave `readings`; the others keep when they
     were last seen (slot_stopped, which ends their holds then, clears it). `work_kinds`, when given,
-    are the kinds the node's slots can run."""
+    are the kinds the node's slots can run. The readings of held GPUs go into their holds' history."""
     now = timezone.now()
     defaults = {"hostname": socket.gethostname(), "driver": driver, "last_seen": now}
     if work_kinds is not None:
@@ -74,6 +74,8 @@ def register(
         slot, _ = Gpu.objects.update_or_create(node=node, index=spec.index, defaults=fields)
         slots.append(slot)
     Gpu.objects.filter(node=node).exclude(index__in=[spec.index for spec in specs]).update(last_seen=None)
+    if readings:
+        history.record_readings(slots, readings, now)
     return slots
 
 

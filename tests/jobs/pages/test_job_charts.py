@@ -1,0 +1,118 @@
+"""A job's charts: records done and records per second from its shards, its slots held against what they
+used from its holds' readings; drawn on its page, polled on their own while it runs, for its organisation only."""
+
+import re
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from jobs import lifecycle
+from jobs.models import Allocation, Shard, SlotReading, State
+from tests.factories import make_job
+from tests.jobs.test_charts import close, plotted
+
+pytestmark = pytest.mark.django_db
+
+
+def shard(job, index: int, records: int, started, seconds: float, status=Shard.Status.DONE) -> Shard:
+    return Shard.objects.create(
+        job=job, index=index, first_record=index * records + 1, record_count=records, first_line=index * records + 2,
+        start_byte=index * 100, end_byte=(index + 1) * 100, status=status, started_at=started,
+        finished_at=started + timedelta(seconds=seconds) if status != Shard.Status.PENDING else None,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def finished_job(organisation, online_slots, rate_card):
+    """Two slots held for 60 s from `start`: four shards of 300 records, each taking 30 s, two at a time."""
+    job = make_job(organisation, State.QUEUED, source_name="customers.csv", gpus=2, records_total=1200)
+    lifecycle.start_hold(job, online_slots[:2])
+    start = timezone.now() - timedelta(minutes=5)
+    Allocation.objects.filter(job=job).update(held_from=start)
+    for index in range(4):
+        shard(job, index, 300, start + timedelta(seconds=30 * (index // 2)), 30)
+    for allocation in Allocation.objects.filter(job=job):
+        for second, busy in ((10, 50), (40, 90)):
+            SlotReading.objects.create(
+                allocation=allocation, at=start + timedelta(seconds=second), utilisation=busy, memory_used_mb=1000
+            )
+    Allocation.objects.filter(job=job).update(held_to=start + timedelta(seconds=60))
+    job.state = State.SUCCEEDED
+    job.ended_at = start + timedelta(seconds=60)
+    job.save()
+    job.start = start
+    return job
+
+
+def test_its_page_draws_its_records_and_its_slots_held_and_used(finished_job, partner_client):
+    page = partner_client.get(f"/jobs/{finished_job.pk}/").content.decode()
+    assert 'id="charts"' in page and 'hx-trigger="every 15s"' not in page, "an ended job's charts are not polled"
+    for title in ("Records done", "Records per second", "CPU slots held and used"):
+        assert f">{title}</title>" in page
+    assert "No CPU slot reported" not in page
+    assert "<summary>The figures</summary>" in page
+
+
+def test_the_charts_fragment_is_for_its_organisation_only(finished_job, partner_client, outsider_client):
+    assert outsider_client.get(f"/jobs/{finished_job.pk}/charts/").status_code == 404
+    assert outsider_client.get(f"/jobs/{finished_job.pk}/").status_code == 404
+    assert partner_client.get(f"/jobs/{finished_job.pk}/charts/").status_code == 286, "ended: polling stops"
+
+
+CHART = re.compile(r'<svg class="chart line-chart".*?<title id="[^"]+">([^<]+)</title>.*?</svg>')
+
+
+def charts_of(html: str) -> dict[str, str]:
+    """The page's charts by their titles."""
+    return {match[1]: match[0] for match in CHART.finditer(html)}
+
+
+def test_the_charts_draw_the_jobs_own_figures(finished_job, partner_client):
+    svgs = charts_of(partner_client.get(f"/jobs/{finished_job.pk}/").content.decode())
+    start = finished_job.start
+    expected = [(start, 0), (start + timedelta(seconds=30), 600), (start + timedelta(seconds=60), 1200)]
+    assert close(plotted(svgs["Records done"], "Records done"), expected, 1200)
+    pace = plotted(svgs["Records per second"], "Records per second")
+    assert len(pace) == 12 and all(abs(value - 20) < 0.05 for _, value in pace), "600 records every 30 s"
+    used = plotted(svgs["CPU slots held and used"], "CPU slots used")
+    assert close(used, [(start + timedelta(seconds=12.5), 1.0), (start + timedelta(seconds=42.5), 1.8)], 2)
+    held = plotted(svgs["CPU slots held and used"], "CPU slots held")
+    assert {round(value, 2) for _, value in held} == {2.0}
+
+
+def test_a_running_jobs_charts_poll_on_their_own_in_few_queries(
+    organisation, online_slots, rate_card, partner_client, django_assert_max_num_queries
+):
+    job = make_job(organisation, State.QUEUED, source_name="customers.csv", gpus=2, records_total=1000)
+    lifecycle.start_hold(job, online_slots[:2])
+    page = partner_client.get(f"/jobs/{job.pk}/").content.decode()
+    assert f'hx-get="/jobs/{job.pk}/charts/" hx-trigger="every 15s"' in page
+    assert "No shard has finished yet" in page and ">CPU slots held and used</title>" in page
+    assert "No CPU slot reported its utilisation (CPU slots have none)." in page
+    shard(job, 0, 250, timezone.now() - timedelta(seconds=20), 10)
+    with django_assert_max_num_queries(6):
+        fragment = partner_client.get(f"/jobs/{job.pk}/charts/", headers={"HX-Request": "true"})
+    html = fragment.content.decode()
+    assert fragment.status_code == 200 and "<html" not in html and ">Records done</title>" in html
+    assert 'hx-trigger="every 15s"' in html, "it polls on while the job runs"
+    with django_assert_max_num_queries(6):
+        partner_client.get(f"/jobs/{job.pk}/progress/?shown=running")
+    assert "Records done" not in partner_client.get(f"/jobs/{job.pk}/progress/?shown=running").content.decode()
+
+
+def test_a_job_that_held_nothing_has_no_charts(organisation, partner_client):
+    job = make_job(organisation, State.QUEUED)
+    assert 'id="charts"' not in partner_client.get(f"/jobs/{job.pk}/").content.decode()
+    assert 'id="charts"' not in partner_client.get(f"/jobs/{job.pk}/charts/").content.decode()
+
+
+def test_a_hold_just_started_with_one_reading_draws_it_as_a_dot(organisation, online_slots, partner_client):
+    job = make_job(organisation, State.QUEUED, gpus=1)
+    lifecycle.start_hold(job, online_slots[:1])
+    allocation = Allocation.objects.get(job=job)
+    SlotReading.objects.create(allocation=allocation, at=allocation.held_from, utilisation=40, memory_used_mb=10)
+    svgs = charts_of(partner_client.get(f"/jobs/{job.pk}/charts/").content.decode())
+    svg = svgs["CPU slots held and used"]
+    assert '<circle class="ok" data-series="CPU slots used"' in svg
+    assert close(plotted(svg, "CPU slots used"), [(allocation.held_from, 0.4)], 2, seconds=1)
