@@ -12,6 +12,7 @@ from portal.listing import ListQuery, pager
 from portal.text import NameField
 
 QUEUE_ROWS = 50  # the queued jobs the queue page shows at a time, and the first running and staging ones
+FLEET_NODES = 12  # the nodes whose own charts the fleet page shows at a time
 # What the queue page's rows show of a job (and what its time limit and latest start are computed from): not its
 # other columns, five of them JSON.
 ROW_FIELDS = ("organisation__name", "state", "work", "gpus", "hours", "deadline", "held_before", "on_hold_since")
@@ -133,15 +134,19 @@ class JobAdmin(admin.ModelAdmin):
         return [queue, fleet, *super().get_urls()]
 
     def fleet_view(self, request):
-        """The last day of the fleet, each node's slots held against what they used, and of the queue's length,
-        as beat sampled them once a minute; refreshed every minute."""
+        """The last day of the fleet, the whole fleet's slots and a page of nodes', held against what they used,
+        and of the queue's length, as beat sampled them once a minute; refreshed every minute."""
         if not self.has_view_permission(request):
             raise PermissionDenied
+        query = ListQuery(request.GET)
+        nodes = query.page(charts.sampled_nodes(), per_page=FLEET_NODES)
         context = {
             **self.admin_site.each_context(request),
             "title": "The fleet over the last day",
             "opts": self.model._meta,
-            "found": charts.fleet_charts(),
+            "found": charts.fleet_charts(list(nodes.object_list)),
+            "query": query,
+            "pager": pager(query, nodes),
         }
         template = "admin/jobs/job/fleet.html#charts" if request.htmx else "admin/jobs/job/fleet.html"
         return TemplateResponse(request, template, context)

@@ -8,14 +8,15 @@ Each chart comes with the rows of its table: the same figures it draws, for a sc
 anyone who wants the numbers."""
 
 from bisect import bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db.models import Q
+from django.db.models import Q, QuerySet, Sum
 from django.utils import timezone
 from django.utils.safestring import SafeString
 
-from jobs.models import Job, NodeSample, QueueSample, Shard, SlotReading
+from jobs.models import Job, Node, NodeSample, QueueSample, Shard, SlotReading
 from portal.charts import MOST_POINTS, Point, Series, averaged, latest, line_chart
 
 SPAN_SECONDS = 5  # a job's figures are worked out per span of at least this long, at most MOST_POINTS spans
@@ -212,20 +213,31 @@ def _short(value: float) -> str:
 class FleetCharts:
     start: datetime
     end: datetime
+    fleet: Chart | None
     nodes: list[Chart]
     queue: Chart | None
 
 
-def fleet_charts(now: datetime | None = None) -> FleetCharts:
-    """The last day of the fleet: per node, its slots online, held and used; and the queue's length. Two
-    reads, each of at most a day of minutes per node."""
+def sampled_nodes(now: datetime | None = None) -> QuerySet:
+    """The nodes sampled in the last day, by name: the fleet page shows a page of them."""
+    start = (now or timezone.now()) - FLEET_DAY
+    return Node.objects.filter(pk__in=NodeSample.objects.filter(at__gte=start).values("node_id")).order_by("name")
+
+
+def fleet_charts(nodes: Sequence[Node], now: datetime | None = None) -> FleetCharts:
+    """The last day of the fleet: the whole fleet's slots online, held and used, added up a minute at a time
+    by the database; the same of each of `nodes` (a page of them); and the queue's length. Three reads, none
+    longer than a day of minutes per node asked for, so the page costs the same however many nodes there are."""
     now = now or timezone.now()
     start = now - FLEET_DAY
-    samples: dict[str, list[tuple[datetime, int, int, float | None]]] = {}
-    rows = NodeSample.objects.filter(at__gte=start).order_by("node__name", "at")
+    recent = NodeSample.objects.filter(at__gte=start)
+    whole = recent.order_by("at").values("at").annotate(s=Sum("slots"), h=Sum("held"), u=Sum("used"))
+    fleet = [(row["at"], row["s"], row["h"], row["u"]) for row in whole]
+    samples: dict[str, list[tuple[datetime, int, int, float | None]]] = {node.name: [] for node in nodes}
+    rows = recent.filter(node__in=nodes).order_by("node__name", "at")
     for name, at, slots, held, used in rows.values_list("node__name", "at", "slots", "held", "used"):
-        samples.setdefault(name, []).append((at, slots, held, used))
-    nodes = [_node_chart(n, name, found, start, now) for n, (name, found) in enumerate(samples.items())]
+        samples[name].append((at, slots, held, used))
+    charts = [_node_chart(f"node-{n}", name, found, start, now) for n, (name, found) in enumerate(samples.items())]
     queue = list(
         QueueSample.objects.filter(at__gte=start).order_by("at").values_list("at", "queued", "on_hold", "running")
     )
@@ -238,10 +250,13 @@ def fleet_charts(now: datetime | None = None) -> FleetCharts:
         ]
         description = "Jobs queued (those on hold among them) and running, sampled once a minute"
         chart = _chart("queue", "The queue", description, series, start, now)
-    return FleetCharts(start, now, nodes, chart)
+    whole_fleet = _node_chart("fleet", "The whole fleet", fleet, start, now) if fleet else None
+    return FleetCharts(start, now, whole_fleet, [chart for chart in charts if chart], chart)
 
 
-def _node_chart(n: int, name: str, samples, start: datetime, end: datetime) -> Chart:
+def _node_chart(key: str, name: str, samples, start: datetime, end: datetime) -> Chart | None:
+    if not samples:
+        return None
     series = [
         Series("Slots online", "muted", averaged([(at, float(slots)) for at, slots, _, _ in samples], start, end)),
         Series("Held", "accent", averaged([(at, float(held)) for at, _, held, _ in samples], start, end), area=True),
@@ -249,5 +264,5 @@ def _node_chart(n: int, name: str, samples, start: datetime, end: datetime) -> C
     ]
     top = max(slots for _, slots, _, _ in samples)
     note = "" if series[2].points else "Its slots report no utilisation (CPU slots): only what is held is drawn."
-    description = f"Node {name}: its slots online, those held by jobs, and their utilisation added up in slots"
-    return _chart(f"node-{n}", name, description, series, start, end, top=float(top), note=note)
+    description = f"{name}: its slots online, those held by jobs, and their utilisation added up in slots"
+    return _chart(key, name, description, series, start, end, top=float(top), note=note)

@@ -7,7 +7,7 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.utils import timezone
 
-from jobs.models import NodeSample, QueueSample
+from jobs.models import Node, NodeSample, QueueSample
 from tests.jobs.pages.test_job_charts import charts_of
 from tests.jobs.test_charts import close, plotted
 from tests.support import client_for
@@ -62,9 +62,26 @@ def test_a_sample_older_than_a_day_is_not_drawn(online_slots, operator):
 def test_it_refreshes_as_a_fragment_in_few_queries(sampled, operator, django_assert_max_num_queries):
     client = client_for(operator)
     client.get(FLEET)
-    with django_assert_max_num_queries(6):
+    with django_assert_max_num_queries(7):  # the login, the nodes' count and page, the fleet, them, the queue
         fragment = client.get(FLEET, headers={"HX-Request": "true"}).content.decode()
     assert fragment.lstrip().startswith('<div id="charts"') and "<html" not in fragment
+
+
+def test_a_fleet_of_many_nodes_is_added_up_whole_and_drawn_a_page_of_nodes_at_a_time(operator, db):
+    at = timezone.now().replace(second=0, microsecond=0) - timedelta(minutes=1)
+    nodes = [Node.objects.create(name=f"box-{n:02}") for n in range(15)]
+    NodeSample.objects.bulk_create(
+        NodeSample(node=node, at=at, slots=8, held=n % 3, used=None) for n, node in enumerate(nodes)
+    )
+    client = client_for(operator)
+    first = charts_of(client.get(FLEET).content.decode())
+    assert close(plotted(first["The whole fleet"], "Slots online"), [(at, 120)], 120, seconds=30)
+    assert close(plotted(first["The whole fleet"], "Held"), [(at, 15)], 120, seconds=30), "0+1+2, five times"
+    assert [name for name in first if name.startswith("box-")] == [f"box-{n:02}" for n in range(12)]
+    page = client.get(f"{FLEET}?page=2", headers={"HX-Request": "true"}).content.decode()
+    assert [name for name in charts_of(page) if name.startswith("box-")] == ["box-12", "box-13", "box-14"]
+    assert f'hx-get="{FLEET}?page=2"' in page, "its refresh stays on its page"
+    assert "Page 2 of 2 · 13–15 of 15 nodes" in page
 
 
 def test_it_is_for_operators_who_may_view_jobs(django_user_model, partner_client, sampled):
