@@ -63,7 +63,7 @@ class OrganisationAdmin(admin.ModelAdmin):
 @admin.register(Application)
 class ApplicationAdmin(admin.ModelAdmin):
     form = ApplicationForm
-    list_display = ["organisation", "applicant", "email", "gpu_hours", "status", "created"]
+    list_display = ["organisation", "applicant", "email", "hours", "status", "created"]
     list_filter = ["status"]
     search_fields = ["organisation", "name", "email"]
     readonly_fields = ["reviewed_by", "reviewed_at", "created"]
@@ -78,6 +78,10 @@ class ApplicationAdmin(admin.ModelAdmin):
     @admin.display(description="Applicant", ordering="name")
     def applicant(self, application: Application) -> str:
         return application.name
+
+    @admin.display(description="GPU-hours", ordering="gpu_hours")
+    def hours(self, application: Application) -> int | None:
+        return application.gpu_hours
 
     def has_accept_permission(self, request) -> bool:
         """Accepting creates an account: it takes the right to add users as well."""
