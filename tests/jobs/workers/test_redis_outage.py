@@ -226,7 +226,7 @@ def test_it_answers_cancel_hold_and_a_pass_with_their_usual_pages_while_redis_is
     response = partner_client.post(f"/jobs/{running.pk}/cancel/", follow=True)
     assert response.status_code == 200
     page = response.content.decode()
-    assert f"Job {running.pk} is cancelled; its CPU slots are released." in page
+    assert f"Job #{running.pk} is cancelled; its CPU slots are released." in page
     assert f"{UNREACHABLE}; the cancel stands." in page
     running.refresh_from_db()
     assert running.state == State.CANCELLED
