@@ -257,7 +257,9 @@ def job_cancel(request, pk: int):
         cancelled = lifecycle.cancel(job, by=request.user)
     if cancelled:
         noun = fleet().noun
-        held = f"its {noun}{pluralize(holding)} {pluralize(holding, 'is,are')} released" if holding else f"it held no {noun}s"
+        held = f"it held no {noun}s"
+        if holding:
+            held = f"its {noun}{pluralize(holding)} {pluralize(holding, 'is,are')} released"
         messages.success(request, f"Job #{job.pk} is cancelled; {held}.")
         if unsent:
             messages.warning(request, f"{enqueue.UNREACHABLE}; the cancel stands.")
