@@ -3,6 +3,7 @@ from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q
+from django.template.defaultfilters import pluralize
 from django.template.response import TemplateResponse
 from django.urls import path
 
@@ -187,7 +188,7 @@ class JobAdmin(admin.ModelAdmin):
     def cancel(self, request, queryset):
         with enqueue.unsent() as unsent:
             cancelled = [job.pk for job in queryset if lifecycle.cancel(job, by=request.user)]
-        messages.success(request, f"Cancelled {len(cancelled)} job(s).")
+        messages.success(request, f"Cancelled {len(cancelled)} job{pluralize(len(cancelled))}.")
         if unsent:
             messages.warning(request, f"{enqueue.UNREACHABLE}; the cancels stand.")
 
@@ -238,7 +239,7 @@ class JobAdmin(admin.ModelAdmin):
             lifted = [job for job in queryset if lifecycle.lift_hold(job)]
         for job in lifted:
             self.log_change(request, job, "Lifted its hold.")
-        messages.success(request, f"Lifted the hold of {len(lifted)} job(s).")
+        messages.success(request, f"Lifted the hold of {len(lifted)} job{pluralize(len(lifted))}.")
         if unsent:
             messages.warning(request, f"{enqueue.UNREACHABLE}: they start in their place once it is back.")
 

@@ -1,6 +1,7 @@
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
+from django.template.defaultfilters import pluralize
 
 from portal import onboarding, text
 from portal.forms import ApplicationForm as IntakeForm
@@ -117,4 +118,5 @@ class ApplicationAdmin(admin.ModelAdmin):
     def decline(self, request, queryset):
         for application in queryset:
             application.review(Application.Status.DECLINED, request.user)
-        messages.success(request, f"Declined {queryset.count()} application(s).")
+        declined = queryset.count()
+        messages.success(request, f"Declined {declined} application{pluralize(declined)}.")

@@ -10,7 +10,7 @@ from django.utils import timezone
 from jobs import lifecycle
 from jobs.models import Job, State
 from tests.factories import make_job
-from tests.support import client_for
+from tests.support import admin_action, client_for
 
 pytestmark = pytest.mark.django_db
 
@@ -142,3 +142,9 @@ def test_a_jobs_admin_page_gives_the_input_s_size_and_staging_time_in_words(oper
     page = client_for(operator).get(f"/admin/jobs/job/{job.pk}/change/").content.decode()
     assert "535.0\xa0kB (535,024 bytes)" in page and "0.1 s" in page
     assert "0.0809152120" not in page[: page.index(">Bookkeeping<")], "the raw figure only in the bookkeeping"
+
+
+def test_the_console_s_cancel_counts_the_jobs_in_words(operator, organisation):
+    jobs = [make_job(organisation, State.QUEUED) for _ in range(2)]
+    response = admin_action(client_for(operator), "cancel", jobs)
+    assert "Cancelled 2 jobs." in response.content.decode()
