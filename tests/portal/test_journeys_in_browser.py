@@ -116,6 +116,10 @@ def test_a_new_partner_applies_is_accepted_and_runs_a_first_job_to_its_receipt(
     look(applicant, "login")
     applicant.get_by_role("link", name="Forgot password?").click()
     look(applicant, "password-reset")
+    applicant.get_by_label("Email").fill(APPLICANT)
+    applicant.get_by_role("button", name="Send the link").click()
+    applicant.get_by_text("Check your email").wait_for()
+    look(applicant, "password-reset-sent")
     log_in(applicant, base, APPLICANT, PASSWORD)
     assert applicant.url == f"{base}/jobs/"
     look(applicant, "jobs-empty")
@@ -170,6 +174,13 @@ def test_a_new_partner_applies_is_accepted_and_runs_a_first_job_to_its_receipt(
     applicant.get_by_role("link", name=re.compile(re.escape(APPLICANT))).click()
     applicant.get_by_text("Analytical Engines").first.wait_for()
     look(applicant, "account")
+    applicant.get_by_role("link", name="Change your password").click()
+    look(applicant, "password-change")
+    applicant.get_by_role("link", name="API tokens").first.click()
+    look(applicant, "api-tokens")
+    applicant.goto(f"{base}/jobs/{job.pk + 1000}/")
+    assert applicant.get_by_role("link", name="Jobs", exact=True).count(), "a way on from a page not found"
+    look(applicant, "not-found")
 
 
 def test_an_operator_accepts_an_applicant_holds_a_job_lifts_the_hold_and_watches_the_queue(
