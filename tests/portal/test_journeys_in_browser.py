@@ -78,10 +78,10 @@ def accept(page, base: str, applicant: str, seen: bool = True) -> str:
     return said
 
 
-def slow_job(organisation, partner) -> Job:
+def slow_job(organisation, partner, seconds_per_batch: str = "5", **params) -> Job:
     """test-slow-echo over 2,000 records on both slots, 5 s a batch of 50: it holds them until it is cancelled."""
     data = Data(file=NamedFile(io.BytesIO(csv_bytes(2000)), "numbers.csv"))
-    work = Work("test-slow-echo", {"seconds_per_batch": "5"})
+    work = Work("test-slow-echo", {"seconds_per_batch": seconds_per_batch, **params})
     return services.submit_job(organisation, partner, JobSpec(work, data, Request(2, 1)))
 
 
@@ -251,9 +251,14 @@ def test_an_operator_accepts_an_applicant_holds_a_job_lifts_the_hold_and_watches
     owner.wait_for_selector(".status .state.cancelled", timeout=30_000)
     look(owner, "job-cancelled")
     assert wait_for_end(waiting, timeout=180).state == State.SUCCEEDED, waiting.error
+    poisoned = slow_job(organisation, partner, seconds_per_batch="0", fail_at_record="600")
+    assert wait_for_end(poisoned).state == State.FAILED
+    owner.goto(f"{base}/jobs/{poisoned.pk}/")
+    assert "record 600 is poison" in owner.inner_text(".status")
+    look(owner, "job-failed")
 
     owner.goto(f"{base}/jobs/")
-    look(owner, "jobs-cancelled-and-succeeded")
+    look(owner, "jobs-ended")
     console.goto(f"{base}/admin/jobs/job/{waiting.pk}/change/")
     look(console, "admin-job")
     console.goto(f"{base}/admin/jobs/job/queue/")
