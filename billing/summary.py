@@ -14,7 +14,7 @@ from django.utils.safestring import SafeString
 from billing.models import MONEY, LedgerEntry
 
 CHART_MONTHS = 12
-WIDTH, HEIGHT, LABELS = 640, 160, 34  # the chart's box, and the room under the bars for their month
+WIDTH, HEIGHT, LABELS = 640, 170, 44  # the chart's box, and the room under the bars for their month and year
 
 
 @dataclass(frozen=True)
@@ -69,15 +69,17 @@ def bar_chart(months: list[Month]) -> SafeString:
                 f"{month.start:%Y-%m}: {month.amount.quantize(MONEY)} {currency}",
                 f"{x + slot * 0.35:.1f}",
                 f"{HEIGHT - LABELS + 14}",
-                f"{month.start:%b %y}",
+                f"{month.start:%b}",
                 f"{HEIGHT - LABELS - tall - 4:.1f}",
-                f"{month.amount.quantize(Decimal('0.01'))}",
+                f"{month.amount.quantize(MONEY)}",
+                f"{month.start:%Y}",
             )
         )
     drawn = format_html_join(
         "",
         '<g><title>{4}</title><rect x="{0}" y="{1}" width="{2}" height="{3}" rx="2"></rect>'
-        '<text x="{5}" y="{6}" class="label">{7}</text><text x="{5}" y="{8}" class="value">{9}</text></g>',
+        '<text x="{5}" y="{6}" class="label">{7}<tspan x="{5}" dy="1.2em">{10}</tspan></text>'
+        '<text x="{5}" y="{8}" class="value">{9}</text></g>',
         bars,
     )
     return format_html(

@@ -3,13 +3,16 @@ from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q
+from django.template.defaultfilters import pluralize
 from django.template.response import TemplateResponse
 from django.urls import path
 
 from jobs import charts, enqueue, lifecycle, queue_figures, scheduling
 from jobs.models import ACTIVE, ENDED, Allocation, Gpu, Job, JobEvent, Node, Shard, State
+from jobs.templatetags.jobs_extras import duration
 from portal.listing import ListQuery, pager
 from portal.text import NameField
+from portal.units import size
 
 QUEUE_ROWS = 50  # the queued jobs the queue page shows at a time, and the first running and staging ones
 FLEET_NODES = 12  # the nodes whose own charts the fleet page shows at a time
@@ -98,15 +101,15 @@ class JobAdmin(admin.ModelAdmin):
         "source_location" if field.name == "source_uri" else field.name
         for field in Job._meta.fields
         if field.name != "source_secret"
-    ]
+    ] + ["input_size", "staging_time"]
     # What an operator looks at first, in groups; the rest (staging's claim and lease, paths in storage, the
     # layout and plan) is bookkeeping, folded away at the end.
     fieldsets = [
         (None, {"fields": ["organisation", "created_by", "kind", "sample", "state", "error"]}),
         ("Operator hold", {"fields": ["on_hold_since", "on_hold_reason"]}),
         ("Work", {"fields": ["work", "params", "model_name"]}),
-        ("Data", {"fields": ["source_kind", "source_name", "source_location", "input_format", "input_bytes",
-                             "input_sha256", "expected_sha256", "records_total", "staging_seconds"]}),
+        ("Data", {"fields": ["source_kind", "source_name", "source_location", "input_format", "input_size",
+                             "input_sha256", "expected_sha256", "records_total", "staging_time"]}),
         ("Request", {"fields": ["gpus", "hours", "shape", "deadline", "allow_partial"]}),
         ("When", {"fields": ["created", "queued_at", "started_at", "held_before", "ended_at", "notified_at"]}),
         ("Output and retention", {"fields": ["records_out", "records_rejected", "output_files", "output_keep_days",
@@ -205,9 +208,17 @@ class JobAdmin(admin.ModelAdmin):
     def cancel(self, request, queryset):
         with enqueue.unsent() as unsent:
             cancelled = [job.pk for job in queryset if lifecycle.cancel(job, by=request.user)]
-        messages.success(request, f"Cancelled {len(cancelled)} job(s).")
+        messages.success(request, f"Cancelled {len(cancelled)} job{pluralize(len(cancelled))}.")
         if unsent:
             messages.warning(request, f"{enqueue.UNREACHABLE}; the cancels stand.")
+
+    @admin.display(description="Input size")
+    def input_size(self, job: Job) -> str:
+        return "–" if job.input_bytes is None else f"{size(job.input_bytes)} ({job.input_bytes:,} bytes)"
+
+    @admin.display(description="Staging took")
+    def staging_time(self, job: Job) -> str:
+        return duration(job.staging_seconds)
 
     @admin.display(boolean=True, description="On hold")
     def on_hold(self, job: Job) -> bool:
@@ -248,7 +259,7 @@ class JobAdmin(admin.ModelAdmin):
             lifted = [job for job in queryset if lifecycle.lift_hold(job)]
         for job in lifted:
             self.log_change(request, job, "Lifted its hold.")
-        messages.success(request, f"Lifted the hold of {len(lifted)} job(s).")
+        messages.success(request, f"Lifted the hold of {len(lifted)} job{pluralize(len(lifted))}.")
         if unsent:
             messages.warning(request, f"{enqueue.UNREACHABLE}: they start in their place once it is back.")
 

@@ -12,6 +12,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import OuterRef, Q, Subquery, Sum
 from django.http import FileResponse, Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
+from django.template.defaultfilters import pluralize
 from django.template.loader import render_to_string
 from django.views.decorators.http import require_POST
 from django.views.decorators.vary import vary_on_headers
@@ -260,18 +261,20 @@ def job_charts(request, pk: int):
 @require_POST
 def job_cancel(request, pk: int):
     job = services.get_job_for_user(request, pk)
-    holding = job.allocations.filter(held_to__isnull=True).exists()
+    holding = job.allocations.filter(held_to__isnull=True).count()
     with enqueue.unsent() as unsent:
         cancelled = lifecycle.cancel(job, by=request.user)
     if cancelled:
         noun = fleet().noun
-        held = f"its {noun}s are released" if holding else f"it held no {noun}s"
-        messages.success(request, f"Job {job.pk} is cancelled; {held}.")
+        held = f"it held no {noun}s"
+        if holding:
+            held = f"its {noun}{pluralize(holding)} {pluralize(holding, 'is,are')} released"
+        messages.success(request, f"Job #{job.pk} is cancelled; {held}.")
         if unsent:
             messages.warning(request, f"{enqueue.UNREACHABLE}; the cancel stands.")
     else:
         job.refresh_from_db()
-        messages.info(request, f"Job {job.pk} is {job.get_state_display().lower()} and can no longer be cancelled.")
+        messages.info(request, f"Job #{job.pk} is {job.get_state_display().lower()} and can no longer be cancelled.")
     return redirect("jobs:detail", pk=job.pk)
 
 

@@ -1,6 +1,7 @@
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
+from django.template.defaultfilters import pluralize
 
 from portal import onboarding, text
 from portal.forms import ApplicationForm as IntakeForm
@@ -63,7 +64,7 @@ class OrganisationAdmin(admin.ModelAdmin):
 @admin.register(Application)
 class ApplicationAdmin(admin.ModelAdmin):
     form = ApplicationForm
-    list_display = ["organisation", "applicant", "email", "gpu_hours", "status", "created"]
+    list_display = ["organisation", "applicant", "email", "hours", "status", "created"]
     list_filter = ["status"]
     search_fields = ["organisation", "name", "email"]
     readonly_fields = ["reviewed_by", "reviewed_at", "created"]
@@ -78,6 +79,10 @@ class ApplicationAdmin(admin.ModelAdmin):
     @admin.display(description="Applicant", ordering="name")
     def applicant(self, application: Application) -> str:
         return application.name
+
+    @admin.display(description="GPU-hours", ordering="gpu_hours")
+    def hours(self, application: Application) -> int | None:
+        return application.gpu_hours
 
     def has_accept_permission(self, request) -> bool:
         """Accepting creates an account: it takes the right to add users as well."""
@@ -113,4 +118,5 @@ class ApplicationAdmin(admin.ModelAdmin):
     def decline(self, request, queryset):
         for application in queryset:
             application.review(Application.Status.DECLINED, request.user)
-        messages.success(request, f"Declined {queryset.count()} application(s).")
+        declined = queryset.count()
+        messages.success(request, f"Declined {declined} application{pluralize(declined)}.")

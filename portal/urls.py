@@ -3,6 +3,10 @@ from django.urls import include, path
 
 from portal import views
 
+# The operators' console without the stock sidebar of every model: its lists (applications, jobs) take the width
+# of a laptop's screen, and its index and breadcrumbs lead everywhere the sidebar did.
+admin.site.enable_nav_sidebar = False
+
 urlpatterns = [
     path("", views.landing, name="landing"),
     path("design-partners/", views.design_partners, name="design_partners"),

@@ -13,6 +13,7 @@ import uuid
 from django.core.files.storage import default_storage
 from django.db import transaction
 from django.db.models import Q
+from django.template.defaultfilters import pluralize
 from django.utils import timezone
 
 from jobs import lifecycle, processors
@@ -139,7 +140,7 @@ def stage(job_id: int) -> None:
         if owned:
             Shard.objects.bulk_create(Shard(job=job, **shard) for shard in shards)
             finished = timezone.now()
-            staged = f"staged {size:,} bytes, {total:,} records in {len(shards)} shards, sha256 {sha256[:12]}…"
+            staged = staged_message(size, total, len(shards), sha256)
             owned = lifecycle.queue(job, finished, staged)
         if owned and not job.sample_id:  # the sample's own ledger entry shows what staging took
             staging_finished.send(sender=Job, job=job, size=size, started=started_at, finished=finished)
@@ -162,3 +163,11 @@ def _give_up(job: Job, claim: str, target: str, reason: str) -> None:
         if Job.objects.select_for_update().filter(pk=job.pk, state=State.STAGING, staging_claim=claim).exists():
             lifecycle.fail(job, reason)
             sources.forget(job)
+
+
+def staged_message(size: int, records: int, shards: int, sha256: str) -> str:
+    """The timeline's line for a job staged: what came in and how it was cut."""
+    return (
+        f"staged {size:,} byte{pluralize(size)}, {records:,} record{pluralize(records)} in {shards} "
+        f"shard{pluralize(shards)}, sha256 {sha256[:12]}…"
+    )

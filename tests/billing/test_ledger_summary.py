@@ -84,3 +84,11 @@ def test_the_ledger_page_shows_the_months_with_their_chart(organisation, partner
     assert "3.6000 USD</td></tr>" in page
     filtered = partner_client.get("/billing/ledger/", {"month": "2026-11"}).content.decode()
     assert "By month" not in filtered, "no entry in November: no months"
+
+
+def test_the_chart_names_each_month_with_its_year_and_reads_amounts_to_the_ledger_s_precision(organisation):
+    job = make_job(organisation, "succeeded")
+    entry(job, ended=DECEMBER, amount="0.0021")
+    svg = str(bar_chart(by_month(LedgerEntry.objects.filter(organisation=organisation))))
+    assert '>Dec<tspan x="320.0" dy="1.2em">2026</tspan></text>' in svg, "not “Dec 26”, which reads as a day"
+    assert 'class="value">0.0021</text>' in svg, "a small amount does not read 0.00"

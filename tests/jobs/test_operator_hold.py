@@ -144,7 +144,7 @@ def test_the_operator_gives_a_reason_and_lifts_the_hold_in_the_console(organisat
     assert f"/admin/jobs/job/{queued.pk}/change/" in listed and f"/admin/jobs/job/{running.pk}/change/" not in listed
 
     lifted = admin_action(client, "lift_hold", [queued]).content.decode()
-    assert "Lifted the hold of 1 job(s)." in lifted
+    assert "Lifted the hold of 1 job." in lifted
     history = LogEntry.objects.filter(object_id=str(queued.pk), user=operator).order_by("pk")
     assert [entry.change_message for entry in history] == ["Put on hold: quota review.", "Lifted its hold."]
     assert not Job.objects.get(pk=queued.pk).on_hold

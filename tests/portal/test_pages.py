@@ -218,3 +218,15 @@ def test_without_a_mail_server_the_operator_sends_the_link_and_no_log_holds_it(o
     page = accept(client_for(operator), application).content.decode()
     assert "No mail server is set (E31_EMAIL_HOST) to email cy@lab.example: send them this link" in page
     assert not mailbox.messages and "/accounts/reset/" not in caplog.text
+
+
+@pytest.mark.parametrize("count, said", [(1, "Declined 1 application."), (2, "Declined 2 applications.")])
+def test_declining_counts_the_applications_in_words(operator, count, said):
+    chosen = [
+        Application.objects.create(name=f"N{n}", email=f"n{n}@x.example", organisation=f"L{n}", dataset="x", work="y")
+        for n in range(count)
+    ]
+    form = {"action": "decline", "_selected_action": [application.pk for application in chosen]}
+    response = client_for(operator).post("/admin/portal/application/", form, follow=True)
+    assert said in response.content.decode()
+    assert set(Application.objects.values_list("status", flat=True)) == {"declined"}

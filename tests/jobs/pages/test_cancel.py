@@ -7,8 +7,10 @@ import pytest
 from django.core.files.storage import default_storage
 
 from billing.models import LedgerEntry
+from jobs import lifecycle
 from jobs.models import Gpu, Job, Shard, State
-from tests.support import job_form, slow_job_form, wait_for, wait_for_end
+from tests.factories import make_job
+from tests.support import client_for, job_form, slow_job_form, wait_for, wait_for_end
 
 HOLD = LedgerEntry.Kind.HOLD
 
@@ -21,7 +23,7 @@ def test_it_releases_the_gpus_within_seconds_and_keeps_finished_shards(fleet, pa
     wait_for(lambda: Shard.objects.filter(job=job, status=Shard.Status.DONE).count() >= 2, timeout=60)
 
     response = partner_client.post(f"/jobs/{job.pk}/cancel/", follow=True)
-    assert f"Job {job.pk} is cancelled; its CPU slots are released." in response.content.decode()
+    assert f"Job #{job.pk} is cancelled; its CPU slots are released." in response.content.decode()
     job.refresh_from_db()
     assert job.state == State.CANCELLED
     assert not job.allocations.filter(held_to__isnull=True).exists(), "released at once"
@@ -48,7 +50,7 @@ def test_it_cancels_a_queued_job_without_ever_holding(fleet, partner_client):
     wait_for(lambda: Job.objects.get(pk=second.pk).state == State.QUEUED, timeout=60)
 
     response = partner_client.post(f"/jobs/{second.pk}/cancel/", follow=True)
-    assert f"Job {second.pk} is cancelled; it held no CPU slots." in response.content.decode()
+    assert f"Job #{second.pk} is cancelled; it held no CPU slots." in response.content.decode()
     second.refresh_from_db()
     assert second.state == State.CANCELLED
     assert not second.allocations.exists()
@@ -64,3 +66,10 @@ def test_it_refuses_to_cancel_an_ended_job(fleet, partner_client):
     assert "can no longer be cancelled" in response.content.decode()
     job.refresh_from_db()
     assert job.state == State.SUCCEEDED
+
+
+def test_it_says_one_slot_released_in_the_singular(organisation, partner, online_slots):
+    job = make_job(organisation, State.QUEUED)
+    assert lifecycle.start_hold(job, online_slots[:1])
+    response = client_for(partner).post(f"/jobs/{job.pk}/cancel/", follow=True)
+    assert f"Job #{job.pk} is cancelled; its CPU slot is released." in response.content.decode()

@@ -10,7 +10,7 @@ from django.utils import timezone
 from jobs import lifecycle
 from jobs.models import Job, State
 from tests.factories import make_job
-from tests.support import client_for
+from tests.support import admin_action, client_for
 
 pytestmark = pytest.mark.django_db
 
@@ -135,3 +135,16 @@ def test_a_jobs_admin_page_groups_what_an_operator_needs_and_folds_the_bookkeepi
     assert "collapse" in page[: page.index(">Bookkeeping<")].rsplit("<fieldset", 1)[-1], "folded away"
     assert "staging_claim" in bookkeeping and "field-layout" in bookkeeping
     assert 'name="state"' not in page and "source_secret" not in page, "read-only, the secret never shown"
+
+
+def test_a_jobs_admin_page_gives_the_input_s_size_and_staging_time_in_words(operator, organisation):
+    job = make_job(organisation, State.QUEUED, input_bytes=535_024, staging_seconds=0.08091521200003626)
+    page = client_for(operator).get(f"/admin/jobs/job/{job.pk}/change/").content.decode()
+    assert "535.0\xa0kB (535,024 bytes)" in page and "0.1 s" in page
+    assert "0.0809152120" not in page[: page.index(">Bookkeeping<")], "the raw figure only in the bookkeeping"
+
+
+def test_the_console_s_cancel_counts_the_jobs_in_words(operator, organisation):
+    jobs = [make_job(organisation, State.QUEUED) for _ in range(2)]
+    response = admin_action(client_for(operator), "cancel", jobs)
+    assert "Cancelled 2 jobs." in response.content.decode()

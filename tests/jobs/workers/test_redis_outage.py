@@ -214,7 +214,7 @@ def test_it_answers_cancel_hold_and_a_pass_with_their_usual_pages_while_redis_is
     response = partner_client.post(f"/jobs/{running.pk}/cancel/", follow=True)
     assert response.status_code == 200
     page = response.content.decode()
-    assert f"Job {running.pk} is cancelled; its CPU slots are released." in page
+    assert f"Job #{running.pk} is cancelled; its CPU slots are released." in page
     assert f"{UNREACHABLE}; the cancel stands." in page
     running.refresh_from_db()
     assert running.state == State.CANCELLED
@@ -223,7 +223,7 @@ def test_it_answers_cancel_hold_and_a_pass_with_their_usual_pages_while_redis_is
     response = admin_action(console, "cancel", [queued])
     assert response.status_code == 200
     page = response.content.decode()
-    assert "Cancelled 1 job(s)." in page and f"{UNREACHABLE}; the cancels stand." in page
+    assert "Cancelled 1 job." in page and f"{UNREACHABLE}; the cancels stand." in page
     assert Job.objects.get(pk=queued.pk).state == State.CANCELLED
     assert admin_action(console, "put_on_hold", [on_hold], apply="1", reason="maintenance").status_code == 200
     response = admin_action(console, "lift_hold", [on_hold])

@@ -1,0 +1,37 @@
+"""Take the screenshots in this folder again: the two journey tests (tests/portal/test_journeys_in_browser.py)
+walk the partner's and the operator's day through a live server, a real gpuworker and Chromium, and shoot every
+page they see at 1280 px, at 390 px and in dark mode (tests/screens.py). The world they walk is the tests' own:
+a fresh database, the example dataset, jobs run on CPU slots.
+
+    .venv/bin/python docs/screenshots/take.py
+
+Needs Debian's chromium (apt install chromium) and the dev requirements (make test installs them). The PNGs
+here are replaced: the ones the journeys no longer take are removed."""
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+JOURNEYS = "tests/portal/test_journeys_in_browser.py"
+
+
+def main() -> int:
+    for stale in HERE.glob("*.png"):
+        stale.unlink()
+    with tempfile.TemporaryDirectory(prefix="e31-screenshots-") as scratch:
+        env = {
+            **os.environ,
+            "E31_SCREENSHOTS": str(HERE),
+            "E31_BROWSER_TESTS": "1",
+            "E31_VAR_DIR": os.environ.get("E31_VAR_DIR", scratch),
+        }
+        pytest = [sys.executable, "-m", "pytest", JOURNEYS, "-q", "-p", "no:cacheprovider"]
+        return subprocess.call(pytest, cwd=ROOT, env=env)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""What a browser test checks of every page a person sees on its way, and the screenshots it takes of them for
+docs/screenshots/ when E31_SCREENSHOTS names a folder (docs/screenshots/take.py sets it).
+
+Each page is looked at as on a laptop (1280 px) and on a phone (390 px), in light and dark mode. On the phone
+nothing may stick out sideways, since what sticks out is cut off or drags the whole page left and right, and no
+cell of a portal page's table may lie off the screen in a box that scrolls; on the laptop nothing scrolls
+sideways at all."""
+
+import os
+from pathlib import Path
+
+from PIL import Image
+
+LAPTOP, PHONE, HEIGHT = 1280, 390, 800
+# The variants shot of each page: the file name's ending, the width, the colour scheme.
+VARIANTS = [("", LAPTOP, "light"), ("-phone", PHONE, "light"), ("-dark", LAPTOP, "dark")]
+# A full page taller than this is cut here: the top of a long page shows what it is.
+MOST_HEIGHT = 2400
+
+# Where the page is wider than the window: the elements that reach past its right edge, deepest first, named by
+# tag, id and class. Read by evaluate, which the page's Content-Security-Policy leaves alone.
+OVERFLOW = """() => {
+  const width = document.documentElement.clientWidth;
+  if (document.documentElement.scrollWidth <= width) return [];
+  const wide = [...document.querySelectorAll("body *")].filter((element) => {
+    const box = element.getBoundingClientRect();
+    if (box.right <= width + 1 || box.width === 0) return false;
+    for (let up = element.parentElement; up; up = up.parentElement) {
+      if (getComputedStyle(up).overflowX !== "visible") return false;  // it scrolls inside a box of its own
+    }
+    return true;
+  });
+  const innermost = wide.filter((e) => !wide.some((inner) => inner !== e && e.contains(inner)));
+  return innermost.map((e) => e.tagName.toLowerCase() + (e.id ? "#" + e.id : "") + " " + e.className).slice(0, 5);
+}"""
+
+
+# The table cells of the portal's pages that lie off the screen, where a phone's reader would not find them: a
+# table there shows what it is read by whole. (The operators' console, the stock admin, scrolls its lists.)
+CELLS_OFF_SCREEN = """() => {
+  if (document.getElementById("container")) return [];  // the admin's own layout
+  return [...document.querySelectorAll("td, th")].filter((cell) => {
+    const box = cell.getBoundingClientRect();
+    return box.width > 0 && (box.right > document.documentElement.clientWidth + 1 || box.left < 0);
+  }).map((cell) => cell.textContent.trim()).slice(0, 5);
+}"""
+
+# The boxes that scroll sideways: none should on a laptop's screen.
+SCROLLING = """() => [...document.querySelectorAll("body *")].filter((element) => {
+  const style = getComputedStyle(element);
+  return ["auto", "scroll"].includes(style.overflowX) && element.scrollWidth > element.clientWidth + 1;
+}).map((e) => e.tagName.toLowerCase() + (e.id ? "#" + e.id : "") + " " + e.className)"""
+
+
+def folder() -> Path | None:
+    where = os.environ.get("E31_SCREENSHOTS")
+    return Path(where) if where else None
+
+
+def look(page, name: str) -> None:
+    """Check the page as a person sees it on a phone, and shoot it in each variant where screenshots are asked
+    for. The page is left as it was found: light, laptop-wide."""
+    shots = folder()
+    try:
+        for ending, width, scheme in VARIANTS:
+            page.set_viewport_size({"width": width, "height": HEIGHT})
+            page.emulate_media(color_scheme=scheme)
+            if width == PHONE:
+                assert not (wide := page.evaluate(OVERFLOW)), f"{name}: wider than a phone's {PHONE} px: {wide}"
+                assert not (off := page.evaluate(CELLS_OFF_SCREEN)), f"{name}: cells off a phone's screen: {off}"
+            else:
+                assert not (boxes := page.evaluate(SCROLLING)), f"{name}: scrolls sideways at {width} px: {boxes}"
+            if shots:
+                shoot(page, shots / f"{name}{ending}.png")
+    finally:
+        page.set_viewport_size({"width": LAPTOP, "height": HEIGHT})
+        page.emulate_media(color_scheme="light")
+
+
+def shoot(page, path: Path) -> None:
+    """A full-page PNG, cut at MOST_HEIGHT and reduced to 256 colours: a screenshot of text and flat colours
+    loses nothing a reader sees, and weighs a third."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(path), full_page=True, animations="disabled", caret="hide")
+    with Image.open(path) as image:
+        image = image.crop((0, 0, image.width, min(image.height, MOST_HEIGHT))).convert("RGB")
+    image.quantize(colors=256, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)
