@@ -1,6 +1,7 @@
 """Take the screenshots in this folder again: the two journey tests (tests/portal/test_journeys_in_browser.py)
 walk the partner's and the operator's day through a live server, a real gpuworker and Chromium, and shoot every
-page they see at 1280 px, at 390 px and in dark mode (tests/screens.py). The world they walk is the tests' own:
+page they see at 1280 px, at 390 px and in dark mode (tests/screens.py); the charts' tests shoot a finished
+job's charts and the fleet's. The world they walk is the tests' own:
 a fresh database, the example dataset, jobs run on CPU slots.
 
     .venv/bin/python docs/screenshots/take.py
@@ -17,6 +18,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 JOURNEYS = "tests/portal/test_journeys_in_browser.py"
+CHARTS = "tests/jobs/pages/test_charts_in_browser.py"  # the job page's and the fleet's charts, on seeded figures
 
 
 def main() -> int:
@@ -29,7 +31,7 @@ def main() -> int:
             "E31_BROWSER_TESTS": "1",
             "E31_VAR_DIR": os.environ.get("E31_VAR_DIR", scratch),
         }
-        pytest = [sys.executable, "-m", "pytest", JOURNEYS, "-q", "-p", "no:cacheprovider"]
+        pytest = [sys.executable, "-m", "pytest", JOURNEYS, CHARTS, "-q", "-p", "no:cacheprovider"]
         return subprocess.call(pytest, cwd=ROOT, env=env)
 
 

@@ -1,5 +1,5 @@
 """The charts in a real browser (Chromium): a finished job's page and the operators' fleet page read at 1280 px and
-at 390 px, in light and in dark mode, without the page scrolling sideways. With E31_SCREENSHOT_DIR set, each is
+at 390 px, in light and in dark mode, without the page scrolling sideways. With E31_SCREENSHOTS set, each is
 saved there as a PNG (docs/screenshots/ keeps them). Needs Debian's `chromium`."""
 
 import math
@@ -95,7 +95,7 @@ def looked_at(browser, base: str, path: str, user: str, width: int, scheme: str,
             };
         }"""
     )
-    if folder := os.environ.get("E31_SCREENSHOT_DIR"):
+    if folder := os.environ.get("E31_SCREENSHOTS"):
         page.screenshot(
             path=str(Path(folder) / f"{shot}-{width}{'-dark' if scheme == 'dark' else ''}.png"), full_page=True
         )
