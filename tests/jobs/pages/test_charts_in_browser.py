@@ -97,7 +97,10 @@ def looked_at(browser, base: str, path: str, user: str, width: int, scheme: str,
     )
     if folder := os.environ.get("E31_SCREENSHOTS"):
         page.screenshot(
-            path=str(Path(folder) / f"{shot}-{width}{'-dark' if scheme == 'dark' else ''}.png"), full_page=True
+            path=str(
+                Path(folder) / f"{shot}{'-phone' if width < 640 else ''}{'-dark' if scheme == 'dark' else ''}.png"
+            ),
+            full_page=True,
         )
     context.close()
     return found
