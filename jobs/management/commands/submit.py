@@ -158,7 +158,8 @@ class Command(BaseCommand):
             "--model",
             help=(
                 "The model the work runs: onnx-infer's .onnx file; for embed, classify and generate a Hugging Face "
-                "model folder, or its .zip or .tar. An http(s) URL is fetched by the portal."
+                "model folder, or its .zip or .tar. An http(s) URL or an s3:// location in the operator's buckets "
+                "(an object, or a prefix ending in / holding the folder) is fetched by the portal."
             ),
         )
         parser.add_argument(
