@@ -107,6 +107,14 @@ class PartnerModel(Processor):
     def check_model(self, path: str) -> dict:
         return hf_model.check(path, self.task)
 
+    def warm(self) -> None:
+        super().warm()
+        # transformers loads its classes when first asked for them: the auto classes and the tokenizers'.
+        import transformers  # noqa: PLC0415
+
+        for name in ("AutoModel", "AutoModelForSequenceClassification", "AutoModelForCausalLM", "AutoTokenizer"):
+            getattr(transformers, name)
+
     def prepare(self, plan: dict, layout: dict, params: dict, model: str) -> dict:
         return {**plan, "model": hf_model.check(local_model(model), self.task)}
 
