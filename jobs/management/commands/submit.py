@@ -285,6 +285,7 @@ class Command(BaseCommand):
         self.stderr.write(
             f"Sample {job.pk}: {result['records']:,} of {result['records_total']:,} records in "
             f"{result['seconds']:.1f} s, {result['records_per_second']:,.1f} records/s per {online.noun}"
+            + (f" ({result['tokens_per_second']:,.1f} tokens/s)" if result.get("tokens_per_second") else "")
             + (f", peak memory {result['peak_memory_mb']:,} MB" if result.get("peak_memory_mb") else "")
         )
         for found in estimates:
@@ -301,6 +302,7 @@ class Command(BaseCommand):
             **{name: result.get(name) for name in ("records", "records_total", "seconds", "records_per_second")},
             "startup_seconds": result.get("startup_seconds"),
             "peak_memory_mb": result.get("peak_memory_mb"),
+            "tokens_per_second": result.get("tokens_per_second"),
             "estimates": [found.as_json() for found in estimates],
         }
 
