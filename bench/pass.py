@@ -208,7 +208,7 @@ def bare_transformers(job_id: int) -> float:
     from jobs.processors import hf_model
     from jobs.processors.embed_text import slot_threads
     from jobs.processors.onnx_infer import local_model
-    from jobs.processors.partner_model import by_length
+    from jobs.processors.partner_model import batch_size, by_length, max_length
 
     job = Job.objects.get(pk=job_id)
     device = "cuda" if os.environ.get("E31_BENCH_DEVICE") == "cuda" else "cpu"
@@ -220,7 +220,8 @@ def bare_transformers(job_id: int) -> float:
     tokenizer = AutoTokenizer.from_pretrained(folder)
     if job.work == "generate":
         tokenizer.padding_side = "left"
-    size, processor = job.params["batch_size"], processors.get(job.work)
+    processor = processors.get(job.work)
+    size = batch_size(job.params, model, max_length(tokenizer, model))  # as the processor chooses it
 
     def run(texts: list[str]) -> None:
         if job.work == "generate":

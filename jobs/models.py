@@ -128,6 +128,11 @@ class Job(TimeStamped):
     params = models.JSONField(default=dict, blank=True)
     model_path = models.CharField(max_length=500, blank=True, help_text="The partner's model file, in storage.")
     model_name = models.CharField(max_length=255, blank=True)
+    model_source = models.CharField(
+        max_length=2000, blank=True,
+        help_text="Where the model came from: upload, its URL (without query), S3 URI or server path.",
+    )  # fmt: skip
+    model_sha256 = models.CharField(max_length=64, blank=True, help_text="The model file's, when it was stored.")
     plan = models.JSONField(default=dict, blank=True, help_text="What the processor decided while staging.")
 
     # data

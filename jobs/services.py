@@ -1,6 +1,7 @@
 """What the rest of the portal may do with jobs: submit them and find them. What a job's page reads is in facts.py."""
 
 import contextlib
+import hashlib
 import io
 import re
 import tempfile
@@ -76,14 +77,16 @@ def _submit(organisation: Organisation, user, spec: JobSpec, files: contextlib.E
         raise SubmitError("sha256", f"A SHA-256 is 64 hexadecimal digits, not {expected_sha256!r}.")
     policy = RetentionPolicy.in_force(organisation)
     output_keep_days = _check_retention(policy, retention)
+    credentials = _credentials_for(data, work)
+    data_credentials = credentials["data"]
     upload = _find_upload(organisation, data) if data.upload is not None else None
     if upload is not None:
         source = _describe_upload(processor, organisation, upload)
     else:
-        source = _describe_source(processor, organisation, data.file, data.location.strip(), data.s3_credentials)
+        source = _describe_source(processor, organisation, data.file, data.location.strip(), data_credentials)
     gpus, hours = _check_request(spec.request, processor.name)
-    model, kept = _model_of(processor, organisation, work, files)
-    checked_model = _check_model(processor, model)
+    model, kept, model_source = _model_of(processor, organisation, work, credentials["model"], files)
+    model_sha256 = _check_model(processor, model)
     deadline = _check_deadline(spec.request.deadline)
     request = {"gpus": gpus, "hours": hours, "shape": spec.request.shape, "deadline": deadline}
     request["retention_days"] = retention.staged_days
@@ -97,11 +100,13 @@ def _submit(organisation: Organisation, user, spec: JobSpec, files: contextlib.E
         source["source_path"] = uploads.store_upload(data.file.stream, data.file.name)
     if upload is not None:
         source["source_path"] = _take_upload(upload)
-    if checked_model and kept is not None:
+    if model_sha256 and kept is not None:
         source.update(model_path=kept.model_path, model_name=kept.model_name)
-    elif checked_model:
+    elif model_sha256:
         source["model_path"] = uploads.store_model(model.stream, model.name)
         source["model_name"] = uploads.safe_name(model.name)
+    if model_sha256:
+        source.update(model_source=model_source, model_sha256=model_sha256)
     return _create(
         organisation=organisation,
         created_by=user if user and user.is_authenticated else None,
@@ -123,38 +128,58 @@ def kept_models(organisation: Organisation):
     return Job.objects.filter(organisation=organisation).exclude(model_path="").filter(still_kept).order_by("-pk")
 
 
-def _model_of(processor, organisation: Organisation, work, files: contextlib.ExitStack) -> tuple:
+def _credentials_for(data: Data, work) -> dict:
+    """The S3 credentials given with the job, for the data and for the model, whichever is on S3: both
+    are read with them. Refused when neither is."""
+    given = data.s3_credentials or None
+    on_s3 = {
+        "data": sources.kind_of(data.location.strip()) == Job.Source.S3 if data.location.strip() else False,
+        "model": sources.kind_of(work.model_location.strip()) == Job.Source.S3
+        if work.model_location.strip()
+        else False,
+    }
+    if given and not any(on_s3.values()):
+        raise SubmitError("data", "S3 credentials go with an s3:// location only.")
+    return {part: given if on_s3[part] else None for part in on_s3}
+
+
+def _model_of(processor, organisation: Organisation, work, s3_credentials: dict | None, files) -> tuple:
     """The model the work is given, as a file to check, opened on `files`; with the earlier job it is kept
-    for, when it is one chosen again. SubmitError when it is given more than one way, or cannot be had."""
+    for, when it is one chosen again, and where it came from. SubmitError when it is given more than one
+    way, or cannot be had."""
     ways = [way for way in (work.model, work.model_location.strip(), work.model_from_job) if way]
     if ways and not processor.model_file:  # said before anything is fetched
         raise SubmitError("model", f"{processor.name} takes no model file.")
     if len(ways) > 1:
-        raise SubmitError("model", "Give the model one way: a file, a URL or server path, or an earlier job's.")
-    if work.model_location.strip():
+        raise SubmitError(
+            "model", "Give the model one way: a file, a URL, an S3 URI or server path, or an earlier job's."
+        )
+    if location := work.model_location.strip():
         copy = files.enter_context(tempfile.TemporaryFile(dir=settings.FILE_UPLOAD_TEMP_DIR))  # noqa: SIM115 (`files`)
         try:
-            name = sources.copy_model(work.model_location.strip(), organisation.slug, copy)
+            name = sources.copy_model(location, organisation.slug, copy, s3_credentials)
         except sources.SourceError as error:
             raise SubmitError("model", str(error)) from None
-        return NamedFile(copy, name), None
+        return NamedFile(copy, name), None, sources.recorded(location)
     if work.model_from_job:
         kept = kept_models(organisation).filter(pk=work.model_from_job).first()
         if kept is None or not default_storage.exists(kept.model_path):
             raise SubmitError(
                 "model", f"Job {work.model_from_job} has no model kept for you: it brought none, or it is purged."
             )
-        return NamedFile(files.enter_context(default_storage.open(kept.model_path, "rb")), kept.model_name), kept
-    return work.model, None
+        model = NamedFile(files.enter_context(default_storage.open(kept.model_path, "rb")), kept.model_name)
+        return model, kept, kept.model_source or f"job {kept.pk}"
+    return work.model, None, "upload" if work.model else ""
 
 
-def _check_model(processor, model: NamedFile | None) -> bool:
-    """Whether the job comes with a model file its work takes; SubmitError when it needs one it lacks,
-    has one it cannot use, or the file is too large or does not load."""
+def _check_model(processor, model: NamedFile | None) -> str:
+    """The SHA-256 of the model file the job comes with, once its work is found to take it and it loads;
+    "" for a work that takes none. SubmitError when it needs one it lacks, has one it cannot use, or the
+    file is too large or does not load."""
     if not processor.model_file:
         if model is not None:
             raise SubmitError("model", f"{processor.name} takes no model file.")
-        return False
+        return ""
     if model is None:
         raise SubmitError("model", f"{processor.name} needs {processor.model_file} with the job.")
     size = model.stream.seek(0, io.SEEK_END)
@@ -164,10 +189,13 @@ def _check_model(processor, model: NamedFile | None) -> bool:
         raise SubmitError("model", f"The model file {model.name} is {units.size(size)}; the limit is {limit}.")
     try:
         with uploads.local_copy(model.stream) as path:
-            processor.check_model(path)
+            facts = processor.check_model(path)
+            if facts.get("sha256"):
+                return facts["sha256"]
+            with open(path, "rb") as handle:
+                return hashlib.file_digest(handle, "sha256").hexdigest()
     except processors.ParamError as error:
         raise SubmitError("model", f"{model.name}: {error}.") from None
-    return True
 
 
 def _check_request(request: Request, work: str) -> tuple[int, Decimal]:
@@ -231,6 +259,8 @@ def submit_pass(sample: Job, user, request: Request, retention: Retention) -> Jo
         input_format=sample.input_format,
         model_path=sample.model_path,
         model_name=sample.model_name,
+        model_source=sample.model_source,
+        model_sha256=sample.model_sha256,
         gpus=gpus,
         hours=hours,
         shape=request.shape,

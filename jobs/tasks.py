@@ -3,12 +3,14 @@
 All go to the control queue but run_slot, which is sent to the queue of the slot it runs on."""
 
 import logging
+import time
 
 from celery import shared_task
 from celery.signals import worker_init
+from django.conf import settings
 from django.utils import timezone
 
-from jobs import history, lifecycle, notify, retention, scheduling
+from jobs import history, lifecycle, notify, processors, retention, scheduling
 from jobs.models import Job, State
 from jobs.outputs.assemble import assemble as assemble_output
 from jobs.reconcile import reconcile as reconcile_jobs
@@ -30,6 +32,19 @@ def warm_the_staging_scan(sender, **kwargs) -> None:
     """The control worker stages: it readies the scan before it forks its pool, which inherits it."""
     if sender.hostname.startswith("control@"):
         scankernel.warm()
+
+
+@worker_init.connect
+def warm_the_slot(sender, **kwargs) -> None:
+    """A slot's worker imports its work kinds' libraries before it forks its pool and counts online."""
+    if sender.hostname.startswith("slot") and settings.E31_WARM_SLOTS:
+        began = time.monotonic()
+        kinds = processors.runnable_here()
+        for name in kinds:
+            processors.get(name).warm()
+        log.info(
+            "%s: the libraries of %s imported in %.1f s", sender.hostname, ", ".join(kinds), time.monotonic() - began
+        )
 
 
 @shared_task

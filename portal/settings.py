@@ -351,6 +351,8 @@ E31_MAX_UPLOAD_BYTES = env_int("E31_MAX_UPLOAD_BYTES", 2 * 1024**3, minimum=1)
 # Datasets staged from a URL or a server path can be larger than a browser upload.
 E31_OUTPUT_URL_SECONDS = env_int("E31_OUTPUT_URL_SECONDS", 900, minimum=1)
 E31_MAX_MODEL_BYTES = env_int("E31_MAX_MODEL_BYTES", 2 * 1024**3, minimum=1)
+# A slot's worker imports its work kinds' libraries (torch, transformers) when it starts, not on a hold.
+E31_WARM_SLOTS = env_bool("E31_WARM_SLOTS", True)
 # A Hugging Face model folder (embed, classify, generate): the most files its archive may hold.
 E31_MODEL_MAX_FILES = env_int("E31_MODEL_MAX_FILES", 200, minimum=1)
 E31_MAX_DATASET_BYTES = env_int("E31_MAX_DATASET_BYTES", 50 * 1024**3, minimum=1)

@@ -16,6 +16,8 @@ os.environ.setdefault("E31_HEARTBEAT_SECONDS", "1")
 # form posted then must not find the fleet gone. Tests of a silent node wait for it, not for a time.
 os.environ.setdefault("E31_NODE_TIMEOUT_SECONDS", "10")
 os.environ.setdefault("E31_SHARD_LEASE_SECONDS", "5")
+# A slot imports torch when a test's job first needs it, as the slots of most tests never do.
+os.environ.setdefault("E31_WARM_SLOTS", "false")
 # Server paths under var/test/staging-root can be staged; "localhost" is a host staging may fetch
 # from although it is not public (the tests' own HTTP servers). 127.0.0.1 stays refused.
 os.environ.setdefault("E31_STAGING_ROOTS", str(ROOT / "var" / "test" / "staging-root"))

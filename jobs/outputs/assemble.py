@@ -87,6 +87,15 @@ def _staging(job: Job) -> dict:
     }
 
 
+def _model(job: Job) -> dict:
+    """The model the work ran: where it came from and the file stored for it, as checked on submit."""
+    found = {"name": job.model_name, "source": job.model_source or None, "sha256": job.model_sha256 or None}
+    checked = job.plan.get("model", {})  # a Hugging Face folder's, as staging checked it again
+    if "bytes" in checked:
+        found["folder"] = {"bytes": checked["bytes"], "files": checked["files"]}
+    return found
+
+
 def covered(job: Job) -> int:
     """The records the job's output accounts for: all of them, or for a sample those of the shards
     it ran before its time was up."""
@@ -157,6 +166,8 @@ def manifest(
         "ledger": [ledger_row(entry) for entry in LedgerEntry.objects.filter(job=job).order_by("created", "pk")],
         "assembled_at": timezone.now().isoformat(),
     }
+    if job.model_path:
+        found["model"] = _model(job)
     if job.sample_id:
         found["sized_by_sample"] = job.sample_id
     if sample is not None:

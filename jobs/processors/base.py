@@ -126,6 +126,12 @@ class Processor:
         fails the job here, before any GPU is held. The plan as the scanner made it by default."""
         return plan
 
+    def warm(self) -> None:
+        """Once in a slot's worker, before it counts online: import what the work runs on, so that no hold
+        pays for it (torch alone takes seconds)."""
+        for name in self.requires:
+            importlib.import_module(name)
+
     def missing(self) -> list[str]:
         """The required modules this machine lacks: found, not imported, so asking costs no import of torch."""
         return [name for name in self.requires if importlib.util.find_spec(name) is None]

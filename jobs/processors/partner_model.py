@@ -6,8 +6,10 @@ transformers) are imported only in a slot.
 
 Throughput: a slot's batch is cut into model batches of texts of similar length (fewer pad tokens),
 the next one tokenized in a thread while the model runs the current one; on a GPU the model runs
-in bfloat16 (float16 where bfloat16 is not supported). `generate` runs on vLLM on a GPU slot where it
-is installed, and transformers' `generate` everywhere else.
+in bfloat16 (float16 where bfloat16 is not supported). A model batch's size, unless the partner gives
+one, is what fits the GPU's free memory: measured once per model by a forward pass over a few rows of
+the longest input it takes, its keys and values cached (CPU_BATCH on a CPU slot). `generate` runs on
+vLLM on a GPU slot where it is installed, and transformers' `generate` everywhere else.
 """
 
 import importlib.util
@@ -32,9 +34,56 @@ CHOICES = {
     "all_scores": ("no", "yes"),
 }
 BATCH_SIZE = Param(
-    "batch_size", int, 32, "Records the model runs at once: larger is faster on a GPU and uses more of its memory.",
-    minimum=1, maximum=4096,
+    "batch_size", str, "auto",
+    "Records the model runs at once: auto (as many as fit the GPU's free memory, measured when the model is "
+    "loaded; 32 on a CPU slot), or a number from 1 to 4096.",
 )  # fmt: skip
+CPU_BATCH = 32  # on a CPU slot a larger batch runs no faster per record, and pads more
+MAX_BATCH = 4096
+HEADROOM = 0.8  # the share of the GPU's free memory the batches may fill
+PROBE_ROWS = 4  # rows of the longest input the model takes, run once to measure the memory a token takes
+
+
+def _batch_size(raw: str) -> str | int:
+    value = raw.strip().lower()
+    if value == "auto":
+        return value
+    if not value.isdigit() or not 1 <= int(value) <= MAX_BATCH:
+        raise ParamError(f"batch_size must be auto or a whole number from 1 to {MAX_BATCH}, not {raw!r}")
+    return int(value)
+
+
+def batch_size(params: dict, network, longest: int) -> int:
+    """The records the model runs at once: the number given, or for auto as many of `longest` tokens as
+    fit the GPU's free memory with headroom (CPU_BATCH on a CPU slot)."""
+    if params["batch_size"] != "auto":
+        return params["batch_size"]
+    if network.device.type != "cuda":
+        return CPU_BATCH
+    return fitting_batch(*_gpu_memory(network, longest), longest)
+
+
+def fitting_batch(free: int, per_token: float, longest: int) -> int:
+    """Rows of `longest` tokens that fit HEADROOM of `free` bytes at `per_token` bytes a token."""
+    return max(1, min(MAX_BATCH, int(free * HEADROOM / max(per_token * longest, 1))))
+
+
+@lru_cache(maxsize=2)
+def _gpu_memory(network, longest: int) -> tuple[int, float]:
+    """(bytes free on the model's GPU, bytes a token of input takes), measured once per model: a forward
+    pass over PROBE_ROWS rows of `longest` tokens, its keys and values cached as generate caches them."""
+    import torch  # noqa: PLC0415 (a slot's library, loaded with the model)
+
+    device = network.device
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    before = torch.cuda.memory_allocated(device)
+    tokens = torch.ones((PROBE_ROWS, longest), dtype=torch.long, device=device)
+    with torch.inference_mode():
+        network(input_ids=tokens, attention_mask=torch.ones_like(tokens))
+    per_token = (torch.cuda.max_memory_allocated(device) - before) / (PROBE_ROWS * longest)
+    torch.cuda.empty_cache()
+    return torch.cuda.mem_get_info(device)[0], per_token
 
 
 def _choice(params: dict, name: str) -> str:
@@ -107,6 +156,18 @@ class PartnerModel(Processor):
     def check_model(self, path: str) -> dict:
         return hf_model.check(path, self.task)
 
+    def validate_params(self, raw):
+        params = super().validate_params(raw)
+        return {**params, "batch_size": _batch_size(params["batch_size"])}
+
+    def warm(self) -> None:
+        super().warm()
+        # transformers loads its classes when first asked for them: the auto classes and the tokenizers'.
+        import transformers  # noqa: PLC0415
+
+        for name in ("AutoModel", "AutoModelForSequenceClassification", "AutoModelForCausalLM", "AutoTokenizer"):
+            getattr(transformers, name)
+
     def prepare(self, plan: dict, layout: dict, params: dict, model: str) -> dict:
         return {**plan, "model": hf_model.check(local_model(model), self.task)}
 
@@ -120,7 +181,7 @@ class PartnerModel(Processor):
             return chunk, batch.convert_to_tensors("pt").to(context.device)
 
         found: list = [None] * len(texts)
-        chunks = by_length(texts, context.params["batch_size"])
+        chunks = by_length(texts, batch_size(context.params, network, limit))
         for chunk, rows in pipelined(chunks, tokenize, lambda ready: (ready[0], run(network, ready[1]))):
             for index, row in zip(chunk, rows, strict=True):
                 found[index] = row
@@ -275,14 +336,7 @@ class Generate(PartnerModel):
         Param("temperature", float, 0.0, "0 for greedy decoding; higher samples more freely.", minimum=0, maximum=5),
         Param("top_p", float, 1.0, "Samples from the smallest set of tokens this likely.", minimum=0.01, maximum=1),
         Param("seed", int, 0, "The same seed gives the same output for the same record.", minimum=0, maximum=2**31),
-        Param(
-            "batch_size",
-            int,
-            16,
-            "Prompts the model runs at once (greedy decoding on transformers).",
-            minimum=1,
-            maximum=1024,
-        ),
+        BATCH_SIZE,
     )
     batch_size = 64
     schema = pa.schema(
@@ -350,7 +404,8 @@ def generated(prompts: list[str], positions: list[int], context: Context) -> lis
     tokenizer, network = load(context.model, context.device, "generate")
     params = context.params
     if params["temperature"] == 0:
-        chunks = by_length(prompts, params["batch_size"])
+        longest = max_length(tokenizer, network)  # the prompt and what is generated, at most
+        chunks = by_length(prompts, batch_size(params, network, longest))
     else:  # each record sampled alone from its own seed: its output does not depend on its batch
         chunks = [[index] for index in range(len(prompts))]
     rows: list = [None] * len(prompts)

@@ -11,18 +11,23 @@ import math
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
 
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from django.conf import settings
+from django.core.files.storage import default_storage
 
 from billing.models import MONEY, RateCard
 from jobs.models import Job, Shard
 
 MARGIN = 1.25  # the hours asked for, over the hours expected
 HOURS_STEP = Decimal("0.25")
+TOKENS = "output_tokens"  # the column of a generating work's output that counts what it generated
 
 
 def measure(job: Job) -> dict:
     """A finished sample's figures: records and seconds of work, records per second per slot, the
-    start-up, and the slot's peak memory. Empty when no shard was done."""
+    start-up, and the slot's peak memory; for a work that generates text, tokens generated per second
+    per slot. Empty when no shard was done."""
     shards = list(job.shards.filter(status=Shard.Status.DONE).order_by("started_at", "index"))
     timed = [(shard.record_count, (shard.finished_at - shard.started_at).total_seconds()) for shard in shards]
     if not timed:
@@ -34,7 +39,11 @@ def measure(job: Job) -> dict:
     startup = max(0.0, first_seconds - first_records / rate) if rate and len(timed) > 1 else 0.0
     memory = [shard.peak_memory_mb for shard in shards if shard.peak_memory_mb]
     device = shards[0].gpu.label if shards[0].gpu else None
-    return {
+    found = {}
+    tokens = _tokens(shards[1:] or shards)
+    if tokens is not None and steady_seconds > 0:
+        found["tokens_per_second"] = round(tokens / steady_seconds, 3)
+    return found | {
         "records": sum(records for records, _ in timed),
         "seconds": round(sum(seconds for _, seconds in timed), 3),
         "records_per_second": round(rate, 3) if rate else None,
@@ -43,6 +52,19 @@ def measure(job: Job) -> dict:
         "slot": device,
         "records_total": job.records_total,
     }
+
+
+def _tokens(shards: list[Shard]) -> int | None:
+    """The tokens the work generated in these shards, where its output counts them (generate's
+    output_tokens); None for a work whose output does not."""
+    total = 0
+    for shard in shards:
+        with default_storage.open(shard.output_path, "rb") as part:
+            output = pq.ParquetFile(part)
+            if TOKENS not in output.schema_arrow.names:
+                return None
+            total += pc.sum(output.read(columns=[TOKENS]).column(0)).as_py() or 0
+    return total
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from s3transfer.subscribers import BaseSubscriber
 from jobs.staging import archives, over_dataset_limit
 from jobs.staging.progress import StagingProgress
 from jobs.staging.ranged import RangedS3File
-from portal import crypto
+from portal import crypto, units
 
 BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z")
 # A region's name as botocore checks it, which would otherwise fail the job at staging.
@@ -172,6 +172,56 @@ def download(uri: str, credentials: dict | None, into: BinaryIO, progress: Stagi
             raise
     progress.advance(size)
     return size
+
+
+def copy_model(uri: str, credentials: dict | None, into: BinaryIO) -> None:
+    """A model at `uri` copied into `into`: one object (the folder's .zip or .tar) as it is, or every
+    object under a prefix (the folder itself) packed into a tar named by their paths under it. Held
+    to the model's limits in bytes and files before a byte is read."""
+    location = parse(uri)
+    s3 = client(credentials)
+    if location.is_prefix:
+        objects = _model_objects(s3, location)
+        with tarfile.open(fileobj=into, mode="w") as archive:
+            for item in objects:
+                member = tarfile.TarInfo(item["Key"][len(location.key) :])
+                member.size = item["Size"]
+                archive.addfile(member, _body(s3, location.bucket, item["Key"]))
+        return
+    try:
+        size = s3.head_object(Bucket=location.bucket, Key=location.key)["ContentLength"]
+        if size > settings.E31_MAX_MODEL_BYTES:
+            raise S3Error(over_model_limit(str(location), size))
+        with TransferManager(s3, TRANSFER) as manager:
+            manager.download(location.bucket, location.key, into).result()
+    except (ClientError, BotoCoreError) as error:
+        raise explain(error, location) from None
+
+
+def over_model_limit(what: str, size: int) -> str:
+    limit = settings.E31_MAX_MODEL_BYTES
+    return f"{what} is {size:,} bytes, more than the {limit:,}-byte ({units.size(limit)}) limit for a model."
+
+
+def _model_objects(s3, location: Location) -> list[dict]:
+    """The files of a model folder under a prefix, in key order, within the model's limits."""
+    found, total = [], 0
+    try:
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=location.bucket, Prefix=location.key):
+            for item in page.get("Contents", []):
+                if item["Key"].endswith("/"):
+                    continue  # a folder marker
+                found.append(item)
+                total += item["Size"]
+                if total > settings.E31_MAX_MODEL_BYTES:
+                    raise S3Error(over_model_limit(f"{location} (at {item['Key']})", total))
+                if len(found) > settings.E31_MODEL_MAX_FILES:
+                    raise S3Error(f"{location} holds more than {settings.E31_MODEL_MAX_FILES:,} files for a model.")
+    except (ClientError, BotoCoreError) as error:
+        raise explain(error, location) from None
+    if not found:
+        raise S3Error(f"{location} holds no objects.")
+    return sorted(found, key=lambda item: item["Key"])
 
 
 def _objects(s3, location: Location) -> list[dict]:

@@ -250,16 +250,23 @@ def check(location: str, slug: str, s3_credentials: dict | None = None) -> None:
         server_path(location, slug)
 
 
-def copy_model(location: str, slug: str, into: BinaryIO) -> str:
-    """A model at an http(s) URL or a server path, copied into `into` when the job is submitted, since a
-    model is checked before its job is made; its name. The URL passes the SSRF guard."""
-    check(location, slug)
+def copy_model(location: str, slug: str, into: BinaryIO, s3_credentials: dict | None = None) -> str:
+    """A model at an http(s) URL, an s3:// URI (an object, or a prefix holding the folder's files) or a
+    server path, copied into `into` when the job is submitted, since a model is checked before its job is
+    made; its name (a prefix's folder name, as a .tar). The URL passes the SSRF guard; S3 is read with
+    the credentials given with the job, else only in the organisation's folder of the operator's buckets."""
+    check(location, slug, s3_credentials)
     kind = kind_of(location)
-    if kind == Job.Source.S3:
-        raise SourceError("A model comes with the job, from an http(s) URL or from a server path; not from S3.")
+    name = name_of(location)
     if kind == Job.Source.PATH and server_path(location, slug).stat().st_size > settings.E31_MAX_MODEL_BYTES:
         raise SourceError(f"{location} is larger than the {settings.E31_MAX_MODEL_BYTES:,}-byte limit for a model.")
-    if kind == Job.Source.URL:
+    if kind == Job.Source.S3:
+        try:
+            s3.copy_model(location, s3_credentials, into)
+        except s3.S3Error as error:
+            raise SourceError(str(error)) from None
+        name = f"{name}.tar" if s3.parse(location).is_prefix else name
+    elif kind == Job.Source.URL:
         try:
             fetch.fetch(
                 location, into, max_bytes=settings.E31_MAX_MODEL_BYTES, allowed_hosts=settings.E31_STAGING_ALLOWED_HOSTS
@@ -270,7 +277,12 @@ def copy_model(location: str, slug: str, into: BinaryIO) -> str:
         with _open_server_path(location, slug) as stream:
             shutil.copyfileobj(stream, into, 8 * 1024 * 1024)
     into.seek(0)
-    return name_of(location)
+    return name
+
+
+def recorded(location: str) -> str:
+    """A location as the job records it: a URL without its query (a pre-signed URL's signature)."""
+    return redacted(location) if kind_of(location) == Job.Source.URL else location
 
 
 def open_source(job: Job, progress: StagingProgress) -> contextlib.AbstractContextManager[BinaryIO]:

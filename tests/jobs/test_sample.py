@@ -9,8 +9,10 @@ import os
 from datetime import timedelta
 from decimal import Decimal
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 from django.core.management import CommandError, call_command
 from django.utils import timezone
@@ -242,15 +244,28 @@ def test_the_estimate_follows_the_measured_speed(organisation, rate_card):
     assert [found.gpus for found in sizing.shapes(result, 1)] == [1]
 
 
-def test_a_sample_measures_the_steady_speed_after_its_first_shard(organisation):
-    sample = finished_sample(organisation, sample_result={})
+def shard_part(table: pa.Table) -> str:
+    """A shard's output part in storage, as a slot writes it."""
+    sink = io.BytesIO()
+    pq.write_table(table, sink)
+    return default_storage.save("jobs/test/shards/part.parquet", ContentFile(sink.getvalue()))
+
+
+def done_shards(sample: Job, timings: list[tuple[int, float]], part) -> None:
+    """Shards of the sample done in `timings` (records, seconds) one after the other, each with its part."""
     start = timezone.now()
-    for index, (records, seconds) in enumerate([(100, 12.0), (100, 2.0), (100, 2.0)]):
+    for index, (records, seconds) in enumerate(timings):
         Shard.objects.create(
             job=sample, index=index, first_record=1 + 100 * index, record_count=records, first_line=2 + 100 * index,
             start_byte=0, end_byte=0, status=Shard.Status.DONE, started_at=start + timedelta(seconds=20 * index),
             finished_at=start + timedelta(seconds=20 * index + seconds), peak_memory_mb=150 + index,
+            output_path=shard_part(part(records)),
         )  # fmt: skip
+
+
+def test_a_sample_measures_the_steady_speed_after_its_first_shard(organisation):
+    sample = finished_sample(organisation, sample_result={})
+    done_shards(sample, [(100, 12.0), (100, 2.0), (100, 2.0)], lambda records: pa.table({"id": range(records)}))
     Shard.objects.create(
         job=sample, index=3, first_record=301, record_count=100, first_line=302, start_byte=0, end_byte=0,
         status=Shard.Status.SKIPPED,
@@ -260,6 +275,16 @@ def test_a_sample_measures_the_steady_speed_after_its_first_shard(organisation):
     assert result["records_per_second"] == 50.0, "the first shard's start-up is left out of the speed"
     assert result["startup_seconds"] == 10.0
     assert result["peak_memory_mb"] == 152
+    assert "tokens_per_second" not in result, "the work generates no tokens"
+
+
+def test_a_sample_of_generate_measures_the_tokens_generated_per_second(organisation):
+    sample = finished_sample(organisation, sample_result={})
+    done_shards(
+        sample, [(100, 12.0), (100, 2.0), (100, 2.0)], lambda records: pa.table({"output_tokens": [7] * records})
+    )
+    result = sizing.measure(sample)
+    assert (result["records_per_second"], result["tokens_per_second"]) == (50.0, 350.0), "after the first shard"
 
 
 def test_a_sample_past_its_time_runs_a_second_shard_before_it_stops(organisation, settings):

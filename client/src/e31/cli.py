@@ -21,7 +21,7 @@ from typing import Any, NoReturn, TextIO
 import httpx
 from tqdm import tqdm
 
-from e31 import config
+from e31 import config, pack
 from e31.client import VERSION, Client, job_spec, request_spec
 from e31.download import DownloadError, download_file
 from e31.errors import APIError, error_line
@@ -396,6 +396,22 @@ def follow(portal: Client, job_id: int, folder: Path | None) -> int:
     return 0
 
 
+def model_file(given: str) -> Path:
+    """The model file to upload: the file given, or the folder given packed into a .tar."""
+    path = Path(given)
+    if path.is_file():
+        return path
+    if not path.is_dir():
+        raise Failure(f"There is no model file or folder {given} (a model is a file, a folder, a URL or s3://).")
+    say(f"Packing the model folder {path} into a .tar to upload.")
+    try:
+        return pack.pack(path)
+    except pack.PackError as error:
+        raise Failure(str(error)) from None
+    except OSError as error:
+        raise Failure(f"The model folder {path} could not be packed: {error}.") from None
+
+
 # The commands.
 
 
@@ -427,25 +443,30 @@ def cmd_login(args: argparse.Namespace) -> int:
 def cmd_submit(args: argparse.Namespace) -> int:
     if args.output and not args.wait:
         raise Failure("-o needs --wait (or run e31 download later).")
+    if args.model and args.model_from:
+        raise Failure("Give the model one way: --model or --model-from.")
     store = ResumeStore()
     location, credentials, uploaded, model = "", None, None, None
     if "://" in args.data or args.on_server:
         location = args.data
-        credentials = s3_credentials(args, dict(os.environ)) if args.data.startswith("s3://") else None
+    model_location = args.model if args.model and "://" in args.model else ""
+    if location.startswith("s3://") or model_location.startswith("s3://"):
+        credentials = s3_credentials(args, dict(os.environ))
     path = Path(args.data)
     if not location and not path.is_file():
         raise Failure(f"There is no file {args.data} (data is a file, an https:// URL or an s3:// location).")
-    if args.model and not Path(args.model).is_file():
-        raise Failure(f"There is no model file {args.model}.")
+    model_path = model_file(args.model) if args.model and not model_location else None
     with connect() as portal:
         if not location:
             uploaded = upload_with_bar(portal, path, args.chunk_size, store)
-        if args.model:
-            model = upload_with_bar(portal, Path(args.model), args.chunk_size, store)
+        if model_path:
+            model = upload_with_bar(portal, model_path, args.chunk_size, store)
         spec = job_spec(
             work=args.work,
             params=dict(args.param),
             model_upload=model.upload_id if model else None,
+            model_location=model_location,
+            model_from_job=args.model_from,
             upload=uploaded.upload_id if uploaded else None,
             location=location,
             s3_credentials=credentials,
@@ -469,6 +490,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
         for done in (uploaded, model):
             if done:
                 store.forget(done.key)  # a job's data now; the same file again is a new upload
+        if model_path and Path(args.model).is_dir():
+            pack.discard(model_path)
         request = job.get("request") or {}
         name = (job.get("data") or {}).get("name") or args.data
         hours = f"{Decimal(str(request.get('hours'))).normalize():f}"  # "1.00" from the portal reads 1
@@ -620,18 +643,20 @@ def build_parser() -> Parser:
     submit.add_argument("--param", type=parse_param, action="append", default=[], metavar="K=V")
     submit.add_argument(
         "--model",
-        metavar="FILE",
-        help="the model file the work runs (onnx-infer: .onnx; embed, classify, generate: a .zip or .tar of a "
-        "Hugging Face model folder)",
+        metavar="MODEL",
+        help="the model the work runs: onnx-infer's .onnx file; for embed, classify and generate a Hugging Face "
+        "model folder (packed and uploaded, resumably) or its .zip or .tar; or an https:// URL or s3:// location "
+        "the portal fetches (an s3:// prefix ending in / is the folder)",
     )
+    submit.add_argument("--model-from", type=int, metavar="JOB", help="the model of an earlier job, still kept")
     add_request(submit)
     submit.add_argument("--sample", action="store_true", help="run a sample that sizes the full pass")
     submit.add_argument("--sha256", default="", metavar="HEX", help="the data's SHA-256; staging checks it")
     submit.add_argument("--on-server", action="store_true", help="DATA is a path under the portal's staging root")
-    submit.add_argument("--s3-key-id", help="for s3:// data (or AWS_ACCESS_KEY_ID)")
-    submit.add_argument("--s3-secret", help="for s3:// data (or AWS_SECRET_ACCESS_KEY)")
-    submit.add_argument("--s3-region", help="for s3:// data (or AWS_REGION)")
-    submit.add_argument("--s3-endpoint-url", help="for s3:// data off AWS (or AWS_ENDPOINT_URL)")
+    submit.add_argument("--s3-key-id", help="for s3:// data or model (or AWS_ACCESS_KEY_ID)")
+    submit.add_argument("--s3-secret", help="for s3:// data or model (or AWS_SECRET_ACCESS_KEY)")
+    submit.add_argument("--s3-region", help="for s3:// data or model (or AWS_REGION)")
+    submit.add_argument("--s3-endpoint-url", help="for s3:// data or model off AWS (or AWS_ENDPOINT_URL)")
     submit.add_argument("--webhook-url", default="", help="also POST this job's state changes here")
     submit.add_argument(
         "--chunk-size", type=parse_size, default=CHUNK_SIZE, metavar="SIZE", help=f"upload chunks ({CHUNK_SIZE >> 20}M)"

@@ -59,6 +59,8 @@ def job_spec(
     sha256: str = "",
     params: dict[str, str] | None = None,
     model_upload: str | None = None,
+    model_location: str = "",
+    model_from_job: int | None = None,
     shape: str = "short-wide",
     deadline: str | None = None,
     allow_partial: bool = False,
@@ -67,9 +69,11 @@ def job_spec(
     sample: bool = False,
     webhook_url: str = "",
 ) -> dict[str, Any]:
-    """The body of POST /api/v1/jobs/: data from a finished upload's id or from a location."""
+    """The body of POST /api/v1/jobs/: data from a finished upload's id or from a location; a model,
+    where the work takes one, from a finished upload, a location, or an earlier job."""
+    model = {"model_upload": model_upload, "model_location": model_location, "model_from_job": model_from_job}
     return {
-        "work": {"kind": work, "params": params or {}, "model_upload": model_upload},
+        "work": {"kind": work, "params": params or {}, **model},
         "data": {"upload": upload, "location": location, "s3_credentials": s3_credentials, "sha256": sha256},
         "request": request_spec(gpus, hours, shape, deadline, allow_partial),
         "retention": {"staged_days": staged_days, "output_days": output_days},

@@ -158,7 +158,8 @@ class Command(BaseCommand):
             "--model",
             help=(
                 "The model the work runs: onnx-infer's .onnx file; for embed, classify and generate a Hugging Face "
-                "model folder, or its .zip or .tar. An http(s) URL is fetched by the portal."
+                "model folder, or its .zip or .tar. An http(s) URL or an s3:// location in the operator's buckets "
+                "(an object, or a prefix ending in / holding the folder) is fetched by the portal."
             ),
         )
         parser.add_argument(
@@ -284,6 +285,7 @@ class Command(BaseCommand):
         self.stderr.write(
             f"Sample {job.pk}: {result['records']:,} of {result['records_total']:,} records in "
             f"{result['seconds']:.1f} s, {result['records_per_second']:,.1f} records/s per {online.noun}"
+            + (f" ({result['tokens_per_second']:,.1f} tokens/s)" if result.get("tokens_per_second") else "")
             + (f", peak memory {result['peak_memory_mb']:,} MB" if result.get("peak_memory_mb") else "")
         )
         for found in estimates:
@@ -300,6 +302,7 @@ class Command(BaseCommand):
             **{name: result.get(name) for name in ("records", "records_total", "seconds", "records_per_second")},
             "startup_seconds": result.get("startup_seconds"),
             "peak_memory_mb": result.get("peak_memory_mb"),
+            "tokens_per_second": result.get("tokens_per_second"),
             "estimates": [found.as_json() for found in estimates],
         }
 

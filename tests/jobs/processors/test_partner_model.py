@@ -16,7 +16,7 @@ from django.core.management import call_command
 
 from jobs import processors, services
 from jobs.models import Allocation, Job, Node, State
-from jobs.processors.partner_model import Embed, Generate, template_fields
+from jobs.processors.partner_model import CPU_BATCH, Embed, Generate, batch_size, fitting_batch, template_fields
 from jobs.spec import Data, JobSpec, NamedFile, Request, Work
 from tests import hf_models
 from tests.hf_models import checkable_bert, zipped_folder
@@ -70,6 +70,10 @@ def test_the_kinds_refuse_bad_parameters(organisation, online_slots, tmp_path):
         ("generate", {"template": "Say {text.upper}"}, "template fields are {column}, a column's name alone"),
         ("generate", {"template": "no fields"}, "template names no column"),
         ("generate", {"temperature": "-1"}, "temperature must be at least 0"),
+        *(
+            ("embed", {"batch_size": value}, f"batch_size must be auto or a whole number from 1 to 4096, not '{value}'")
+            for value in ("0", "5000", "many", "-3", "1.5")
+        ),
     ]:
         with pytest.raises(services.SubmitError, match=message.replace("(", r"\(")):
             submit(organisation, model, work, params)
@@ -80,6 +84,24 @@ def test_the_kinds_refuse_bad_parameters(organisation, online_slots, tmp_path):
             JobSpec(Work("embed"), Data(file=NamedFile(io.BytesIO(b"text\na\n"), "a.csv")), Request(1, 1)),
         )
     assert not Job.objects.exists()
+
+
+def test_the_batch_size_is_auto_unless_given_and_fills_the_gpus_free_memory():
+    assert Embed().validate_params({})["batch_size"] == "auto"
+    assert Generate().validate_params({"batch_size": " 12 "})["batch_size"] == 12
+    gib = 1024**3
+    assert fitting_batch(free=10 * gib, per_token=64 * 1024, longest=512) == 256, "80% of 10 GiB at 32 MiB a row"
+    assert fitting_batch(free=80 * gib, per_token=1024, longest=128) == 4096, "at most 4096"
+    assert fitting_batch(free=1 * gib, per_token=4 * gib, longest=2048) == 1, "at least one"
+
+
+@needs_torch
+def test_an_auto_batch_on_a_cpu_slot_is_the_cpu_batch(tmp_path):
+    from transformers import AutoModel  # noqa: PLC0415 (requirements-gpu.txt: this test skips without it)
+
+    network = AutoModel.from_pretrained(hf_models.bert(tmp_path / "bert"))
+    assert batch_size({"batch_size": "auto"}, network, 64) == CPU_BATCH == 32
+    assert batch_size({"batch_size": 5}, network, 64) == 5
 
 
 def test_a_template_reads_plain_column_names():

@@ -10,7 +10,7 @@ import pytest
 from django.conf import settings
 from django.core.files.storage import default_storage
 
-from jobs import enqueue
+from jobs import enqueue, processors
 from jobs.models import Gpu, Job, State
 from jobs.staging import stage
 from tests.factories import make_job
@@ -58,3 +58,14 @@ def test_a_job_left_queued_with_free_slots_is_started_by_a_heartbeat(worker, org
     assert job.events.filter(state=State.QUEUED).exists(), "staged, then left for the heartbeat to start"
     job = wait_for_end(job, timeout=60)
     assert job.state == State.SUCCEEDED, job.error
+
+
+def test_a_slot_imports_its_work_kinds_libraries_before_it_counts_online(django_db_setup, redis_server):
+    worker = Worker(f"gpuworker-warm-{uuid.uuid4().hex[:8]}", slots=1, E31_WARM_SLOTS="true")
+    try:
+        wait_for(lambda: Gpu.objects.online().filter(node__name=worker.name).count() == 1, timeout=120)
+        log = (settings.VAR_DIR / f"{worker.name}.log").read_text()
+        kinds = ", ".join(processors.runnable_here())
+        assert re.search(rf"slot0@{worker.name}: the libraries of {re.escape(kinds)} imported in [\d.]+ s", log)
+    finally:
+        worker.stop()
