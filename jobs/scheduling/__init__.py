@@ -84,6 +84,12 @@ def fleet() -> Fleet:
     )
 
 
+def slot_noun() -> str:
+    """fleet().noun in one query: "CPU slot" when every slot online is one, "GPU" else."""
+    kinds = set(Gpu.objects.online().order_by().values_list("kind", flat=True).distinct())
+    return "CPU slot" if kinds == {Gpu.Kind.CPU} else "GPU"
+
+
 def parse_request(gpus, hours, shape: str = Job.Shape.SHORT_WIDE, work: str = "") -> tuple[int, Decimal]:
     """GPUs and hours laid out in the chosen shape, checked against the fleet (its slots that can run
     `work`, when it is given); RequestError names the field."""
