@@ -92,6 +92,20 @@ def test_it_starts_each_job_on_its_own_slots_with_a_slot_task_each(organisation,
     assert all(runners) and len(set(runners)) == 4, "each hold is served by a task of its own"
 
 
+def test_a_job_held_before_starts_with_that_much_less_of_its_hours_beside_a_fresh_one(organisation, online_slots):
+    again, fresh = _queue(organisation, 2)
+    lost = timezone.now() - timedelta(hours=2)
+    Allocation.objects.bulk_create(
+        [  # two GPUs held together for 30 minutes, then lost with their node; one held 10 minutes more
+            Allocation(job=again, gpu=online_slots[0], held_from=lost, held_to=lost + timedelta(minutes=30)),
+            Allocation(job=again, gpu=online_slots[1], held_from=lost, held_to=lost + timedelta(minutes=40)),
+        ]
+    )
+    assert schedule() == [again.pk, fresh.pk]
+    assert Job.objects.get(pk=again.pk).held_before == timedelta(minutes=40)
+    assert Job.objects.get(pk=fresh.pk).held_before == timedelta()
+
+
 def test_its_queries_do_not_grow_with_the_fleet_or_the_jobs_it_starts(organisation, db):
     """Two jobs started on a fleet of 8 free slots, then 16 on 256 slots of which 224 are held: the same
     queries, one job waiting behind each. (SQLite takes at most 999 values a statement, so there Django
