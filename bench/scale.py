@@ -4,12 +4,14 @@ nodes, and 20,000 ledger entries of one organisation, seeded once into the confi
 
 - a scheduling pass (jobs.scheduling.schedule) and its queries at Q queued × G online GPUs, Q ∈ {100, 1k, 10k},
   G ∈ {8, 128, 1000}, a tenth of the G free; each pass is rolled back, so every one sees the same world;
-- a queued job's progress fragment (/jobs/<id>/progress/) per poll at places 10, 1,000 and 10,000;
+- a queued job's progress fragment per poll at places 10, 1,000 and 10,000, at the URL its page polls
+  (/jobs/<id>/progress/?shown=<state>: the status card only, as long as the state is the one shown);
 - the operators' queue page, the ledger page (and its CSV export: first byte, all of it, peak memory), and the
   jobs page of the organisation with the ledger, through Django's test client;
 - a load test on one gunicorn server as `make serve` starts it (gunicorn.conf.py, 2 workers): the running job's
-  progress fragment against a minimal logged-in page (/accounts/password_change/), one after the other, each
-  for --seconds with --clients threads on keep-alive connections, and their ratio.
+  progress fragment as its page polls it against a minimal logged-in page (/accounts/password_change/), in
+  --rounds interleaved rounds of --seconds a side with --clients threads on keep-alive connections, and their
+  ratio. --only measures some of these.
 
     createdb -h 127.0.0.1 -U postgres e31_scale
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/e31_scale .venv/bin/python bench/scale.py
@@ -19,9 +21,11 @@ organisation "Scale Lab" marks it); the measurements change nothing in it.
 """
 
 import argparse
+import html
 import http.client
 import os
 import random
+import re
 import signal
 import socket
 import statistics
@@ -57,6 +61,7 @@ JOBS, QUEUED, RUNNING, NODES, SLOTS_PER_NODE, LEDGER_JOBS = 100_000, 10_001, 179
 ORGANISATIONS = 20
 BIG = "scale-lab"  # the organisation with the ledger and the long job list
 BATCH = 2_000
+PARTS = ["fragments", "pages", "load", "passes"]
 
 
 def _rng() -> random.Random:
@@ -233,14 +238,21 @@ def _member_of(job: Job) -> User:
     return User.objects.get(membership__organisation=job.organisation_id)
 
 
+def _polled(client: Client, job: Job) -> str:
+    """The fragment's URL as the job's page polls it: it says the state shown, so only the status card comes."""
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    return html.unescape(re.search(r'<div id="progress" hx-get="([^"]+)"', page)[1])
+
+
 def fragments(repeat: int) -> None:
-    print("\nprogress fragment of a queued job, per poll: median ms, queries, bytes")
+    print("\nprogress fragment of a queued job, per poll as its page polls it: median ms, queries, bytes")
     queue = list(scheduling.queue().values_list("pk", flat=True))
     for place in (10, 1_000, 10_000):
         job = Job.objects.get(pk=queue[place - 1])
         client = _client(_member_of(job))
+        polled = _polled(client, job)
         took, queries, response = _timed(
-            lambda client=client, path=f"/jobs/{job.pk}/progress/": client.get(path, HTTP_HX_REQUEST="true"), repeat
+            lambda client=client, path=polled: client.get(path, HTTP_HX_REQUEST="true"), repeat
         )
         assert response.status_code == 200, response.status_code
         print(f"  place {place:>6,}: {took:8.1f} ms {queries:4d} queries {len(response.content):8,} B")
@@ -352,7 +364,9 @@ def _load(port: int, path: str, headers: dict, clients: int, seconds: float) -> 
     return len(latencies) / (time.monotonic() - began), statistics.median(latencies)
 
 
-def load_test(clients: int, seconds: float) -> None:
+def load_test(clients: int, seconds: float, rounds: int) -> None:
+    """The two sides in interleaved rounds, each round in the other order than the one before, so that
+    what else the machine does weighs on both alike: each round's ratio, and their median."""
     running = Job.objects.filter(state=State.RUNNING).order_by("pk").first()
     client = _client(_member_of(running))
     cookie = f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
@@ -363,19 +377,24 @@ def load_test(clients: int, seconds: float) -> None:
     try:
         _wait_until_listening(port, server)
         print(f"\nload test: gunicorn.conf.py with 2 workers × {os.environ.get('E31_WEB_THREADS', '4')} threads, "
-              f"{clients} clients for {seconds:.0f} s each")  # fmt: skip
-        fragment = f"/jobs/{running.pk}/progress/"
-        minimal = "/accounts/password_change/"
-        for path, extra in ((minimal, {}), (fragment, {"HX-Request": "true"})):
-            _load(port, path, {"Cookie": cookie, **extra}, clients, 1)  # each worker's first requests warm it
-        rates = {}
-        for name, path, extra in (("minimal logged-in page", minimal, {}), ("running job's fragment", fragment,
-                                                                              {"HX-Request": "true"})):  # fmt: skip
-            rate, median = _load(port, path, {"Cookie": cookie, **extra}, clients, seconds)
-            rates[name] = rate
-            print(f"  {name:<24} {path:<28} {rate:8.1f} req/s, median {median:6.1f} ms")
-        ratio = rates["running job's fragment"] / rates["minimal logged-in page"]
-        print(f"  ratio fragment / minimal page: {ratio:.2f}")
+              f"{clients} clients, {rounds} rounds of {seconds:.0f} s a side")  # fmt: skip
+        sides = {
+            "minimal logged-in page": ("/accounts/password_change/", {"Cookie": cookie}),
+            "running job's fragment": (_polled(client, running), {"Cookie": cookie, "HX-Request": "true"}),
+        }
+        for path, headers in sides.values():
+            _load(port, path, headers, clients, 1)  # each worker's first requests warm it
+        ratios = []
+        for round_ in range(rounds):
+            rates = {}
+            for name in sides if round_ % 2 == 0 else reversed(sides):
+                path, headers = sides[name]
+                rate, median = _load(port, path, headers, clients, seconds)
+                rates[name] = rate
+                print(f"  round {round_ + 1}: {name:<24} {path:<32} {rate:8.1f} req/s, median {median:6.1f} ms")
+            ratios.append(rates["running job's fragment"] / rates["minimal logged-in page"])
+        print(f"  ratio fragment / minimal page: median {statistics.median(ratios):.2f} "
+              f"(rounds: {', '.join(f'{ratio:.2f}' for ratio in ratios)})")  # fmt: skip
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(60)
@@ -385,7 +404,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=5, help="runs of each measurement (the median is shown)")
     parser.add_argument("--clients", type=int, default=8, help="threads of the load test")
-    parser.add_argument("--seconds", type=float, default=10, help="how long each side of the load test runs")
+    parser.add_argument("--seconds", type=float, default=5, help="how long each side of a load test round runs")
+    parser.add_argument("--rounds", type=int, default=4, help="interleaved rounds of the load test")
+    parser.add_argument("--only", choices=PARTS, nargs="+", default=PARTS, help="measure only these")
     args = parser.parse_args()
     print(f"database: {connection.vendor} {settings.DATABASES['default']['NAME']}")
     seed()
@@ -394,12 +415,16 @@ def main() -> None:
         began = time.perf_counter()
         scheduling.refresh_queue_figures()
         print(f"the whole queue's figures worked out and stored: {(time.perf_counter() - began) * 1000:.0f} ms")
-        fragments(args.repeat)
-        pages(args.repeat)
-        load_test(args.clients, args.seconds)
+        if "fragments" in args.only:
+            fragments(args.repeat)
+        if "pages" in args.only:
+            pages(args.repeat)
+        if "load" in args.only:
+            load_test(args.clients, args.seconds, args.rounds)
         # Last: each pass is rolled back, and on PostgreSQL the rows it set aside stay behind as dead tuples in
         # the job table's indexes until a vacuum, which would slow what is measured after it.
-        scheduling_passes(args.repeat)
+        if "passes" in args.only:
+            scheduling_passes(args.repeat)
 
 
 if __name__ == "__main__":

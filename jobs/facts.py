@@ -38,24 +38,37 @@ class Progress:
         return min(100, int(100 * self.records_done / self.records_total))
 
 
+def _shard_totals(prefix: str = "") -> dict:
+    """What a job's progress counts of its shards, each an aggregate named `prefix` + its name."""
+    done = Q(**{f"{prefix}status__in": (Shard.Status.DONE, Shard.Status.FAILED)})  # a failed one of a partial output
+    counted = ~Q(**{f"{prefix}status": Shard.Status.SKIPPED})  # a sample's shards left when its time was up
+    return {
+        "shards_counted": Count(f"{prefix}pk", filter=counted),
+        "shards_done": Count(f"{prefix}pk", filter=done),
+        "records_done": Sum(f"{prefix}record_count", filter=done),
+        "records_counted": Sum(f"{prefix}record_count", filter=counted),
+    }
+
+
 class JobFacts:
     def __init__(self, job: Job):
         self.job = job
+
+    @staticmethod
+    def counting_shards(jobs: QuerySet) -> QuerySet:
+        """These jobs with their shards counted as `progress` counts them, in the query that reads them."""
+        return jobs.annotate(**_shard_totals("shards__"))
 
     @cached_property
     def progress(self) -> Progress:
         """Records and shards done, and the speed over the time held."""
         job = self.job
-        done = Q(status__in=(Shard.Status.DONE, Shard.Status.FAILED))  # a failed shard of a partial output too
-        counted = ~Q(status=Shard.Status.SKIPPED)  # a sample's shards left when its time was up are not its work
-        totals = job.shards.aggregate(
-            shards=Count("pk", filter=counted),
-            shards_done=Count("pk", filter=done),
-            records_done=Sum("record_count", filter=done),
-            records=Sum("record_count", filter=counted),
-        )
+        if hasattr(job, "shards_done"):  # read with the job (counting_shards)
+            totals = {name: getattr(job, name) for name in _shard_totals()}
+        else:
+            totals = job.shards.aggregate(**_shard_totals())
         records_done = totals["records_done"] or 0
-        total = (job.records_total if job.kind == Job.Kind.PASS else totals["records"]) or 0
+        total = (job.records_total if job.kind == Job.Kind.PASS else totals["records_counted"]) or 0
         rate = eta = None
         if job.started_at and records_done:
             released = job.allocations.aggregate(Max("held_to"))["held_to__max"] if job.state != State.RUNNING else None
@@ -65,7 +78,7 @@ class JobFacts:
                 rate = records_done / elapsed
                 if job.state == State.RUNNING:
                     eta = (total - records_done) / rate
-        return Progress(total, records_done, totals["shards"], totals["shards_done"], rate, eta)
+        return Progress(total, records_done, totals["shards_counted"], totals["shards_done"], rate, eta)
 
     @cached_property
     def has_finished_shards(self) -> bool:
@@ -74,6 +87,8 @@ class JobFacts:
 
     @cached_property
     def meter(self) -> Meter | None:
+        if self.job.started_at is None:
+            return None  # never held: nothing to read
         if self.job.state == State.RUNNING:  # no ledger entry before its hold ends: priced from the holds read here
             return holds_meter(self.allocations)
         return meter_for(self.job)
@@ -87,10 +102,10 @@ class JobFacts:
     def noun(self) -> str:
         """What the job holds, or else what the fleet offers, in the product's words: "GPU" or "CPU slot".
         A running job's is read from its holds, which its page shows, not from the fleet."""
-        kinds = {allocation.gpu.kind for allocation in self.allocations}
+        kinds = {allocation.gpu.kind for allocation in self.allocations} if self.job.started_at else set()
         if kinds:
             return "CPU slot" if kinds == {Gpu.Kind.CPU} else "GPU"
-        return self.fleet.noun
+        return scheduling.slot_noun()
 
     @cached_property
     def held_noun(self) -> str | None:

@@ -4,7 +4,7 @@ Job.state changes here and nowhere else (docs/architecture.md has the same table
 
     submitted → staging          begin_staging   a staging attempt claims the job
     staging → queued             queue           its data is staged and cut into shards
-    queued → running             start_hold      the scheduler holds its GPUs
+    queued → running             start_holds     the scheduler holds their GPUs, for many jobs at once
     running → finishing          finish_pass     the last shard is done; the GPUs are released
     finishing → succeeded        succeed         its output is assembled
     running → queued, timed_out  lose_slots      every slot it held went offline
@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from functools import partial
 
 from django.db import IntegrityError, transaction
-from django.db.models import F, Q, Value
+from django.db.models import Case, DurationField, F, Q, Value, When
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
@@ -73,16 +73,38 @@ def _move(
         jobs = Job.objects.filter(pk=job_id, state=previous).filter(where or Q())
         moved = previous is not None and jobs.update(state=to, modified=now, **fields)
         if moved:
-            JobEvent.objects.create(job_id=job_id, state=to, at=now, message=message)
-            if COUNTED & {previous, to}:
-                transaction.on_commit(queue_figures.changed)
-            if previous == State.QUEUED and to != State.RUNNING:
-                enqueue.schedule()  # it left the queue: the jobs behind it move up, and may start now
-            if to in ENDED and notify:
-                enqueue.notify_ended(job_id)
-            changed = partial(state_changed.send_robust, Job, job_id=job_id, state=to, previous=previous, at=now)
-            transaction.on_commit(changed)
+            _moved([job_id], previous, to, now, message, notify)
     return bool(moved)
+
+
+def _move_all(job_ids: list[int], frm: str, to: str, at, where: Q | None = None, **fields) -> list[int]:
+    """_move for many jobs in one state, in one UPDATE and one insert of their timelines' lines; the ids of
+    those moved, in the order given. Their rows are locked first, so exactly these are moved."""
+    if to not in TRANSITIONS.get(frm, ()):
+        raise ValueError(f"a job cannot go from {frm} to {to}")
+    with transaction.atomic():
+        jobs = Job.objects.filter(pk__in=job_ids, state=frm).filter(where or Q()).select_for_update()
+        locked = set(jobs.order_by("pk").values_list("pk", flat=True))
+        moving = [pk for pk in job_ids if pk in locked]
+        if moving:
+            Job.objects.filter(pk__in=moving).update(state=to, modified=at, **fields)
+            _moved(moving, frm, to, at, message="", notify=True)
+    return moving
+
+
+def _moved(job_ids: list[int], previous: str, to: str, at, message: str, notify: bool) -> None:
+    """What follows these jobs' move from `previous` to `to`: a line on each one's timeline, the queue's figures
+    marked changed, the tasks it calls for, and `state_changed` for each once committed."""
+    JobEvent.objects.bulk_create(JobEvent(job_id=pk, state=to, at=at, message=message) for pk in job_ids)
+    if COUNTED & {previous, to}:
+        transaction.on_commit(queue_figures.changed)
+    if previous == State.QUEUED and to != State.RUNNING:
+        enqueue.schedule()  # they left the queue: the jobs behind them move up, and may start now
+    for job_id in job_ids:
+        if to in ENDED and notify:
+            enqueue.notify_ended(job_id)
+        changed = partial(state_changed.send_robust, Job, job_id=job_id, state=to, previous=previous, at=at)
+        transaction.on_commit(changed)
 
 
 def _locked_state(job_id: int, sources: tuple[str, ...]) -> str | None:
@@ -114,21 +136,49 @@ def queue(job: Job, at: datetime, message: str) -> bool:
 
 
 def start_hold(job: Job, gpus: list[Gpu]) -> list[Allocation]:
-    """Start the job's hold on these GPUs: queued → running, one Allocation per GPU, all or none.
-    A job held before (it lost every GPU with their nodes) has that much less of its hours left. Never
-    a job the operators put on hold, even one put on hold since the scheduler read the queue, nor one
-    whose deadline has come."""
+    """start_holds for one job, its slot tasks not sent: its allocations, or none when it did not start."""
+    return start_holds([(job, gpus)]).get(job.pk, [])
+
+
+def start_holds(plan: list[tuple[Job, list]], send: bool = False) -> dict[int, list[Allocation]]:
+    """Start each job's hold on its GPUs (Gpu rows, or anything with their pk and queue): queued →
+    running, one Allocation per GPU, every job in one UPDATE and every hold in one insert. A job held
+    before (it lost every GPU with their nodes) has that much less of its hours left. Never a job the
+    operators put on hold, even one put on hold since the scheduler read the queue, nor one whose
+    deadline has come: those stay queued. When another scheduler took one of the GPUs first, none
+    starts. With `send`, each hold's slot task is sent once committed. The allocations of each job
+    started, by its id."""
+    if not plan:
+        return {}
     now = timezone.now()
+    gpus_of = {job.pk: gpus for job, gpus in plan}
+    earlier = _held_so_far(list(gpus_of))
+    held_before = Case(
+        *(When(pk=pk, then=Value(held)) for pk, held in earlier.items()),
+        default=Value(timedelta()),
+        output_field=DurationField(),
+    )
+    may_start = Q(on_hold_since=None) & (Q(deadline=None) | Q(deadline__gt=now))
     try:
         with transaction.atomic():
-            started = {"started_at": now, "held_before": _held_so_far(job)}
-            may_start = Q(on_hold_since=None) & (Q(deadline=None) | Q(deadline__gt=now))
-            if not _move(job.pk, State.QUEUED, State.RUNNING, at=now, where=may_start, **started):
-                return []
-            allocations = Allocation.objects.bulk_create(Allocation(job=job, gpu=gpu, held_from=now) for gpu in gpus)
+            started = _move_all(
+                list(gpus_of), State.QUEUED, State.RUNNING, at=now, where=may_start, started_at=now,
+                held_before=held_before,
+            )  # fmt: skip
+            holds = [Allocation(job_id=pk, gpu_id=gpu.pk, held_from=now) for pk in started for gpu in gpus_of[pk]]
+            if send:
+                for allocation in holds:
+                    allocation.runner, allocation.runner_seen = uuid.uuid4().hex, now
+            holds = Allocation.objects.bulk_create(holds)
     except IntegrityError:
-        # Another scheduler took one of these GPUs first; the job stays queued.
-        return []
+        # Another scheduler took one of these GPUs first; the jobs stay queued.
+        return {}
+    queues = {gpu.pk: gpu.queue for gpus in gpus_of.values() for gpu in gpus}
+    allocations: dict[int, list[Allocation]] = {pk: [] for pk in started}
+    for allocation in holds:
+        allocations[allocation.job_id].append(allocation)
+        if send:
+            enqueue.run_slot(allocation.job_id, allocation.pk, allocation.runner, queues[allocation.gpu_id])
     return allocations
 
 
@@ -175,10 +225,13 @@ def _note(job: Job, at, message: str) -> str:
     return state
 
 
-def _held_so_far(job: Job) -> timedelta:
-    """How long the job's earlier holds lasted."""
-    ended = Allocation.objects.filter(job=job, held_to__isnull=False).values_list("held_from", "held_to")
-    return sum((end - start for start, end in hold_periods(ended)), timedelta())
+def _held_so_far(job_ids: list[int]) -> dict[int, timedelta]:
+    """How long the earlier holds of those of these jobs that were held before lasted, by job."""
+    ended = Allocation.objects.filter(job__in=job_ids, held_to__isnull=False)
+    holds: dict[int, list[tuple]] = {}
+    for job_id, start, end in ended.values_list("job_id", "held_from", "held_to"):
+        holds.setdefault(job_id, []).append((start, end))
+    return {pk: sum((end - start for start, end in hold_periods(held)), timedelta()) for pk, held in holds.items()}
 
 
 def release(job: Job, at=None) -> bool:

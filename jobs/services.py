@@ -11,7 +11,7 @@ from decimal import Decimal
 from django.conf import settings
 from django.core.files.storage import default_storage
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.http import Http404
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
@@ -41,13 +41,14 @@ def jobs_for_user(user):
     return Job.objects.filter(organisation=organisation) if organisation else Job.objects.none()
 
 
-def get_job_for_user(request, pk: int) -> Job:
-    """The job if it belongs to the user's organisation; 404 otherwise, whoever asks."""
+def get_job_for_user(request, pk: int, jobs: QuerySet | None = None) -> Job:
+    """The job if it belongs to the user's organisation; 404 otherwise, whoever asks. From `jobs` when
+    given: the jobs with what the caller reads of them in the same query."""
     if not request.user.is_authenticated:
         raise Http404
     # One query: the job, joined to the user's membership of its organisation.
-    jobs = Job.objects.filter(organisation__memberships__user=request.user).select_related("organisation")
-    return get_object_or_404(jobs, pk=pk)
+    jobs = (Job.objects.all() if jobs is None else jobs).filter(organisation__memberships__user=request.user)
+    return get_object_or_404(jobs.select_related("organisation"), pk=pk)
 
 
 def submit_job(organisation: Organisation, user, spec: JobSpec) -> Job:

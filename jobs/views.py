@@ -239,7 +239,7 @@ def job_progress(request, pk: int):
     """The live part of a job's page, its status card; 286 tells htmx to stop polling once the job has
     ended. When its state is not the one the page shows (`shown`), the panels below come too, swapped
     in out of band: they change with the state only."""
-    job = services.get_job_for_user(request, pk)
+    job = services.get_job_for_user(request, pk, JobFacts.counting_shards(Job.objects.all()))
     facts = JobFacts(job)
     html = render_to_string("jobs/detail.html#progress", {"job": job, "facts": facts}, request=request)
     if request.GET.get("shown") != job.state:

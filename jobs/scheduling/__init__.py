@@ -7,11 +7,11 @@ asks for more GPUs than are online at all (a node left): it then waits without h
 
 import heapq
 import logging
-from collections import Counter
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 from itertools import islice
+from typing import NamedTuple
 
 import redis
 from django.conf import settings
@@ -82,6 +82,12 @@ def fleet() -> Fleet:
         cpu_only=kinds == {Gpu.Kind.CPU},
         work_kinds=frozenset(work_kinds),
     )
+
+
+def slot_noun() -> str:
+    """fleet().noun in one query: "CPU slot" when every slot online is one, "GPU" else."""
+    kinds = set(Gpu.objects.online().order_by().values_list("kind", flat=True).distinct())
+    return "CPU slot" if kinds == {Gpu.Kind.CPU} else "GPU"
 
 
 def parse_request(gpus, hours, shape: str = Job.Shape.SHORT_WIDE, work: str = "") -> tuple[int, Decimal]:
@@ -267,15 +273,24 @@ def _head_of_queue(chunk: int = 64):
         after = Q(queued_at__gt=last.queued_at) | Q(queued_at=last.queued_at, pk__gt=last.pk)
 
 
+class _Slot(NamedTuple):
+    """A free slot as a pass reads it: what it takes to hold it and send it a task."""
+
+    pk: int
+    node_id: int
+    queue: str
+
+
 class _Slots:
     """The schedulable slots of one pass: for each work kind, once, the nodes that run it and how many
-    online slots they have; the free slots, in the order they are taken."""
+    online slots they have; the free slots, in the order they are taken. Read as plain rows: a fleet
+    has a thousand."""
 
     def __init__(self):
         slots = schedulable_slots()
-        free = slots.free().select_for_update(skip_locked=True, of=("self",)).only("pk", "node_id", "queue")
-        self.free = {slot.pk: slot for slot in free.order_by("node__name", "index")}
-        self.online = Counter(slots.online().values_list("node_id", flat=True))
+        free = slots.free().select_for_update(skip_locked=True, of=("self",)).order_by("node__name", "index")
+        self.free = {row[0]: _Slot(*row) for row in free.values_list("pk", "node_id", "queue")}
+        self.online = dict(slots.online().order_by().values_list("node_id").annotate(Count("pk")))
         self.kinds_of = dict(Node.objects.filter(pk__in=self.online).values_list("pk", "work_kinds"))
         self.for_work: dict[str, tuple[frozenset[int], int]] = {}
 
@@ -283,30 +298,31 @@ class _Slots:
         """The nodes that can run `work`, and how many online slots they have."""
         if work not in self.for_work:
             nodes = frozenset(node for node, kinds in self.kinds_of.items() if node_runs(kinds, work))
-            self.for_work[work] = nodes, sum(self.online[node] for node in nodes)
+            self.for_work[work] = nodes, sum(self.online.get(node, 0) for node in nodes)
         return self.for_work[work]
 
     def online_for(self, work: str) -> int:
         return self._able(work)[1]
 
-    def take(self, work: str, gpus: int) -> list[Gpu]:
-        """The first `gpus` free slots that can run `work`, or none when fewer are free."""
+    def take(self, work: str, gpus: int) -> list[_Slot]:
+        """The first `gpus` free slots that can run `work`, taken; none when fewer are free."""
         nodes = self._able(work)[0]
         fit = list(islice((slot for slot in self.free.values() if slot.node_id in nodes), gpus))
-        return fit if len(fit) == gpus else []
-
-    def taken(self, slots: list[Gpu]) -> None:
-        for slot in slots:
+        if len(fit) < gpus:
+            return []
+        for slot in fit:
             del self.free[slot.pk]
+        return fit
 
 
 def schedule() -> list[int]:
     """Start the hold of every queued job, in queue order, whose GPUs are all free now, on nodes that
     can run its work; a job on hold is passed by. The pass reads the queue only up to the first job that
-    must wait."""
-    started = []
+    must wait, and starts the jobs it found room for together: one UPDATE of the jobs, one insert of
+    their holds, whatever their number."""
     with transaction.atomic():
         slots = _Slots()
+        plan = []
         for job in _head_of_queue():
             if job.deadline_passed():
                 lifecycle.miss_deadline(job)  # never held: starting it now could do nothing it was asked for
@@ -316,12 +332,8 @@ def schedule() -> list[int]:
             taken = slots.take(job.work, job.gpus)
             if not taken:
                 break
-            allocations = lifecycle.start_hold(job, taken)
-            if not allocations:
-                break
-            slots.taken(taken)
-            started.append(job.pk)
-            lifecycle.send_runners(allocations)
+            plan.append((job, taken))
+        started = list(lifecycle.start_holds(plan, send=True))
     if started:
         log.info("started the hold of jobs %s", started)
     return started

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from jobs import lifecycle
+from jobs import lifecycle, scheduling
 from jobs.models import Job, Shard, State
 from jobs.templatetags.jobs_extras import duration
 from tests.factories import make_job
@@ -51,10 +51,25 @@ def test_it_polls_the_progress_of_a_running_job(running_job, partner_client):
     assert "Timeline" not in html and "panels" not in html, "the state is the one shown: only the status card"
 
 
-def test_its_fragment_costs_at_most_six_queries(running_job, partner_client, django_assert_max_num_queries):
-    with django_assert_max_num_queries(6):
+def test_its_fragment_costs_at_most_five_queries(running_job, partner_client, django_assert_max_num_queries):
+    """The session, the user, the job with its shards counted, its holds with their slots, the rate."""
+    with django_assert_max_num_queries(5):
         html = partner_client.get(f"/jobs/{running_job.pk}/progress/?shown=running").content.decode()
     assert "250 / 1,000" in html and "Cost so far" in html and " USD" in html, "the counts and the meter"
+    assert "Holding 2 CPU slots" in html
+
+
+def test_a_queued_jobs_fragment_costs_at_most_four_queries(
+    organisation, online_slots, partner_client, django_assert_max_num_queries
+):
+    """The session, the user, the job with its shards counted, and what the fleet's slots are called:
+    a job never held has no holds nor meter to read, and its place in the queue is stored in Redis."""
+    job = make_job(organisation, State.QUEUED, gpus=2)
+    scheduling.refresh_queue_figures()  # as the scheduling task does after each pass
+    with django_assert_max_num_queries(4):
+        html = partner_client.get(f"/jobs/{job.pk}/progress/?shown=queued").content.decode()
+    assert "Number 1 in the queue." in html and "all the CPU slots it asks for" in html
+    assert "CPU slot-hours held</dt><dd>0</dd>" in html
 
 
 def test_the_panels_come_with_the_fragment_that_finds_the_state_changed(running_job, partner_client):
