@@ -10,10 +10,10 @@ own paired ratios, b/a and c/(2a), over the hold (what the ledger meters) and ov
 succeeded (the hold plus assembly); the medians and spreads are printed, with the bare loop's own
 spread and how long after its last shard each job's output was ready. Both sides are warm alike:
 one gpuworker with two CPU slots runs a job on both slots before the first round, and the bare loop
-runs in a process of its own (with a slot's memory settings) that has run the loop once. The bare
-loop reads and writes each of the job's shards as a slot does; a shard the system's slot ran faster
-than the bare loop is counted, since then the bare loop is not the limit it stands for. Staging is
-excluded and reported on its own. Embedded defaults, a scratch var/.
+runs in a process of its own, with a slot's threads and memory settings, that has run the loop once.
+The bare loop reads and writes each of the job's shards as a slot does; a shard the system's slot ran
+faster than the bare loop is counted, since then the bare loop is not the limit it stands for.
+Staging is excluded and reported on its own. Embedded defaults, a scratch var/.
 """
 
 import argparse
@@ -36,11 +36,14 @@ import pyarrow.parquet as pq  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 
 from jobs import processors, services  # noqa: E402
+from jobs.management.commands.gpuworker import slot_environment  # noqa: E402
 from jobs.models import Job, Shard, State  # noqa: E402
 from jobs.outputs import RECORD_COLUMN, context_for, output_schema  # noqa: E402
 from jobs.spec import Data, JobSpec, NamedFile, Request, Retention, Work  # noqa: E402
 from jobs.staging.shards import batched, read_shard  # noqa: E402
 from portal.models import Organisation  # noqa: E402
+
+SLOTS = 2  # the gpuworker's CPU slots; a one-slot job runs on one of them
 
 
 def bare_shards(job: Job) -> dict[int, float]:
@@ -70,11 +73,13 @@ def bare_process() -> None:
 
 
 class Bare:
-    """The bare loop in a process of its own, warmed by one run before it is measured."""
+    """The bare loop in a process of its own, warmed by one run before it is measured, with the
+    threads and memory settings of one of the gpuworker's slots."""
 
     def __init__(self, job: Job):
+        env = {**os.environ, **slot_environment(max(1, (os.cpu_count() or 1) // SLOTS))}
         self.process = subprocess.Popen(
-            [sys.executable, __file__, "--bare"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+            [sys.executable, __file__, "--bare"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
         )
         self.run(job)
 
@@ -182,7 +187,7 @@ def main() -> None:
     with scratch.embedded_broker():
         path = scratch.make_csv(options.rows)
         print(f"dataset: {options.rows:,} rows, {path.stat().st_size / 1e6:.1f} MB, {os.cpu_count()} cores")
-        worker = scratch.start_worker(2)
+        worker = scratch.start_worker(SLOTS)
         try:
             measure(path, organisation, options.rounds)
         finally:
