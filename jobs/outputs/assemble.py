@@ -26,7 +26,7 @@ from billing.metering import ledger_row
 from billing.models import LedgerEntry
 from jobs import lifecycle, processors
 from jobs.models import OUTPUT_FILES, Job, Shard, State
-from jobs.outputs import context_for, output_schema
+from jobs.outputs import ScratchFile, context_for, output_schema
 from jobs.outputs.stitch import stitch
 from jobs.retention import purge_staged_copy_if_due
 from jobs.scheduling import sizing
@@ -85,13 +85,6 @@ def _write_rejects(job: Job, shards: list[Shard], failed: list[Shard], rejects: 
             with default_storage.open(shard.rejects_path, "rb") as part:
                 for batch in pq.ParquetFile(part).iter_batches():
                     out.writerows(zip(*(batch.column(i).to_pylist() for i in range(4)), strict=True))
-
-
-class _Scratch(File):
-    """A finished scratch file: a storage on the same disk moves it into place rather than copy it."""
-
-    def temporary_file_path(self) -> str:
-        return self.file.name
 
 
 def _staging(job: Job) -> dict:
@@ -216,7 +209,7 @@ def assemble(job_id: int) -> bool:
             json.dump(manifest(job, shards, complete, files, failed, sample), handle, indent=2)
         for name, path in paths.items():
             with open(path, "rb") as handle:
-                default_storage.save(f"{prefix}/{name}", _Scratch(handle))
+                default_storage.save(f"{prefix}/{name}", ScratchFile(handle))
     out = sum(shard.records_out for shard in shards)
     rejected = sum(shard.records_rejected for shard in shards) + left_out
     left = f"; {len(failed)} failed shard{'s' if len(failed) != 1 else ''} left out" if failed else ""
