@@ -35,8 +35,21 @@ class StitchError(Exception):
     """The parts cannot be stitched: not Parquet, schemas that differ, or features a shift cannot move."""
 
 
+# What stitching reads of a footer, field ids by struct: the row groups' rows and offsets, and of each
+# column chunk the offsets. Every other field is kept as its bytes (Raw), walked over but not decoded:
+# most of a footer is statistics and schema, and decoding them in Python would cost more than the copy.
+COLUMN_META_READ = {META_DATA_PAGE: None, META_INDEX_PAGE: None, META_DICTIONARY_PAGE: None}
+CHUNK_READ = {CHUNK_FILE_OFFSET: None, CHUNK_META: COLUMN_META_READ}
+GROUP_READ = {GROUP_COLUMNS: CHUNK_READ, GROUP_FILE_OFFSET: None, GROUP_ORDINAL: None, 3: None}
+FILE_READ = {FILE_NUM_ROWS: None, FILE_ROW_GROUPS: GROUP_READ}
+
+
+class Raw(bytes):
+    """A field's value as the footer holds it, written back as it was."""
+
+
 class Field:
-    """One field of a Thrift struct, its value decoded only as far as a struct, a list or an integer."""
+    """One field of a Thrift struct: its id, its type, and its value (or its bytes, Raw)."""
 
     __slots__ = ("id", "kind", "value")
 
@@ -73,7 +86,7 @@ class _Reader:
         value = self.varint()
         return (value >> 1) ^ -(value & 1)
 
-    def value(self, kind: int):
+    def value(self, kind: int, read: dict | None = None):
         if kind in (TRUE, FALSE):  # a boolean field carries its value in its type
             return kind == TRUE
         if kind == BYTE:
@@ -91,7 +104,7 @@ class _Reader:
                 size = self.varint()
             if element in (TRUE, FALSE):  # in a list a boolean is a byte of its own
                 return element, [self.byte() for _ in range(size)]
-            return element, [self.value(element) for _ in range(size)]
+            return element, [self.value(element, read) for _ in range(size)]
         if kind == MAP:
             size = self.varint()
             if not size:
@@ -100,10 +113,11 @@ class _Reader:
             key, value = kinds >> 4, kinds & 0x0F
             return key, value, [(self.value(key), self.value(value)) for _ in range(size)]
         if kind == STRUCT:
-            return self.struct()
+            return self.struct(read)
         raise StitchError(f"unknown Thrift type {kind} in the footer")
 
-    def struct(self) -> list[Field]:
+    def struct(self, read: dict | None = None) -> list[Field]:
+        """The struct's fields: those in `read` (all when None) decoded, the others kept as bytes."""
         fields, last = [], 0
         while True:
             head = self.byte()
@@ -111,7 +125,48 @@ class _Reader:
             if kind == STOP:
                 return fields
             last = last + (head >> 4) if head >> 4 else self.zigzag()
-            fields.append(Field(last, kind, self.value(kind)))
+            if read is None or last in read or kind in (TRUE, FALSE):
+                fields.append(Field(last, kind, self.value(kind, read[last] if read else None)))
+            else:
+                start = self.at
+                self.skip(kind)
+                fields.append(Field(last, kind, Raw(self.data[start : self.at])))
+
+    def skip(self, kind: int) -> None:
+        """Walk over a value without decoding it."""
+        if kind == BYTE:
+            self.at += 1
+        elif kind == DOUBLE:
+            self.at += 8
+        elif kind in (I16, I32, I64):
+            self.varint()
+        elif kind == BINARY:
+            size = self.varint()
+            self.at += size
+        elif kind in (LIST, SET):
+            head = self.byte()
+            size, element = head >> 4, head & 0x0F
+            if size == 15:
+                size = self.varint()
+            if element in (TRUE, FALSE, BYTE):
+                self.at += size
+            else:
+                for _ in range(size):
+                    self.skip(element)
+        elif kind == MAP:
+            size = self.varint()
+            if size:
+                kinds = self.byte()
+                for _ in range(size):
+                    self.skip(kinds >> 4)
+                    self.skip(kinds & 0x0F)
+        elif kind == STRUCT:
+            while (head := self.byte()) & 0x0F != STOP:
+                if not head >> 4:
+                    self.zigzag()
+                self.skip(head & 0x0F)
+        elif kind not in (TRUE, FALSE):
+            raise StitchError(f"unknown Thrift type {kind} in the footer")
 
 
 class _Writer:
@@ -130,7 +185,9 @@ class _Writer:
     def value(self, kind: int, value) -> None:
         if kind in (TRUE, FALSE):
             return
-        if kind == BYTE:
+        if isinstance(value, Raw):
+            self.out += value
+        elif kind == BYTE:
             self.out.append(value)
         elif kind in (I16, I32, I64):
             self.zigzag(value)
@@ -176,8 +233,8 @@ class _Writer:
         self.out.append(STOP)
 
 
-def decode(footer: bytes) -> list[Field]:
-    return _Reader(footer).struct()
+def decode(footer: bytes, read: dict | None = None) -> list[Field]:
+    return _Reader(footer).struct(read)
 
 
 def encode(fields: list[Field]) -> bytes:
@@ -205,7 +262,7 @@ def read_footer(part: BinaryIO) -> tuple[int, list[Field]]:
     if pages_end < 4:
         raise StitchError("its footer is longer than the file")
     part.seek(pages_end)
-    return pages_end, decode(part.read(length))
+    return pages_end, decode(part.read(length), FILE_READ)
 
 
 def _shift(group: list[Field], by: int, ordinal: int) -> None:
