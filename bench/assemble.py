@@ -10,6 +10,7 @@ The parts are clean-table's output of a generated CSV (examples/generate.py) as 
 
 import argparse
 import hashlib
+import shutil
 import statistics
 import time
 from pathlib import Path
@@ -98,8 +99,11 @@ def main() -> None:
     parser.add_argument("--rows", default="1000000,4000000", help="dataset sizes, comma-separated")
     parser.add_argument("--rounds", type=int, default=5)
     options = parser.parse_args()
-    for rows in options.rows.split(","):
-        measure(int(rows), options.rounds)
+    try:
+        for rows in options.rows.split(","):
+            measure(int(rows), options.rounds)
+    finally:
+        shutil.rmtree(scratch.SCRATCH, ignore_errors=True)
 
 
 if __name__ == "__main__":
