@@ -94,6 +94,7 @@ def main() -> None:
         print(report, flush=True)
         python = sys.executable
         kinds = ["--kinds", "embed-text,image-thumbs", "--texts", str(options.texts), "--images", str(options.images)]
+        kinds += ["--rounds", "1"]  # one round of each: a lent host's minutes are few
         section(
             out,
             "The pass: each GPU work kind, system vs bare loop",

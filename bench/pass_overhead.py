@@ -8,11 +8,12 @@
 One run is one sample of a noisy machine, so the sides alternate in rounds and each round gives its
 own paired ratios, b/a and c/(2a), over the hold (what the ledger meters) and over running →
 succeeded (the hold plus assembly); the medians and spreads are printed, with the bare loop's own
-spread. Both sides are warm alike: one gpuworker with two CPU slots runs a job on both slots before
-the first round, and the bare loop runs in a process of its own (with a slot's memory settings) that
-has run the loop once. The bare loop reads and writes each of the job's shards as a slot does; a
-shard the system's slot ran faster than the bare loop is counted, since then the bare loop is not the
-limit it stands for. Staging is excluded and reported on its own. Embedded defaults, a scratch var/.
+spread and how long after its last shard each job's output was ready. Both sides are warm alike:
+one gpuworker with two CPU slots runs a job on both slots before the first round, and the bare loop
+runs in a process of its own, with a slot's threads and memory settings, that has run the loop once.
+The bare loop reads and writes each of the job's shards as a slot does; a shard the system's slot ran
+faster than the bare loop is counted, since then the bare loop is not the limit it stands for.
+Staging is excluded and reported on its own. Embedded defaults, a scratch var/.
 """
 
 import argparse
@@ -35,11 +36,14 @@ import pyarrow.parquet as pq  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 
 from jobs import processors, services  # noqa: E402
+from jobs.management.commands.gpuworker import slot_environment  # noqa: E402
 from jobs.models import Job, Shard, State  # noqa: E402
 from jobs.outputs import RECORD_COLUMN, context_for, output_schema  # noqa: E402
 from jobs.spec import Data, JobSpec, NamedFile, Request, Retention, Work  # noqa: E402
 from jobs.staging.shards import batched, read_shard  # noqa: E402
 from portal.models import Organisation  # noqa: E402
+
+SLOTS = 2  # the gpuworker's CPU slots; a one-slot job runs on one of them
 
 
 def bare_shards(job: Job) -> dict[int, float]:
@@ -69,11 +73,13 @@ def bare_process() -> None:
 
 
 class Bare:
-    """The bare loop in a process of its own, warmed by one run before it is measured."""
+    """The bare loop in a process of its own, warmed by one run before it is measured, with the
+    threads and memory settings of one of the gpuworker's slots."""
 
     def __init__(self, job: Job):
+        env = {**os.environ, **slot_environment(max(1, (os.cpu_count() or 1) // SLOTS))}
         self.process = subprocess.Popen(
-            [sys.executable, __file__, "--bare"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+            [sys.executable, __file__, "--bare"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
         )
         self.run(job)
 
@@ -90,8 +96,9 @@ class Bare:
         self.process.wait(60)
 
 
-def run_job(path: Path, organisation: Organisation, gpus: int) -> tuple[Job, float, float]:
-    """The job, its records/s over the hold (what is metered), and over running → succeeded."""
+def run_job(path: Path, organisation: Organisation, gpus: int) -> tuple[Job, float, float, float]:
+    """The job, its records/s over the hold (what is metered) and over running → succeeded, and the
+    seconds from its last shard's end to its output ready."""
     with path.open("rb") as data:
         # The staged copy is kept: the bare loop reads the job's own shards from it afterwards.
         spec = JobSpec(Work("clean-table"), Data(file=NamedFile(data, path.name)), Request(gpus, 1), Retention(1))
@@ -101,13 +108,15 @@ def run_job(path: Path, organisation: Organisation, gpus: int) -> tuple[Job, flo
     running = job.events.get(state=State.RUNNING).at
     succeeded = job.events.get(state=State.SUCCEEDED).at
     held = (entry.held_to - entry.held_from).total_seconds()
-    return job, job.records_total / held, job.records_total / (succeeded - running).total_seconds()
+    last = max(job.shards.values_list("finished_at", flat=True))
+    whole = (succeeded - running).total_seconds()
+    return job, job.records_total / held, job.records_total / whole, (succeeded - last).total_seconds()
 
 
-def faster_than_bare(job: Job, bare: dict[int, float]) -> int:
-    """The job's shards its slot ran faster than the bare loop ran the same shard."""
+def in_slot(job: Job) -> dict[int, float]:
+    """Seconds of each of the job's shards on its slot, claim to done."""
     done = Shard.objects.filter(job=job, status=Shard.Status.DONE)
-    return sum((shard.finished_at - shard.started_at).total_seconds() < bare[shard.index] for shard in done)
+    return {shard.index: (shard.finished_at - shard.started_at).total_seconds() for shard in done}
 
 
 def spread(values: list[float]) -> str:
@@ -115,11 +124,13 @@ def spread(values: list[float]) -> str:
 
 
 def measure(path: Path, organisation: Organisation, rounds: int) -> None:
-    warm, _, _ = run_job(path, organisation, 2)  # both slots have run a job
+    warm, _, _, _ = run_job(path, organisation, 2)  # both slots have run a job
     print(f"staging: {warm.staging_seconds:.2f} s, {warm.input_bytes / 1e6 / warm.staging_seconds:.1f} MB/s")
     bare = Bare(warm)
     ratios = {name: [] for name in ("b/a hold", "c/(2a) hold", "b/a with assembly", "c/(2a) with assembly")}
-    bare_rates, faster, shards = [], 0, 0
+    bare_rates, ready, faster, shards = [], [], 0, 0
+    # Where one slot's hold goes: its shards against the bare loop's, and the hold outside any shard.
+    inside, outside = [], []
     try:
         for number in range(rounds):
             found = {}
@@ -128,14 +139,20 @@ def measure(path: Path, organisation: Organisation, rounds: int) -> None:
                     seconds = bare.run(warm)
                     found["bare"] = warm.records_total / sum(seconds.values())
                 else:
-                    job, held, whole = run_job(path, organisation, side)
+                    job, held, whole, after = run_job(path, organisation, side)
                     found[side] = (job, held, whole)
+                    ready.append(after)
             rate = found["bare"]
             bare_rates.append(rate)
             for slots in (1, 2):
-                job = found[slots][0]
-                faster += faster_than_bare(job, bare.run(job))
-                shards += job.shards.count()
+                job, held_rate = found[slots][0], found[slots][1]
+                seconds, bare_seconds = in_slot(job), bare.run(job)
+                faster += sum(seconds[index] < bare_seconds[index] for index in seconds)
+                shards += len(seconds)
+                if slots == 1:
+                    inside.append(sum(seconds.values()) / sum(bare_seconds.values()))
+                    held = job.records_total / held_rate
+                    outside.append((held - sum(seconds.values())) / held)
             ratios["b/a hold"].append(found[1][1] / rate)
             ratios["c/(2a) hold"].append(found[2][1] / (2 * rate))
             ratios["b/a with assembly"].append(found[1][2] / rate)
@@ -151,6 +168,9 @@ def measure(path: Path, organisation: Organisation, rounds: int) -> None:
     print(f"bare loop: median {middle:,.0f} records/s (min {min(bare_rates):,.0f}, max {max(bare_rates):,.0f})")
     for name, values in ratios.items():
         print(f"{name:<22} median {spread(values)}")
+    print(f"one slot's shards / the bare loop's, shard for shard: median {spread(inside)}")
+    print(f"one slot's hold outside any shard (claims between shards, start, end): median {spread(outside)}")
+    print(f"output ready after the last shard: median {spread(ready)} s")
     print(f"shards a slot ran faster than the bare loop: {faster} of {shards}")
 
 
@@ -167,7 +187,7 @@ def main() -> None:
     with scratch.embedded_broker():
         path = scratch.make_csv(options.rows)
         print(f"dataset: {options.rows:,} rows, {path.stat().st_size / 1e6:.1f} MB, {os.cpu_count()} cores")
-        worker = scratch.start_worker(2)
+        worker = scratch.start_worker(SLOTS)
         try:
             measure(path, organisation, options.rounds)
         finally:

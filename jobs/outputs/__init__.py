@@ -1,6 +1,7 @@
 """Outputs: each shard's part written under its own claim, then the job's output assembled from them."""
 
 import pyarrow as pa
+from django.core.files import File
 
 from jobs import processors
 from jobs.models import Job
@@ -22,3 +23,11 @@ def output_schema(job: Job) -> pa.Schema:
     if processor.reduces:
         return schema
     return schema.insert(0, pa.field(RECORD_COLUMN, pa.int64(), nullable=False))
+
+
+class ScratchFile(File):
+    """A finished file in scratch space (settings.FILE_UPLOAD_TEMP_DIR): a storage on the same disk
+    moves it into place rather than copy it, as it does an upload."""
+
+    def temporary_file_path(self) -> str:
+        return self.file.name

@@ -26,7 +26,8 @@ from billing.metering import ledger_row
 from billing.models import LedgerEntry
 from jobs import lifecycle, processors
 from jobs.models import OUTPUT_FILES, Job, Shard, State
-from jobs.outputs import context_for, output_schema
+from jobs.outputs import ScratchFile, context_for, output_schema
+from jobs.outputs.stitch import stitch
 from jobs.retention import purge_staged_copy_if_due
 from jobs.scheduling import sizing
 from jobs.staging.shards import read_shard
@@ -49,16 +50,29 @@ def _read_parts(shards: list[Shard]) -> Iterator[pa.Table]:
                 yield parquet.read_row_group(group)
 
 
-def _write_parts(job: Job, shards: list[Shard], failed: list[Shard], schema, output: str, rejects: str) -> None:
-    """The done shards' parts in order (a reducing processor's merged); every record of a failed shard
-    (partial output) as a reject."""
+def _write_output(job: Job, shards: list[Shard], schema: pa.Schema, output: str) -> dict | None:
+    """The done shards' parts in input order, stitched without decoding them (a reducing processor's
+    merged); the output's size and SHA-256 when taken as it was written."""
     processor = processors.get(job.work)
     if processor.reduces:
         pq.write_table(processor.merge(_read_parts(shards), context_for(job)), output)
-    else:
-        with pq.ParquetWriter(output, schema) as writer:
-            for group in _read_parts(shards):
-                writer.write_table(group)
+        return None
+    if not shards:
+        pq.write_table(schema.empty_table(), output)
+        return None
+    with open(output, "wb") as handle:
+        return stitch(_opened(shards), handle)
+
+
+def _opened(shards: list[Shard]) -> Iterator[File]:
+    """Each done shard's part, open while it is stitched."""
+    for shard in shards:
+        with default_storage.open(shard.output_path, "rb") as part:
+            yield part
+
+
+def _write_rejects(job: Job, shards: list[Shard], failed: list[Shard], rejects: str) -> None:
+    """Each done shard's rejects, and every record of a failed shard (partial output) as a reject."""
     with open(rejects, "w", newline="", encoding="utf-8") as handle:
         out = csv.writer(handle)
         out.writerow(["record", "line", "reason", "raw"])
@@ -193,17 +207,20 @@ def assemble(job_id: int) -> bool:
     if not shards and not failed:
         return False
     prefix = f"{job.storage_prefix}/output-{uuid.uuid4().hex[:8]}"
-    with tempfile.TemporaryDirectory(prefix="e31-output-") as scratch:
+    processor = processors.get(job.work)
+    with tempfile.TemporaryDirectory(prefix="e31-output-", dir=settings.FILE_UPLOAD_TEMP_DIR) as scratch:
         paths = {name: os.path.join(scratch, name) for name in OUTPUT_FILES}
-        _write_parts(job, shards, failed, output_schema(job), paths["output.parquet"], paths["rejects.csv"])
-        extra = processors.get(job.work).finish_output(paths["output.parquet"], scratch)
+        stitched = _write_output(job, shards, output_schema(job), paths["output.parquet"])
+        _write_rejects(job, shards, failed, paths["rejects.csv"])
+        extra = processor.finish_output(paths["output.parquet"], scratch)
         paths.update((os.path.basename(path), path) for path in extra)
-        files = {name: _digest(path) for name, path in paths.items() if name != "manifest.json"}
+        known = {"output.parquet": stitched} if stitched and not processor.rewrites_output else {}
+        files = {name: known.get(name) or _digest(path) for name, path in paths.items() if name != "manifest.json"}
         with open(paths["manifest.json"], "w", encoding="utf-8") as handle:
             json.dump(manifest(job, shards, complete, files, failed, sample), handle, indent=2)
         for name, path in paths.items():
             with open(path, "rb") as handle:
-                default_storage.save(f"{prefix}/{name}", File(handle))
+                default_storage.save(f"{prefix}/{name}", ScratchFile(handle))
     out = sum(shard.records_out for shard in shards)
     rejected = sum(shard.records_rejected for shard in shards) + left_out
     left = f"; {len(failed)} failed shard{'s' if len(failed) != 1 else ''} left out" if failed else ""
@@ -218,14 +235,33 @@ def assemble(job_id: int) -> bool:
         if won and complete:
             lifecycle.succeed(job, f"{out:,} records out, {rejected:,} rejected{left}")
     if not won:
-        for name in paths:
-            default_storage.delete(f"{prefix}/{name}")
+        _delete_folder(prefix)
         return False
     for shard in shards:
         default_storage.delete(shard.output_path)
         default_storage.delete(shard.rejects_path)
+    _delete_unfinished_outputs(job, prefix)
     purge_staged_copy_if_due(job.pk)
     return True
+
+
+def _delete_unfinished_outputs(job: Job, kept: str) -> None:
+    """The files an assembly left behind when it was stopped before it could finish (its worker
+    killed): another attempt's output is never the job's, so nothing reads them."""
+    try:
+        folders, _ = default_storage.listdir(job.storage_prefix)
+    except FileNotFoundError:  # a storage with folders, none left for the job
+        return
+    for folder in folders:
+        if folder.startswith("output-") and f"{job.storage_prefix}/{folder}" != kept:
+            _delete_folder(f"{job.storage_prefix}/{folder}")
+
+
+def _delete_folder(prefix: str) -> None:
+    _, names = default_storage.listdir(prefix)
+    for name in names:
+        default_storage.delete(f"{prefix}/{name}")
+    default_storage.delete(prefix)  # the folder itself where the storage has folders (a no-op on S3)
 
 
 def open_output_file(job: Job, name: str) -> io.BufferedReader:

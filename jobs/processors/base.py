@@ -111,6 +111,8 @@ class Processor:
     # A reduction: each batch's table is a partial summary of its kept records (rows of
     # `output_schema`, no record positions) and `merge` makes the output of them all at assembly.
     reduces: bool = False
+    # Whether finish_output writes output.parquet again (assembly then reads it again for its digest).
+    rewrites_output: bool = False
     # Modules the work needs beyond requirements.txt (a GPU worker's requirements-gpu.txt brings them).
     requires: tuple[str, ...] = ()
 

@@ -97,6 +97,7 @@ class ImageThumbs(Processor):
     )
     input_formats = ("images",)
     batch_size = 64
+    rewrites_output = True
     params = (
         Param("max_side", int, 256, "Longest side of a thumbnail, in pixels.", minimum=8, maximum=4096),
         Param("format", str, "webp", "webp, jpeg or png."),

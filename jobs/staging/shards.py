@@ -46,16 +46,26 @@ def shard_target(job: Job, total: int, smallest: int = GRAIN) -> int:
     return max(smallest, min(target, measured) if measured else target)
 
 
+def tapered(job: Job, target: int, left: int, smallest: int = GRAIN) -> int:
+    """Records for the next shard with `left` records to go. On several GPUs the last shards shrink
+    with what is left (half a GPU's share), down to an eighth of the target: the GPUs then end within
+    a small shard of each other, rather than all but one waiting, held and billed, for a full one."""
+    if job.gpus < 2:
+        return target
+    return max(smallest, target // 8, min(target, math.ceil(left / (2 * job.gpus))))
+
+
 def from_cuts(job: Job, start: Cut, cuts: list[Cut], total: int, smallest: int = GRAIN) -> list[dict]:
-    """Merge cut points into shards of similar size (see shard_target); a sample's cover only its
-    first E31_SAMPLE_MAX_RECORDS records."""
-    target = shard_target(job, total, smallest)
+    """Merge cut points into shards of similar size (see shard_target), smaller at the end (see
+    tapered); a sample's cover only its first E31_SAMPLE_MAX_RECORDS records."""
     if job.kind == Job.Kind.SAMPLE:
         cuts = [cut for cut in cuts if cut.records - start.records < settings.E31_SAMPLE_MAX_RECORDS] or cuts[:1]
+    full = shard_target(job, total, smallest)
     shards, begin = [], start
     for index, cut in enumerate(cuts):
         last = index == len(cuts) - 1
         following = cuts[index + 1] if not last else None
+        target = tapered(job, full, cuts[-1].records - begin.records, smallest)
         size = cut.records - begin.records
         too_big_next = following is not None and (
             following.records - begin.records > target or following.end_byte - begin.end_byte > settings.E31_SHARD_BYTES

@@ -1,9 +1,10 @@
 """What a held slot does: take the next unprocessed shard of its job until none is left.
 
-A shard is claimed with a conditional UPDATE and a lease; while it runs, each batch renews the lease
-and checks the job still runs. A slot that dies leaves its shard to be taken again when the lease
-runs out (or at once, when the same slot comes back). A shard's output is written under its claim
-token and only the claim that marks the shard done is kept, so a shard done twice counts once.
+A shard is claimed with a conditional UPDATE and a lease; while it runs, the lease is renewed and the
+job checked to run after a batch, once a second at most. A slot that dies leaves its shard to be
+taken again when the lease runs out (or at once, when the same slot comes back). A shard's output is
+written under its claim token and only the claim that marks the shard done is kept, so a shard done
+twice counts once.
 """
 
 import logging
@@ -19,19 +20,23 @@ from datetime import timedelta
 import pyarrow as pa
 import pyarrow.parquet as pq
 from django.conf import settings
-from django.core.files import File
 from django.core.files.storage import default_storage
 from django.db.models import F, Q
 from django.utils import timezone
 
 from jobs import enqueue, lifecycle, processors
 from jobs.models import Allocation, Gpu, Job, Shard, State
-from jobs.outputs import RECORD_COLUMN, REJECT_SCHEMA, context_for, output_schema
+from jobs.outputs import RECORD_COLUMN, REJECT_SCHEMA, ScratchFile, context_for, output_schema
 from jobs.processors import Record
 from jobs.staging.formats import FormatError
 from jobs.staging.shards import batched, read_shard
 
 log = logging.getLogger(__name__)
+
+# A shard's claim is renewed (and the job checked to run) after a batch once this long has passed since
+# the last time: often enough to stop within a second of a cancel, and one write a second at most
+# rather than one a batch, which on a fast slot would be most of its time outside the work.
+CLAIM_CHECK_SECONDS = 1.0
 
 
 class ShardLost(Exception):
@@ -198,10 +203,11 @@ def process_shard(job: Job, shard: Shard, token: str, gpu: Gpu) -> None:
     context = context_for(job, device="cuda" if gpu.kind == Gpu.Kind.GPU else "cpu", slot=gpu.index)
     records, raw = read_shard(job, shard)
     _keep_claim(shard, token)
+    checked = time.monotonic()
     schema = output_schema(job)
     rejects: list[tuple[Record, str]] = []
     kept_total = 0
-    with tempfile.TemporaryDirectory(prefix="e31-shard-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="e31-shard-", dir=settings.FILE_UPLOAD_TEMP_DIR) as scratch:
         part = os.path.join(scratch, "part.parquet")
         with pq.ParquetWriter(part, schema) as writer:
             for batch in batched(records, processor.batch_size):
@@ -215,16 +221,19 @@ def process_shard(job: Job, shard: Shard, token: str, gpu: Gpu) -> None:
                 rejects += result.rejects
                 kept_total += len(result.kept)
                 if job.time_limit_passed():
-                    lifecycle.time_out(job)  # the claim check below then stops this shard
-                _keep_claim(shard, token)
+                    lifecycle.time_out(job)
+                    _keep_claim(shard, token)  # the job no longer runs: this stops the shard
+                if time.monotonic() - checked >= CLAIM_CHECK_SECONDS:
+                    _keep_claim(shard, token)
+                    checked = time.monotonic()
         rejects_part = os.path.join(scratch, "rejects.parquet")
         pq.write_table(pa.table(_reject_rows(rejects, raw), schema=REJECT_SCHEMA), rejects_part)
         _keep_claim(shard, token)
         base = f"{job.storage_prefix}/shards/{shard.index:05d}-{token}"
         with open(part, "rb") as handle:
-            output_path = default_storage.save(f"{base}.parquet", File(handle))
+            output_path = default_storage.save(f"{base}.parquet", ScratchFile(handle))
         with open(rejects_part, "rb") as handle:
-            rejects_path = default_storage.save(f"{base}.rejects.parquet", File(handle))
+            rejects_path = default_storage.save(f"{base}.rejects.parquet", ScratchFile(handle))
     done = Shard.objects.filter(pk=shard.pk, claim=token, status=Shard.Status.RUNNING).update(
         status=Shard.Status.DONE,
         output_path=output_path,
