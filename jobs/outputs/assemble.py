@@ -8,6 +8,7 @@ import csv
 import hashlib
 import io
 import json
+import logging
 import os
 import tempfile
 import uuid
@@ -27,10 +28,12 @@ from billing.models import LedgerEntry
 from jobs import lifecycle, processors
 from jobs.models import OUTPUT_FILES, Job, Shard, State
 from jobs.outputs import ScratchFile, context_for, output_schema
-from jobs.outputs.stitch import stitch
+from jobs.outputs.stitch import StitchError, stitch
 from jobs.retention import purge_staged_copy_if_due
 from jobs.scheduling import sizing
 from jobs.staging.shards import read_shard
+
+log = logging.getLogger(__name__)
 
 
 def _digest(path: str) -> dict:
@@ -60,8 +63,16 @@ def _write_output(job: Job, shards: list[Shard], schema: pa.Schema, output: str)
     if not shards:
         pq.write_table(schema.empty_table(), output)
         return None
-    with open(output, "wb") as handle:
-        return stitch(_opened(shards), handle)
+    try:
+        with open(output, "wb") as handle:
+            return stitch(_opened(shards), handle)
+    except StitchError as error:
+        # Parts a slot of another version wrote (another pyarrow, page indexes): decoded and encoded again.
+        log.warning("job %s: its parts are encoded again, they cannot be stitched: %s", job.pk, error)
+        with pq.ParquetWriter(output, schema) as writer:
+            for group in _read_parts(shards):
+                writer.write_table(group.cast(schema))
+        return None
 
 
 def _opened(shards: list[Shard]) -> Iterator[File]:

@@ -95,6 +95,29 @@ def test_it_stitches_every_record_once_in_input_order(organisation):
     assert not any(default_storage.exists(shard.output_path) for shard in job.shards.all()), "the parts are gone"
 
 
+def test_parts_it_cannot_stitch_are_encoded_again_and_every_record_still_lands_once(organisation, caplog):
+    """A part written by a slot of another version (here, with a page index) is not refused: the parts are
+    decoded and encoded again, as before stitching."""
+    job = finishing_job(organisation)
+    shard = job.shards.get(index=1)
+    with default_storage.open(shard.output_path, "rb") as handle:
+        table = pq.read_table(handle)
+    default_storage.delete(shard.output_path)
+    rewritten = io.BytesIO()
+    pq.write_table(table, rewritten, write_page_index=True)
+    default_storage.save(shard.output_path, ContentFile(rewritten.getvalue()))
+
+    assert tasks.assemble(job.pk) is True
+    job.refresh_from_db()
+    assert job.state == State.SUCCEEDED, job.error
+    output = stored(job, "output.parquet")
+    kept = [n for n in range(1, RECORDS + 1) if n not in REJECTED]
+    assert pq.read_table(io.BytesIO(output)).column("_record").to_pylist() == kept
+    manifest = json.loads(stored(job, "manifest.json"))
+    assert manifest["files"]["output.parquet"] == {"bytes": len(output), "sha256": hashlib.sha256(output).hexdigest()}
+    assert "its parts are encoded again, they cannot be stitched: a column chunk has a page index" in caplog.text
+
+
 def test_it_assembles_again_after_an_assembly_killed_half_way(organisation):
     job = finishing_job(organisation)
     # The control worker dies (SIGKILL) once the first output file is in storage, before the job is told.
