@@ -1,16 +1,17 @@
 """What a held slot does: take the next unprocessed shard of its job until none is left.
 
 A shard is claimed with a conditional UPDATE and a lease; while it runs, the lease is renewed and the
-job checked to run after a batch, once a second at most. A slot that dies leaves its shard to be
-taken again when the lease runs out (or at once, when the same slot comes back). A shard's output is
-written under its claim token and only the claim that marks the shard done is kept, so a shard done
-twice counts once.
+job checked to run after a batch, once a second at most, and by a thread of its own however long a
+batch takes. A slot that dies leaves its shard to be taken again when the lease runs out (or at once,
+when the same slot comes back). A shard's output is written under its claim token and only the claim
+that marks the shard done is kept, so a shard done twice counts once.
 """
 
 import logging
 import os
 import resource
 import tempfile
+import threading
 import time
 import traceback
 import uuid
@@ -21,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from django.conf import settings
 from django.core.files.storage import default_storage
+from django.db import DatabaseError, connection
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -198,7 +200,46 @@ def _reject_rows(rejects: list[tuple[Record, str]], raw: Callable[[Record], str]
     }
 
 
+class LeaseKeeper:
+    """Renews a claimed shard's lease from a thread of its own while the shard is worked on, so a step
+    longer than a lease (a partner's large model loading in the first batch, a long generation, a big
+    shard read from S3) keeps the claim, and the hold, which its live lease shows the node is served.
+    The work's own checks after each batch still stop a shard within a second of a cancel; the
+    keeper stops at the end, or once the claim is lost (the work's next check finds that too)."""
+
+    def __init__(self, shard: Shard, token: str):
+        self.shard, self.token = shard, token
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._keep, name=f"lease-of-shard-{shard.pk}", daemon=True)
+
+    def __enter__(self) -> "LeaseKeeper":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stopping.set()
+        self.thread.join()
+
+    def _keep(self) -> None:
+        try:
+            while not self.stopping.wait(settings.E31_SHARD_LEASE_SECONDS / 4):
+                try:
+                    _keep_claim(self.shard, self.token)
+                except ShardLost:
+                    return
+                except DatabaseError as error:  # the database away a moment: the lease has time left to try again
+                    log.warning("shard %s: its lease was not renewed: %s", self.shard.pk, error)
+        finally:
+            connection.close()  # this thread's own connection
+
+
 def process_shard(job: Job, shard: Shard, token: str, gpu: Gpu) -> None:
+    """Work a claimed shard into its part and rejects under its claim token; ShardLost if the claim ends."""
+    with LeaseKeeper(shard, token):
+        _work(job, shard, token, gpu)
+
+
+def _work(job: Job, shard: Shard, token: str, gpu: Gpu) -> None:
     processor = processors.get(job.work)
     context = context_for(job, device="cuda" if gpu.kind == Gpu.Kind.GPU else "cpu", slot=gpu.index)
     records, raw = read_shard(job, shard)

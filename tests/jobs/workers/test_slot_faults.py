@@ -210,3 +210,19 @@ def test_a_slot_that_stops_ends_its_hold_when_last_seen_and_rejoins_when_back(
     assert entry.gpus == 2 and entry.gpu_hours == as_gpu_hours(gpu_seconds(allocations))
     span = max(a.held_to for a in allocations) - min(a.held_from for a in allocations)
     assert entry.seconds <= span.total_seconds() + 1, "a rejoined slot's time is not counted twice"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_longer_than_a_lease_and_a_node_timeout_keeps_its_claim_and_its_hold(fleet, partner_client):
+    """A partner's large model loads in its first batch, a generation runs long: the slot is working, not lost.
+    Here a shard's two batches take 10 s each: twice a shard's lease (5 s), and together twice a node's
+    timeout (10 s), within which a hold with no live lease must hear from its slot task."""
+    form = job_form(csv_bytes(100), name="numbers.csv", work="test-slow-echo", gpus="1")
+    form["param-test-slow-echo-seconds_per_batch"] = "10"
+    assert partner_client.post("/jobs/new/", form).status_code == 302
+    job = wait_for_end(Job.objects.get(), timeout=120)
+    assert job.state == State.SUCCEEDED, job.error
+    assert_every_record_once(job, 100)
+    assert Allocation.objects.filter(job=job).count() == 1, "one hold, never taken offline and joined again"
+    assert list(job.shards.values_list("attempts", flat=True)) == [1], "one shard of two batches, never taken over"
+    assert not JobEvent.objects.filter(job=job, message__contains="was lost").exists()
