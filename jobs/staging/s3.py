@@ -11,6 +11,7 @@ import json
 import re
 import tarfile
 import time
+from collections.abc import Callable
 from pathlib import PurePosixPath
 from typing import BinaryIO, NamedTuple
 
@@ -205,39 +206,46 @@ def over_model_limit(what: str, size: int) -> str:
 
 def _model_objects(s3, location: Location) -> list[dict]:
     """The files of a model folder under a prefix, in key order, within the model's limits."""
-    found, total = [], 0
-    try:
-        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=location.bucket, Prefix=location.key):
-            for item in page.get("Contents", []):
-                if item["Key"].endswith("/"):
-                    continue  # a folder marker
-                found.append(item)
-                total += item["Size"]
-                if total > settings.E31_MAX_MODEL_BYTES:
-                    raise S3Error(over_model_limit(f"{location} (at {item['Key']})", total))
-                if len(found) > settings.E31_MODEL_MAX_FILES:
-                    raise S3Error(f"{location} holds more than {settings.E31_MODEL_MAX_FILES:,} files for a model.")
-    except (ClientError, BotoCoreError) as error:
-        raise explain(error, location) from None
-    if not found:
-        raise S3Error(f"{location} holds no objects.")
-    return sorted(found, key=lambda item: item["Key"])
+
+    def too_many(total: int, count: int, key: str) -> str | None:
+        if total > settings.E31_MAX_MODEL_BYTES:
+            return over_model_limit(f"{location} (at {key})", total)
+        if count > settings.E31_MODEL_MAX_FILES:
+            return f"{location} holds more than {settings.E31_MODEL_MAX_FILES:,} files for a model."
+        return None
+
+    return _listed(s3, location, lambda key: False, too_many)
 
 
 def _objects(s3, location: Location) -> list[dict]:
-    """The objects under a prefix, in key order, within the dataset's limits."""
+    """The objects under a prefix, in key order, within the dataset's limits; hidden files (Spark's _SUCCESS)
+    left out."""
+
+    def too_many(total: int, count: int, key: str) -> str | None:
+        if total > settings.E31_MAX_DATASET_BYTES:
+            return over_dataset_limit(f"{location} (at {key})", total)
+        if count > settings.E31_ARCHIVE_MAX_MEMBERS:
+            return f"{location} holds more than {settings.E31_ARCHIVE_MAX_MEMBERS:,} objects."
+        return None
+
+    return _listed(s3, location, lambda key: PurePosixPath(key).name.startswith(("_", ".")), too_many)
+
+
+def _listed(
+    s3, location: Location, hidden: Callable[[str], bool], too_many: Callable[[int, int, str], str | None]
+) -> list[dict]:
+    """The objects under a prefix but folder markers and `hidden` ones, in key order; S3Error with
+    `too_many`'s sentence once their bytes or count so far pass a limit, or when there are none."""
     found, total = [], 0
     try:
         for page in s3.get_paginator("list_objects_v2").paginate(Bucket=location.bucket, Prefix=location.key):
             for item in page.get("Contents", []):
-                if item["Key"].endswith("/") or PurePosixPath(item["Key"]).name.startswith(("_", ".")):
-                    continue  # a folder marker, or a hidden file such as Spark's _SUCCESS
+                if item["Key"].endswith("/") or hidden(item["Key"]):
+                    continue
                 found.append(item)
                 total += item["Size"]
-                if total > settings.E31_MAX_DATASET_BYTES:
-                    raise S3Error(over_dataset_limit(f"{location} (at {item['Key']})", total))
-                if len(found) > settings.E31_ARCHIVE_MAX_MEMBERS:
-                    raise S3Error(f"{location} holds more than {settings.E31_ARCHIVE_MAX_MEMBERS:,} objects.")
+                if refusal := too_many(total, len(found), item["Key"]):
+                    raise S3Error(refusal)
     except (ClientError, BotoCoreError) as error:
         raise explain(error, location) from None
     if not found:
