@@ -20,6 +20,7 @@ from urllib.parse import quote
 import boto3
 import pytest
 from django.conf import settings
+from django.contrib.auth.models import Permission
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import connections, transaction
 from django.test import Client
@@ -332,3 +333,15 @@ def celery_sends_to(url: str) -> Iterator[None]:
 
 
 BROKER_AWAY = "redis+socket:///nonexistent/redis.sock"
+
+
+def assert_for_operators_who_may_view_jobs(url: str, partner_client, django_user_model) -> Client:
+    """A console page: a partner is sent to the console's login, staff without `view_job` get 403, staff with it
+    200. Returns the latter's client."""
+    assert partner_client.get(url).status_code == 302, "to the console's login"
+    staff = django_user_model.objects.create_user("staff", password="pw", is_staff=True)
+    assert client_for(staff).get(url).status_code == 403
+    staff.user_permissions.set(Permission.objects.filter(codename="view_job"))
+    viewer = client_for(staff)
+    assert viewer.get(url).status_code == 200
+    return viewer

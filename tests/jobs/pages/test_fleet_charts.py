@@ -4,13 +4,12 @@ sampled them; for operators who may view jobs only."""
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import Permission
 from django.utils import timezone
 
 from jobs.models import Node, NodeSample, QueueSample
 from tests.jobs.pages.test_job_charts import charts_of
 from tests.jobs.test_charts import close, plotted
-from tests.support import client_for
+from tests.support import assert_for_operators_who_may_view_jobs, client_for
 
 pytestmark = pytest.mark.django_db
 
@@ -85,9 +84,5 @@ def test_a_fleet_of_many_nodes_is_added_up_whole_and_drawn_a_page_of_nodes_at_a_
 
 
 def test_it_is_for_operators_who_may_view_jobs(django_user_model, partner_client, sampled):
-    assert partner_client.get(FLEET).status_code == 302, "to the console's login"
-    staff = django_user_model.objects.create_user("staff", password="pw", is_staff=True)
-    assert client_for(staff).get(FLEET).status_code == 403
-    staff.user_permissions.set(Permission.objects.filter(codename="view_job"))
-    assert client_for(staff).get(FLEET).status_code == 200
-    assert "The fleet over the last day" in client_for(staff).get("/admin/").content.decode()
+    viewer = assert_for_operators_who_may_view_jobs(FLEET, partner_client, django_user_model)
+    assert "The fleet over the last day" in viewer.get("/admin/").content.decode()

@@ -4,13 +4,12 @@ import re
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import Permission
 from django.utils import timezone
 
 from jobs import lifecycle
 from jobs.models import Job, State
 from tests.factories import make_job
-from tests.support import admin_action, client_for
+from tests.support import admin_action, assert_for_operators_who_may_view_jobs, client_for
 
 pytestmark = pytest.mark.django_db
 
@@ -61,12 +60,8 @@ def test_it_refreshes_itself_as_a_fragment(operator, online_slots):
 
 
 def test_it_is_for_operators_who_may_view_jobs(django_user_model, partner_client):
-    assert partner_client.get(QUEUE).status_code == 302, "to the console's login"
-    staff = django_user_model.objects.create_user("staff", password="pw", is_staff=True)
-    assert client_for(staff).get(QUEUE).status_code == 403
-    staff.user_permissions.set(Permission.objects.filter(codename="view_job"))
-    assert client_for(staff).get(QUEUE).status_code == 200
-    assert "The queue, live" in client_for(staff).get("/admin/").content.decode()
+    viewer = assert_for_operators_who_may_view_jobs(QUEUE, partner_client, django_user_model)
+    assert "The queue, live" in viewer.get("/admin/").content.decode()
 
 
 def test_its_queries_do_not_grow_with_the_queue(organisation, online_slots, operator, django_assert_max_num_queries):
