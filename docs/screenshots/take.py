@@ -2,7 +2,8 @@
 walk the partner's and the operator's day through a live server, a real gpuworker and Chromium, and shoot every
 page they see at 1280 px, at 390 px and in dark mode (tests/screens.py); the charts' tests shoot a finished
 job's charts and the fleet's. The world they walk is the tests' own:
-a fresh database, the example dataset, jobs run on CPU slots.
+a fresh database whose ids start where a portal's that has run a million jobs would (#1234567), the example
+dataset, jobs run on CPU slots.
 
     .venv/bin/python docs/screenshots/take.py
 

@@ -17,7 +17,7 @@ from jobs.spec import Data, JobSpec, NamedFile, Request, Work
 from portal.models import Application
 from tests.datasets import csv_bytes
 from tests.screens import look
-from tests.support import EXAMPLE, needs_chromium, state_is, submit_example, wait_for, wait_for_end
+from tests.support import EXAMPLE, ids_from, needs_chromium, state_is, submit_example, wait_for, wait_for_end
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -27,6 +27,12 @@ pytestmark = [
 APPLICANT = "ada@lovelace.example"
 PASSWORD = "a long passphrase for the journey 31"
 LINK = re.compile(r"https?://\S+/accounts/reset/\S+/")
+
+
+@pytest.fixture(autouse=True)
+def long_ids(transactional_db):
+    """Every page is looked at with the ids of a portal that has run a million jobs."""
+    ids_from(1_234_567, "jobs", "billing", "portal")
 
 
 def log_in(page, base: str, username: str, password: str) -> None:
