@@ -193,7 +193,7 @@ def put_on_hold(job: Job, reason: str = "") -> bool:
         if not waiting.update(on_hold_since=now, on_hold_reason=reason, modified=now):
             return False
         why = f": {reason}" if reason else ""
-        if _note(job, now, f"put on hold by the operators{why}") == State.QUEUED:
+        if _note(job, now, JobEvent.Hold.PUT, f"put on hold by the operators{why}") == State.QUEUED:
             _queue_changed()
     return True
 
@@ -206,7 +206,7 @@ def lift_hold(job: Job) -> bool:
         on_hold = Job.objects.filter(pk=job.pk, state__in=WAITING, on_hold_since__isnull=False)
         if not on_hold.update(on_hold_since=None, on_hold_reason="", modified=now):
             return False
-        if _note(job, now, "hold lifted by the operators") == State.QUEUED:
+        if _note(job, now, JobEvent.Hold.LIFTED, "hold lifted by the operators") == State.QUEUED:
             _queue_changed()
     return True
 
@@ -217,11 +217,11 @@ def _queue_changed() -> None:
     enqueue.schedule()
 
 
-def _note(job: Job, at, message: str) -> str:
-    """A line on the job's timeline under the state it is in (the row is locked by the update just
-    made, so that is the state it was in); returns the state."""
+def _note(job: Job, at, hold: str, message: str) -> str:
+    """A line on the job's timeline for a hold put or lifted, under the state it is in (the row is locked by
+    the update just made, so that is the state it was in); returns the state."""
     state = Job.objects.values_list("state", flat=True).get(pk=job.pk)
-    JobEvent.objects.create(job_id=job.pk, state=state, at=at, message=message)
+    JobEvent.objects.create(job_id=job.pk, state=state, at=at, hold=hold, message=message)
     return state
 
 

@@ -315,12 +315,18 @@ class Job(TimeStamped):
 
 
 class JobEvent(models.Model):
-    """One row of a job's timeline: each state it entered, when, and why."""
+    """One row of a job's timeline: each state it entered, when, and why; or an operator's hold put on it or
+    lifted, under the state it was in."""
+
+    class Hold(models.TextChoices):
+        PUT = "put", "On hold"
+        LIFTED = "lifted", "Hold lifted"
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
     state = models.CharField(max_length=10, choices=State.choices)
     at = models.DateTimeField(default=timezone.now)
     message = models.TextField(blank=True)
+    hold = models.CharField(max_length=6, choices=Hold.choices, blank=True)
 
     class Meta:
         ordering = ["at", "pk"]

@@ -12,6 +12,15 @@ def state_badge(job, size: str = "") -> str:
     return format_html('<span class="{}">{}</span>', classes, "On hold" if held else job.get_state_display())
 
 
+@register.simple_tag
+def event_badge(event) -> str:
+    """A timeline line's badge: the state it entered, or the operators' hold put on the job or lifted."""
+    if event.hold:
+        css = "on_hold" if event.hold == event.Hold.PUT else event.state
+        return format_html('<span class="state {}">{}</span>', css, event.get_hold_display())
+    return format_html('<span class="state {}">{}</span>', event.state, event.get_state_display())
+
+
 @register.filter
 def duration(seconds) -> str:
     """Seconds as a short human duration: 0.4 s, 45 s, 3 min 20 s, 2 h 5 min (tenths below ten seconds,

@@ -1,6 +1,7 @@
 """An operator hold: the operators keep a job that holds no GPU yet from starting. It stages as before,
 keeps its place in the queue and is passed by, unmetered, until the hold is lifted."""
 
+import re
 import time
 from datetime import timedelta
 
@@ -86,6 +87,8 @@ def test_the_partner_reads_why_and_the_jobs_behind_do_not_wait_for_it(
     assert "the 4 CPU slots it asks for are free." in page
     assert "keeps its place in the queue, number 1," in page and "at the latest" not in page
     assert "put on hold by the operators: checking the GPUs of node b7" in page, "on the timeline"
+    timeline = page.split('<ol class="timeline">')[1].split("</ol>")[0]
+    assert re.findall(r'<span class="state (\w+)">([^<]+)</span>', timeline) == [("on_hold", "On hold")], "not Queued"
     behind_page = partner_client.get(f"/jobs/{behind.pk}/").content.decode()
     assert "Number 2 in the queue." in behind_page
     assert "waits for the 1 before it; 1 of those is on hold, passed by while the hold lasts." in behind_page
@@ -94,6 +97,9 @@ def test_the_partner_reads_why_and_the_jobs_behind_do_not_wait_for_it(
     listing = partner_client.get("/jobs/").content.decode()
     assert listing.count('<span class="state on_hold">On hold</span>') == 1 and "on hold</small>" not in listing
     assert "· queued (on hold by the operators)" in progress_line(Job.objects.get(pk=on_hold.pk)), "the CLI's --wait"
+    lifecycle.lift_hold(on_hold)
+    timeline = partner_client.get(f"/jobs/{on_hold.pk}/").content.decode().split('<ol class="timeline">')[1]
+    assert '<span class="state queued">Hold lifted</span>' in timeline.split("</ol>")[0]
 
 
 @pytest.mark.django_db

@@ -6,7 +6,7 @@ from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
 from jobs import retention
-from jobs.models import Job
+from jobs.models import Job, JobEvent
 
 
 def test_it_has_a_migration_for_every_model_change(db):
@@ -40,3 +40,20 @@ def test_every_table_the_migrations_make_belongs_to_a_model(db):
     tables = set(connection.introspection.table_names())
     owned = set(connection.introspection.django_table_names(include_views=False))
     assert tables - owned - {"django_migrations"} == set()
+
+
+def test_the_timelines_holds_written_before_0022_read_as_holds(transactional_db):
+    """Until 0022 a hold put or lifted was a line under the state the job was in, told apart by its words."""
+    executor = MigrationExecutor(connection)
+    executor.migrate([("jobs", "0021_job_model_source")])
+    old = executor.loader.project_state([("jobs", "0021_job_model_source")]).apps
+    organisation = old.get_model("portal", "Organisation").objects.create(name="Old Lab", slug="old-lab")
+    job = old.get_model("jobs", "Job").objects.create(
+        organisation=organisation, work="clean-table", source_name="a.csv", gpus=1, hours=1, state="queued"
+    )
+    for message in ["queued", "put on hold by the operators: fleet maintenance", "hold lifted by the operators"]:
+        old.get_model("jobs", "JobEvent").objects.create(job=job, state="queued", message=message)
+    executor = MigrationExecutor(connection)
+    executor.migrate(executor.loader.graph.leaf_nodes())
+
+    assert list(JobEvent.objects.filter(job=job.pk).values_list("hold", flat=True)) == ["", "put", "lifted"]
