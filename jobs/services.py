@@ -186,7 +186,7 @@ def _check_model(processor, model: NamedFile | None) -> str:
     size = model.stream.seek(0, io.SEEK_END)
     model.stream.seek(0)
     if size > settings.E31_MAX_MODEL_BYTES:
-        limit = units.size(settings.E31_MAX_MODEL_BYTES)
+        limit = units.limit(settings.E31_MAX_MODEL_BYTES)
         raise SubmitError("model", f"The model file {model.name} is {units.size(size)}; the limit is {limit}.")
     try:
         with uploads.local_copy(model.stream) as path:

@@ -5,6 +5,7 @@ bytes times its rate is its amount: Django's filesizeformat counts in 1024s unde
 from decimal import Decimal
 
 UNITS = ("kB", "MB", "GB", "TB", "PB")
+BINARY_UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB")  # only where a limit was set in them
 
 
 def size(count: int | float | None) -> str:
@@ -19,6 +20,22 @@ def size(count: int | float | None) -> str:
         if abs(scaled) < 999.95:
             return f"{scaled:.1f}\xa0{unit}"
     return f"{scaled / 1000:.1f}\xa0{UNITS[-1]}"
+
+
+def limit(count: int) -> str:
+    """A limit in the unit a round setting was given in, its figure whole: 50 GiB, 512 MB, 64 KiB (size()
+    would read 50 GiB as 53.7 GB, a figure nobody set). A limit that is no whole number of any unit reads as
+    size() reads it."""
+    whole = [
+        (count // base**power, unit)
+        for base, units in ((1000, UNITS), (1024, BINARY_UNITS))
+        for power, unit in enumerate(units, start=1)
+        if count >= base**power and count % base**power == 0
+    ]
+    if not whole:
+        return size(count)
+    figure, unit = min(whole)
+    return f"{figure:,}\xa0{unit}"
 
 
 def gigabytes(count: int) -> str:

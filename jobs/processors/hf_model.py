@@ -101,7 +101,7 @@ class _Archive:
             if len(found) > settings.E31_MODEL_MAX_FILES:
                 raise ParamError(f"the archive holds more than {settings.E31_MODEL_MAX_FILES:,} files")
             if total > settings.E31_MAX_MODEL_BYTES:
-                limit = units.size(settings.E31_MAX_MODEL_BYTES)
+                limit = units.limit(settings.E31_MAX_MODEL_BYTES)
                 raise ParamError(f"the model expands to more than the {limit} limit (at {name!r})")
         return found
 

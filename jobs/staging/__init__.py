@@ -9,4 +9,4 @@ from portal import units
 def over_dataset_limit(what: str, size: int) -> str:
     """Why a dataset of `size` bytes is refused: exact bytes, since rounded sizes can look equal."""
     limit = settings.E31_MAX_DATASET_BYTES
-    return f"{what} is {size:,} bytes, more than the {limit:,}-byte ({units.size(limit)}) limit for a dataset."
+    return f"{what} is {size:,} bytes, more than the {limit:,}-byte ({units.limit(limit)}) limit for a dataset."

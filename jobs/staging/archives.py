@@ -59,7 +59,7 @@ class _Limits:
         if self.members > settings.E31_ARCHIVE_MAX_MEMBERS:
             raise FormatError(f"The archive holds more than {settings.E31_ARCHIVE_MAX_MEMBERS:,} members.")
         if self.bytes > settings.E31_ARCHIVE_MAX_BYTES:
-            limit = units.size(settings.E31_ARCHIVE_MAX_BYTES)
+            limit = units.limit(settings.E31_ARCHIVE_MAX_BYTES)
             raise FormatError(f"The archive expands to more than {limit} (at {name!r}); it is refused.")
 
 
@@ -71,7 +71,7 @@ def members(stream: BinaryIO, kind: str) -> list[Member]:
     if too_big := next((member for member in found if member.size > settings.E31_IMAGE_MAX_BYTES), None):
         raise FormatError(
             f"The archive's image {too_big.name!r} is {units.size(too_big.size)}; "
-            f"one image may be up to {units.size(settings.E31_IMAGE_MAX_BYTES)}."
+            f"one image may be up to {units.limit(settings.E31_IMAGE_MAX_BYTES)}."
         )
     return found
 

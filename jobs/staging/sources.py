@@ -18,7 +18,7 @@ from django.conf import settings
 from django.core.files.storage import default_storage
 
 from jobs.models import Job
-from jobs.staging import fetch, s3
+from jobs.staging import fetch, over_dataset_limit, s3
 from jobs.staging.progress import StagingProgress
 from portal.text import hidden_character, redacted
 
@@ -69,8 +69,8 @@ def server_path(raw: str, slug: str) -> Path:
         raise refusal from None
     if not within(resolved, roots) or not resolved.is_file():
         raise refusal
-    if resolved.stat().st_size > settings.E31_MAX_DATASET_BYTES:
-        raise SourceError(f"{raw} is larger than the {settings.E31_MAX_DATASET_BYTES:,}-byte limit for a dataset.")
+    if (size := resolved.stat().st_size) > settings.E31_MAX_DATASET_BYTES:
+        raise SourceError(over_dataset_limit(raw, size))
     return resolved
 
 

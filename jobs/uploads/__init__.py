@@ -23,7 +23,7 @@ from portal.text import clean_name
 
 
 def too_large_message() -> str:
-    return f"The file is larger than the {units.size(settings.E31_MAX_UPLOAD_BYTES)} upload limit."
+    return f"The file is larger than the {units.limit(settings.E31_MAX_UPLOAD_BYTES)} upload limit."
 
 
 class SizeLimitUploadHandler(FileUploadHandler):

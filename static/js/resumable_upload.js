@@ -148,7 +148,7 @@
     hidden.value = "";
     if (!file) return;
     if (file.size > maxBytes) {
-      show(`${file.name} is larger than the ${size(maxBytes)} limit for a dataset.`, 0, "failed");
+      show(`${file.name} is larger than the ${form.dataset.maxDataset} limit for a dataset.`, 0, "failed");
       input.value = "";
       return;
     }

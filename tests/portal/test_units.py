@@ -2,7 +2,7 @@
 
 import pytest
 
-from portal.units import size
+from portal.units import limit, size
 
 
 @pytest.mark.parametrize(
@@ -23,3 +23,21 @@ from portal.units import size
 )
 def test_sizes_are_shown_in_decimal_units(count, shown):
     assert size(count) == shown
+
+
+@pytest.mark.parametrize(
+    ("count", "shown"),
+    [
+        (50 * 1024**3, "50\xa0GiB"),
+        (2 * 1024**3, "2\xa0GiB"),
+        (512 * 10**6, "512\xa0MB"),
+        (10**9, "1\xa0GB"),
+        (64 * 1024, "64\xa0KiB"),
+        (1536 * 1024**2, "1,536\xa0MiB"),
+        (4 * 50 * 1024**3, "200\xa0GiB"),
+        (5, "5\xa0bytes"),
+        (1_234_567, "1.2\xa0MB"),
+    ],
+)
+def test_a_limit_reads_in_the_unit_it_was_set_in(count, shown):
+    assert limit(count) == shown

@@ -119,7 +119,7 @@ def test_it_refuses_a_checksum_it_cannot_read(partner_client, checksum, message)
         ("-5", 400, "not '-5'"),
         ("1.5", 400, "not '1.5'"),
         ("0", 400, "The file is empty"),
-        (str(50 * 1024**3 + 1), 413, "is 53,687,091,201 bytes, more than the 53,687,091,200-byte (53.7\xa0GB) limit"),
+        (str(50 * 1024**3 + 1), 413, "is 53,687,091,201 bytes, more than the 53,687,091,200-byte (50\xa0GiB) limit"),
     ],
 )
 def test_it_refuses_an_upload_of_a_size_it_cannot_take(partner_client, length, status, message):

@@ -46,7 +46,7 @@ def test_it_refuses_a_chunk_whose_content_length_is_not_ascii_digits(partner_cli
 def test_it_answers_huge_counts_with_the_limit_they_pass(partner_client):
     response = create(partner_client, length=HUGE)
     assert response.status_code == 413
-    assert "more than the 53,687,091,200-byte (53.7\xa0GB) limit for a dataset" in response.content.decode()
+    assert "more than the 53,687,091,200-byte (50\xa0GiB) limit for a dataset" in response.content.decode()
     url = created(partner_client)
     response = send(partner_client, url, 0, DATA[:100], HTTP_UPLOAD_OFFSET=HUGE)
     assert (response.status_code, response.content.decode()) == (
