@@ -270,3 +270,40 @@ class JobForm(RequestForm):
 
 def _named(uploaded: UploadedFile | None) -> NamedFile | None:
     return NamedFile(uploaded.file, uploaded.name) if uploaded else None
+
+
+def asked_again(job: Job, kept_models: Iterable[Job]) -> tuple[dict, str]:
+    """The job form's fields as `job` asked for them, to submit it again, and what the partner still has to
+    give: its work and parameters, its request and retention, its data's location when it came from one (an
+    upload, or a pre-signed URL, whose signature is not kept, is given again), and its model while it is kept."""
+    initial = {
+        "work": job.work,
+        "shape": job.shape,
+        "gpus": job.gpus,
+        "hours": job.hours,
+        "allow_partial": job.allow_partial,
+        "retention": "keep" if job.retention_days else "delete",
+        "keep_days": job.retention_days or None,
+        "output_days": job.output_keep_days,
+        "sample": job.kind == Job.Kind.SAMPLE,
+    }
+    if job.work in {processor.name for processor in processors.available()}:
+        processor = processors.get(job.work)
+        for param in processor.params:
+            if param.name in job.params_given:
+                initial[param_field_name(processor, param)] = job.params_given[param.name]
+    if job.source_kind != Job.Source.UPLOAD and job.source_location == job.source_uri:
+        initial["location"] = job.source_uri
+        still_to_give = ""
+    elif job.source_kind == Job.Source.UPLOAD:
+        still_to_give = f"Choose the dataset again ({job.source_name}): an upload is not kept for a new job."
+    else:
+        still_to_give = f"Give the data's location again ({job.source_location}): its credentials are not kept."
+    if job.model_path:
+        if any(kept.pk == job.pk for kept in kept_models):
+            initial["model_from_job"] = job.pk
+        else:
+            still_to_give += f" Give the model again ({job.model_name}): its job no longer keeps it."
+    if job.source_kind == Job.Source.S3:
+        still_to_give += " S3 credentials, if the bucket needs them, are given again: none is kept."
+    return initial, still_to_give.strip()

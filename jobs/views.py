@@ -21,7 +21,7 @@ from django_htmx.http import HttpResponseStopPolling
 from billing.models import MONEY, LedgerEntry, RateCard, RetentionPolicy
 from jobs import enqueue, lifecycle, services
 from jobs.facts import JobFacts
-from jobs.forms import JobForm, RequestForm
+from jobs.forms import JobForm, RequestForm, asked_again
 from jobs.models import ACTIVE, Job, State, Upload
 from jobs.outputs.assemble import open_output_file, signed_output_url
 from jobs.outputs.zipstream import stream_zip
@@ -84,8 +84,13 @@ def job_new(request):
         return _needs_organisation(request)
     policy = RetentionPolicy.in_force(organisation)
     kept = services.kept_models(organisation)
+    again, still_to_give = None, ""
     if request.method == "POST":
         form = JobForm(request.POST, request.FILES, policy=policy, kept_models=kept)
+    elif "again" in request.GET:
+        again = services.get_job_for_user(request, ascii_count(request.GET["again"]) or 0)
+        initial, still_to_give = asked_again(again, kept)
+        form = JobForm(initial=initial, policy=policy, kept_models=kept)
     else:
         form = JobForm(policy=policy, kept_models=kept)
     if request.method == "POST":
@@ -103,6 +108,8 @@ def job_new(request):
         "max_dataset_bytes": settings.E31_MAX_DATASET_BYTES,
         "chunk_bytes": settings.E31_UPLOAD_CHUNK_BYTES,
         "pending_upload": _pending_upload(form, organisation),
+        "again": again,
+        "still_to_give": still_to_give,
     }
     return render(request, "jobs/new.html", context, status=status)
 
