@@ -6,6 +6,7 @@ from datetime import timedelta
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.db.models import Exists, OuterRef
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import path
@@ -14,7 +15,7 @@ from django.utils.html import format_html
 
 from billing.metering import record_correction
 from billing.models import LedgerEntry, RateCard, RetentionPolicy
-from jobs.models import Job
+from jobs.models import Allocation, Gpu, Job
 
 # A card whose start the operator left at the form's "now" may be saved a little later; it starts then.
 FORM_OPEN = timedelta(minutes=30)
@@ -126,10 +127,21 @@ class LedgerEntryAdmin(admin.ModelAdmin):
     """Read-only: ledger entries are never changed or deleted, not even by operators. A correction is a
     new entry, recorded on its own page."""
 
-    list_display = ["job", "organisation", "kind", "gpus", "held", "seconds", "gpu_hours", "charged", "reason", "entry"]
+    list_display = ["job", "organisation", "what", "gpus", "held", "seconds", "gpu_hours", "charged", "reason", "entry"]
     list_filter = ["organisation", "kind"]
     search_fields = ["=job__id", "hash"]
     change_list_template = "admin/billing/ledgerentry/change_list.html"
+
+    def get_queryset(self, request):
+        """Each entry with whether its job held a GPU, in the same query: a hold of CPU slots says so."""
+        gpus = Allocation.objects.filter(job=OuterRef("job_id")).exclude(gpu__kind=Gpu.Kind.CPU)
+        return super().get_queryset(request).select_related("job", "organisation").annotate(held_a_gpu=Exists(gpus))
+
+    @admin.display(description="Kind", ordering="kind")
+    def what(self, entry: LedgerEntry) -> str:
+        if entry.kind == LedgerEntry.Kind.HOLD:
+            return "GPU hold" if entry.held_a_gpu else "CPU slot hold"
+        return entry.get_kind_display()
 
     @admin.display(description="Held (UTC)", ordering="held_from")
     def held(self, entry: LedgerEntry) -> str:

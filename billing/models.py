@@ -160,7 +160,7 @@ class LedgerEntry(models.Model):
     hold or staging cost, or an operator's correction of it. Written once, never changed."""
 
     class Kind(models.TextChoices):
-        HOLD = "hold", "GPU hold"
+        HOLD = "hold", "Hold"  # of GPUs or of CPU slots: a page says which
         STAGING = "staging", "Staging"
         CORRECTION = "correction", "Correction"
 

@@ -80,7 +80,7 @@ def test_the_job_page_costs_what_the_receipt_adds_up_after_a_credit(ended_job, o
 
     assert cost() == "1.2000 USD", "the hold alone: staging was free"
     assert client_for(operator).post(CORRECT, correction(ended_job)).status_code == 302
-    assert cost() == '0.7000 USD <small class="muted">(gpu hold 1.2000, correction -0.5000)</small>'
+    assert cost() == '0.7000 USD <small class="muted">(hold 1.2000, correction -0.5000)</small>'
 
 
 def test_a_second_correction_of_one_job_is_another_entry(ended_job, operator):

@@ -14,7 +14,7 @@ from django.utils import timezone
 from billing.metering import meter_for, price
 from billing.models import LedgerEntry, RateCard
 from jobs import lifecycle
-from jobs.models import Job, State
+from jobs.models import Gpu, Job, State
 from jobs.signals import staging_finished
 from tests.factories import make_job
 from tests.support import client_for
@@ -139,6 +139,9 @@ def test_it_shows_the_ledger_read_only_to_operators(running_job, operator):
     entry = LedgerEntry.objects.get()
     listed = client.get("/admin/billing/ledgerentry/").content.decode()
     assert f"{entry.held_from:%Y-%m-%d %H:%M:%S} → " in listed and f"{entry.amount} USD" in listed
+    assert '<td class="field-what">CPU slot hold</td>' in listed and "GPU hold" not in listed, "it held CPU slots"
+    Gpu.objects.filter(allocations__job=running_job).update(kind=Gpu.Kind.GPU)
+    assert '<td class="field-what">GPU hold</td>' in client.get("/admin/billing/ledgerentry/").content.decode()
     assert client.get(f"/admin/billing/ledgerentry/{entry.pk}/delete/").status_code == 403
     assert client.get("/admin/billing/ledgerentry/add/").status_code == 403
     assert client.get("/admin/billing/ratecard/add/").status_code == 200
