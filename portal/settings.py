@@ -389,6 +389,8 @@ E31_SHARD_RECORDS = env_int("E31_SHARD_RECORDS", 50_000, minimum=1)
 E31_SHARD_BYTES = env_int("E31_SHARD_BYTES", 64 * 1024**2, minimum=1024)
 E31_SHARD_MAX_ATTEMPTS = env_int("E31_SHARD_MAX_ATTEMPTS", 3, minimum=1)
 E31_SHARD_LEASE_SECONDS = env_int("E31_SHARD_LEASE_SECONDS", 60, minimum=2)
+# A batch still running after this long is taken as stuck: its shard's lease is no longer kept for it.
+E31_BATCH_MAX_SECONDS = env_int("E31_BATCH_MAX_SECONDS", 1800, minimum=1)
 E31_STAGING_LEASE_SECONDS = env_int("E31_STAGING_LEASE_SECONDS", 120, minimum=2)
 E31_SHARD_SECONDS = env_int("E31_SHARD_SECONDS", 30, minimum=1)
 E31_SAMPLE_SECONDS = env_int("E31_SAMPLE_SECONDS", 60, minimum=1)

@@ -205,12 +205,20 @@ class LeaseKeeper:
     longer than a lease (a partner's large model loading in the first batch, a long generation, a big
     shard read from S3) keeps the claim, and the hold, which its live lease shows the node is served.
     The work's own checks after each batch still stop a shard within a second of a cancel; the
-    keeper stops at the end, or once the claim is lost (the work's next check finds that too)."""
+    keeper stops at the end, or once the claim is lost (the work's next check finds that too), or once
+    a step has run E31_BATCH_MAX_SECONDS without the work saying it moved on: a process stuck in a
+    batch is not working, and its lease lapses as a dead one's would, so that the shard is taken again
+    and the hold is not counted as served."""
 
     def __init__(self, shard: Shard, token: str):
         self.shard, self.token = shard, token
         self.stopping = threading.Event()
+        self.moved_at = time.monotonic()
         self.thread = threading.Thread(target=self._keep, name=f"lease-of-shard-{shard.pk}", daemon=True)
+
+    def moved_on(self) -> None:
+        """The work finished a step (read the shard, ran a batch): it is not stuck."""
+        self.moved_at = time.monotonic()
 
     def __enter__(self) -> "LeaseKeeper":
         self.thread.start()
@@ -223,6 +231,9 @@ class LeaseKeeper:
     def _keep(self) -> None:
         try:
             while not self.stopping.wait(settings.E31_SHARD_LEASE_SECONDS / 4):
+                if (stuck := time.monotonic() - self.moved_at) > settings.E31_BATCH_MAX_SECONDS:
+                    log.warning("shard %s: a step ran %.0f s: stuck, its lease lapses", self.shard.pk, stuck)
+                    return
                 try:
                     _keep_claim(self.shard, self.token)
                 except ShardLost:
@@ -235,14 +246,15 @@ class LeaseKeeper:
 
 def process_shard(job: Job, shard: Shard, token: str, gpu: Gpu) -> None:
     """Work a claimed shard into its part and rejects under its claim token; ShardLost if the claim ends."""
-    with LeaseKeeper(shard, token):
-        _work(job, shard, token, gpu)
+    with LeaseKeeper(shard, token) as keeper:
+        _work(job, shard, token, gpu, keeper)
 
 
-def _work(job: Job, shard: Shard, token: str, gpu: Gpu) -> None:
+def _work(job: Job, shard: Shard, token: str, gpu: Gpu, keeper: LeaseKeeper) -> None:
     processor = processors.get(job.work)
     context = context_for(job, device="cuda" if gpu.kind == Gpu.Kind.GPU else "cpu", slot=gpu.index)
     records, raw = read_shard(job, shard)
+    keeper.moved_on()
     _keep_claim(shard, token)
     checked = time.monotonic()
     schema = output_schema(job)
@@ -253,6 +265,7 @@ def _work(job: Job, shard: Shard, token: str, gpu: Gpu) -> None:
         with pq.ParquetWriter(part, schema) as writer:
             for batch in batched(records, processor.batch_size):
                 result = processor.run_batch(batch, context)
+                keeper.moved_on()
                 # A reducing processor's table is a partial summary: its rows are not the kept records.
                 if processor.reduces:
                     writer.write_table(result.table)
