@@ -18,9 +18,9 @@ os.environ.setdefault("E31_NODE_TIMEOUT_SECONDS", "10")
 os.environ.setdefault("E31_SHARD_LEASE_SECONDS", "5")
 # A slot imports torch when a test's job first needs it, as the slots of most tests never do.
 os.environ.setdefault("E31_WARM_SLOTS", "false")
-# Server paths under var/test/staging-root can be staged; "localhost" is a host staging may fetch
+# Server paths under the tests' var/ (staging-root) can be staged; "localhost" is a host staging may fetch
 # from although it is not public (the tests' own HTTP servers). 127.0.0.1 stays refused.
-os.environ.setdefault("E31_STAGING_ROOTS", str(ROOT / "var" / "test" / "staging-root"))
+os.environ.setdefault("E31_STAGING_ROOTS", str(Path(os.environ["E31_VAR_DIR"]) / "staging-root"))
 os.environ.setdefault("E31_STAGING_ALLOWED_HOSTS", "localhost")
 # Webhook retries after 1 s, then 2 s: a test sees a delivery fail twice and succeed within seconds.
 os.environ.setdefault("E31_WEBHOOK_RETRY_SECONDS", "1,2,2,2,2")
