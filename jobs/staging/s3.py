@@ -201,7 +201,7 @@ def copy_model(uri: str, credentials: dict | None, into: BinaryIO) -> None:
 
 def over_model_limit(what: str, size: int) -> str:
     limit = settings.E31_MAX_MODEL_BYTES
-    return f"{what} is {size:,} bytes, more than the {limit:,}-byte ({units.size(limit)}) limit for a model."
+    return f"{what} is {size:,} bytes, more than the {limit:,}-byte ({units.limit(limit)}) limit for a model."
 
 
 def _model_objects(s3, location: Location) -> list[dict]:
