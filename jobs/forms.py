@@ -288,10 +288,10 @@ def asked_again(job: Job, kept_models: Iterable[Job]) -> tuple[dict, str]:
         "sample": job.kind == Job.Kind.SAMPLE,
     }
     if job.work in {processor.name for processor in processors.available()}:
-        processor = processors.get(job.work)
+        processor, given = processors.get(job.work), job.params_given
         for param in processor.params:
-            if param.name in job.params_given:
-                initial[param_field_name(processor, param)] = job.params_given[param.name]
+            if param.name in given:
+                initial[param_field_name(processor, param)] = given[param.name]
     if job.source_kind != Job.Source.UPLOAD and job.source_location == job.source_uri:
         initial["location"] = job.source_uri
         still_to_give = ""

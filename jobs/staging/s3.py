@@ -25,10 +25,10 @@ from django.conf import settings
 from s3transfer.manager import TransferManager
 from s3transfer.subscribers import BaseSubscriber
 
-from jobs.staging import archives, over_dataset_limit
+from jobs.staging import archives, over_dataset_limit, over_limit
 from jobs.staging.progress import StagingProgress
 from jobs.staging.ranged import RangedS3File
-from portal import crypto, units
+from portal import crypto
 
 BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z")
 # A region's name as botocore checks it, which would otherwise fail the job at staging.
@@ -192,50 +192,32 @@ def copy_model(uri: str, credentials: dict | None, into: BinaryIO) -> None:
     try:
         size = s3.head_object(Bucket=location.bucket, Key=location.key)["ContentLength"]
         if size > settings.E31_MAX_MODEL_BYTES:
-            raise S3Error(over_model_limit(str(location), size))
+            raise S3Error(over_limit(str(location), size, settings.E31_MAX_MODEL_BYTES, "a model"))
         with TransferManager(s3, TRANSFER) as manager:
             manager.download(location.bucket, location.key, into).result()
     except (ClientError, BotoCoreError) as error:
         raise explain(error, location) from None
 
 
-def over_model_limit(what: str, size: int) -> str:
-    limit = settings.E31_MAX_MODEL_BYTES
-    return f"{what} is {size:,} bytes, more than the {limit:,}-byte ({units.limit(limit)}) limit for a model."
-
-
 def _model_objects(s3, location: Location) -> list[dict]:
     """The files of a model folder under a prefix, in key order, within the model's limits."""
-
-    def too_many(total: int, count: int, key: str) -> str | None:
-        if total > settings.E31_MAX_MODEL_BYTES:
-            return over_model_limit(f"{location} (at {key})", total)
-        if count > settings.E31_MODEL_MAX_FILES:
-            return f"{location} holds more than {settings.E31_MODEL_MAX_FILES:,} files for a model."
-        return None
-
-    return _listed(s3, location, lambda key: False, too_many)
+    limits = settings.E31_MAX_MODEL_BYTES, "a model", settings.E31_MODEL_MAX_FILES, "files for a model"
+    return _listed(s3, location, *limits, hidden=lambda key: False)
 
 
 def _objects(s3, location: Location) -> list[dict]:
     """The objects under a prefix, in key order, within the dataset's limits; hidden files (Spark's _SUCCESS)
     left out."""
-
-    def too_many(total: int, count: int, key: str) -> str | None:
-        if total > settings.E31_MAX_DATASET_BYTES:
-            return over_dataset_limit(f"{location} (at {key})", total)
-        if count > settings.E31_ARCHIVE_MAX_MEMBERS:
-            return f"{location} holds more than {settings.E31_ARCHIVE_MAX_MEMBERS:,} objects."
-        return None
-
-    return _listed(s3, location, lambda key: PurePosixPath(key).name.startswith(("_", ".")), too_many)
+    limits = settings.E31_MAX_DATASET_BYTES, "a dataset", settings.E31_ARCHIVE_MAX_MEMBERS, "objects"
+    return _listed(s3, location, *limits, hidden=lambda key: PurePosixPath(key).name.startswith(("_", ".")))
 
 
 def _listed(
-    s3, location: Location, hidden: Callable[[str], bool], too_many: Callable[[int, int, str], str | None]
+    s3, location: Location, max_bytes: int, of: str, max_count: int, counted: str, hidden: Callable[[str], bool]
 ) -> list[dict]:
-    """The objects under a prefix but folder markers and `hidden` ones, in key order; S3Error with
-    `too_many`'s sentence once their bytes or count so far pass a limit, or when there are none."""
+    """The objects under a prefix but folder markers and `hidden` ones, in key order; S3Error once their bytes
+    so far pass `max_bytes` (the limit for `of`) or their count `max_count` (of `counted`), or when there are
+    none."""
     found, total = [], 0
     try:
         for page in s3.get_paginator("list_objects_v2").paginate(Bucket=location.bucket, Prefix=location.key):
@@ -244,8 +226,10 @@ def _listed(
                     continue
                 found.append(item)
                 total += item["Size"]
-                if refusal := too_many(total, len(found), item["Key"]):
-                    raise S3Error(refusal)
+                if total > max_bytes:
+                    raise S3Error(over_limit(f"{location} (at {item['Key']})", total, max_bytes, of))
+                if len(found) > max_count:
+                    raise S3Error(f"{location} holds more than {max_count:,} {counted}.")
     except (ClientError, BotoCoreError) as error:
         raise explain(error, location) from None
     if not found:

@@ -15,10 +15,9 @@ def state_badge(job, size: str = "") -> str:
 @register.simple_tag
 def event_badge(event) -> str:
     """A timeline line's badge: the state it entered, or the operators' hold put on the job or lifted."""
-    if event.hold:
-        css = "on_hold" if event.hold == event.Hold.PUT else event.state
-        return format_html('<span class="state {}">{}</span>', css, event.get_hold_display())
-    return format_html('<span class="state {}">{}</span>', event.state, event.get_state_display())
+    css = "on_hold" if event.hold == event.Hold.PUT else event.state
+    label = event.get_hold_display() if event.hold else event.get_state_display()
+    return format_html('<span class="state {}">{}</span>', css, label)
 
 
 @register.filter
