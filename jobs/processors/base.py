@@ -108,6 +108,10 @@ class Processor:
     input_formats: tuple[str, ...] = ()
     params: tuple[Param, ...] = ()
     batch_size: int = 5000
+    # Records between the points where staging may cut the data, and the fewest a shard holds. Work that
+    # takes a second or more per hundred records (a model's) cuts finer, so a small dataset still gives
+    # every slot shards of its own and the slots end together.
+    grain: int = 250
     # A reduction: each batch's table is a partial summary of its kept records (rows of
     # `output_schema`, no record positions) and `merge` makes the output of them all at assembly.
     reduces: bool = False

@@ -150,6 +150,7 @@ class PartnerModel(Processor):
     version = "1"
     input_formats = ("csv", "jsonl", "parquet")
     batch_size = 256  # records between two renewals of the shard's lease
+    grain = 32
     requires = ("torch", "transformers")
     model_file = MODEL_FILE
 
@@ -339,6 +340,7 @@ class Generate(PartnerModel):
         BATCH_SIZE,
     )
     batch_size = 64
+    grain = 16
     schema = pa.schema(
         [
             ("text", pa.string()),

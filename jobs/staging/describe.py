@@ -40,8 +40,8 @@ def describe_and_cut(
                 try:
                     total, points, sampled = fastcsv.read(
                         stream, layout, data_offset, header_lines, size, getattr(scanner, "add_table", None),
-                        progress.advance, every_record=getattr(scanner, "needs_every_record", True), grain=shards.GRAIN,
-                        max_cuts=shards.MAX_CUT_POINTS, scanned=scanned,
+                        progress.advance, every_record=getattr(scanner, "needs_every_record", True),
+                        grain=shards.grain(job), max_cuts=shards.MAX_CUT_POINTS, scanned=scanned,
                     )  # fmt: skip
                 except fastcsv.Unsure:
                     scanner = processor.scanner(job.params)  # count again from nothing, the exact way
@@ -58,7 +58,7 @@ def describe_and_cut(
         else:
             data_offset, header_lines = 0, 0
         jsonl_columns: dict[str, None] = {}
-        grain, cuts, since, total = shards.GRAIN, [], 0, 0
+        grain, cuts, since, total = shards.grain(job), [], 0, 0
         start = Cut(0, data_offset, header_lines)
         last = start
         for record in iter_records(stream, layout, start=data_offset, first_line=header_lines + 1):
@@ -107,7 +107,7 @@ def _describe_parquet(job: Job, stream, scanner, progress: StagingProgress) -> t
                 progress.advance(size * record.position // total)  # the phase counts bytes
     layout["data_offset"] = 0
     plan = scanner.plan(layout["columns"]) if scanner else {}
-    grain = max(shards.GRAIN, math.ceil(total / shards.MAX_CUT_POINTS))
+    grain = max(shards.grain(job), math.ceil(total / shards.MAX_CUT_POINTS))
     cuts = [Cut(records, 0, records) for records in [*range(grain, total, grain), total]]
     return layout, plan, total, shards.from_cuts(job, Cut(0, 0, 0), cuts, total)
 

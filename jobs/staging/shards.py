@@ -1,10 +1,10 @@
 """Shards: where a staged dataset may be cut, how its cut points merge into shards, and each
 shard's records read back.
 
-A read of the data (the copy's scan, or describing it) notes a cut point every GRAIN records, at a
-record boundary; from_cuts merges them into shards sized for the job's GPUs and its measured speed.
-A slot reads its shard's records with read_shard, in batches; assembly reads them again to list the
-records of a shard that failed.
+A read of the data (the copy's scan, or describing it) notes a cut point every `grain` records (the
+work kind's: fewer for a model's), at a record boundary; from_cuts merges them into shards sized for
+the job's GPUs and its measured speed. A slot reads its shard's records with read_shard, in batches;
+assembly reads them again to list the records of a shard that failed.
 """
 
 import io
@@ -22,8 +22,7 @@ from jobs.scheduling import sizing
 from jobs.staging import archives, parquet, ranged
 from jobs.staging.formats import iter_records
 
-GRAIN = 250  # records between candidate cut points; doubled when a dataset has very many
-MAX_CUT_POINTS = 10_000
+MAX_CUT_POINTS = 10_000  # when a dataset has more, the grain between them doubles
 
 
 @dataclass
@@ -35,7 +34,12 @@ class Cut:
     end_line: int
 
 
-def shard_target(job: Job, total: int, smallest: int = GRAIN) -> int:
+def grain(job: Job) -> int:
+    """Records between candidate cut points, and the fewest a shard holds, for the job's work."""
+    return processors.get(job.work).grain
+
+
+def shard_target(job: Job, total: int, smallest: int) -> int:
     """Records per shard: about four shards per GPU, within the size limit, and no more than
     E31_SHARD_SECONDS of work when the job's sample measured its speed. A sample's own shards are
     small (a batch of the work), so it can stop soon after its time is up."""
@@ -46,7 +50,7 @@ def shard_target(job: Job, total: int, smallest: int = GRAIN) -> int:
     return max(smallest, min(target, measured) if measured else target)
 
 
-def tapered(job: Job, target: int, left: int, smallest: int = GRAIN) -> int:
+def tapered(job: Job, target: int, left: int, smallest: int) -> int:
     """Records for the next shard with `left` records to go. On several GPUs the last shards shrink
     with what is left (half a GPU's share), down to an eighth of the target: the GPUs then end within
     a small shard of each other, rather than all but one waiting, held and billed, for a full one."""
@@ -55,9 +59,11 @@ def tapered(job: Job, target: int, left: int, smallest: int = GRAIN) -> int:
     return max(smallest, target // 8, min(target, math.ceil(left / (2 * job.gpus))))
 
 
-def from_cuts(job: Job, start: Cut, cuts: list[Cut], total: int, smallest: int = GRAIN) -> list[dict]:
+def from_cuts(job: Job, start: Cut, cuts: list[Cut], total: int, smallest: int | None = None) -> list[dict]:
     """Merge cut points into shards of similar size (see shard_target), smaller at the end (see
-    tapered); a sample's cover only its first E31_SAMPLE_MAX_RECORDS records."""
+    tapered), none under `smallest` records (the job's grain) but the last; a sample's cover only its
+    first E31_SAMPLE_MAX_RECORDS records."""
+    smallest = grain(job) if smallest is None else smallest
     if job.kind == Job.Kind.SAMPLE:
         cuts = [cut for cut in cuts if cut.records - start.records < settings.E31_SAMPLE_MAX_RECORDS] or cuts[:1]
     full = shard_target(job, total, smallest)

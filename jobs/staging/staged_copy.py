@@ -73,7 +73,7 @@ def copy_to_job_storage(
 ) -> tuple[str, int, str, fastcsv.Scanned | None]:
     """Copy the job's source into its storage at `target`; return the staged path, bytes, sha256, and
     what a scan of its CSV records beside the copy found."""
-    along = fastcsv.ScanAlong(job.source_name, shards.GRAIN, shards.MAX_CUT_POINTS)
+    along = fastcsv.ScanAlong(job.source_name, shards.grain(job), shards.MAX_CUT_POINTS)
     hashing = None
     try:
         with sources.open_source(job, progress) as source:

@@ -6,6 +6,7 @@ import pytest
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 
+from jobs import processors
 from jobs.models import State
 from jobs.staging.describe import describe_and_cut
 from jobs.staging.progress import StagingProgress
@@ -16,9 +17,9 @@ pytestmark = pytest.mark.django_db
 
 @pytest.mark.parametrize("rows", [*range(1, 80), 250, 2501])
 def test_it_puts_every_record_in_exactly_one_shard(organisation, monkeypatch, rows):
-    monkeypatch.setattr("jobs.staging.shards.GRAIN", 5)
-    monkeypatch.setattr("jobs.staging.shards.MAX_CUT_POINTS", 6)  # forces the cut points to be halved, several times
     job = make_job(organisation, State.STAGING, source_name="n.csv", gpus=2)
+    monkeypatch.setattr(processors.get(job.work), "grain", 5)
+    monkeypatch.setattr("jobs.staging.shards.MAX_CUT_POINTS", 6)  # forces the cut points to be halved, several times
     data = b"n,text\n" + b"".join(b"%d,row %d\n" % (n, n) for n in range(1, rows + 1))
     path = default_storage.save(f"test-cuts/{rows}.csv", ContentFile(data))
     try:
@@ -54,3 +55,27 @@ def test_it_makes_the_last_shards_smaller_on_several_gpus(organisation, settings
     assert sizes[0] == 10_000 and sizes[-2] < sizes[len(sizes) // 2], "full shards first, smaller ones last"
     assert all(later <= earlier for earlier, later in itertools.pairwise(sizes[:-1])), "never larger again"
     assert max(sizes[-gpus - 1 : -1]) <= 10_000 // 8 + 250, "each GPU's last shard about an eighth of a full one"
+
+
+@pytest.mark.parametrize("name, data", [("p.jsonl", b'{"text": "prompt %d"}\n'), ("p.csv", b'%d,"prompt"\n')])
+def test_a_small_dataset_for_a_model_still_gives_every_gpu_shards_of_its_own(organisation, name, data):
+    """600 prompts take a minute of a CPU slot's generate: cut every 250 records, two slots got three
+    shards and one of them idled, held, for a third of the pass."""
+    job = make_job(
+        organisation,
+        State.STAGING,
+        source_name=name,
+        gpus=2,
+        work="generate",
+        params=processors.get("generate").validate_params({}),
+    )
+    header = b"n,text\n" if name.endswith(".csv") else b""
+    path = default_storage.save(f"test-cuts/{name}", ContentFile(header + b"".join(data % n for n in range(600))))
+    try:
+        _, _, total, shards = describe_and_cut(job, path, StagingProgress(job.pk, job.staging_claim))
+    finally:
+        default_storage.delete(path)
+    sizes = [shard["record_count"] for shard in shards]
+    assert total == sum(sizes) == 600
+    assert len(sizes) >= 8, sizes
+    assert max(sizes) <= 600 // 8 + processors.get("generate").grain
