@@ -12,8 +12,9 @@ a quoted field alone on a line, even an empty one, is a record. Staging runs the
 beside the copy (ScanAlong), so the data is read once.
 
 A scanner that may work from a sample (clean-table's type count) sees about TYPE_SAMPLE_BYTES of
-records from across the file, parsed by pyarrow; one that needs every record (column-stats' ranges)
-sees every record parsed, a piece at a time.
+records from across the file, parsed by pyarrow: kept by the scan beside the copy as it passes them
+(_Sampler), else read from the staged copy. One that needs every record (column-stats' ranges) sees
+every record parsed, a piece at a time.
 """
 
 import bisect
@@ -23,7 +24,7 @@ import logging
 import queue
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import BinaryIO, NamedTuple
 
@@ -99,16 +100,17 @@ def read(
         raise Unsure  # with one column, every line is one field: the exact read decides each
     if size < BLOCKS_PER_FILE * MIN_BLOCK:
         raise Unsure  # too small for enough blocks to cut shards from; the exact read is quick here
+    kept = None
     if scanned is not None and scanned.matches(layout, data_offset, header_lines):
-        records, cuts = scanned.records, scanned.cuts
+        records, cuts, kept = scanned.records, scanned.cuts, scanned.sample
     else:
         records, cuts = _Scan(layout["delimiter"], data_offset, header_lines, grain, max_cuts).run(stream, advance)
     if add_table is None:
         return records, cuts, 0
-    bounds = [data_offset] + [end for _, end, _ in cuts]
-    parsed = _parse_pieces(
-        stream, layout, _every_piece(bounds) if every_record else _sample(bounds), add_table, advance
-    )
+    if every_record or kept is None:
+        bounds = [data_offset] + [end for _, end, _ in cuts]
+        kept = _read_pieces(stream, _every_piece(bounds) if every_record else _sample(bounds))
+    parsed = _parse_pieces(kept, layout, add_table, advance)
     return records, cuts, records if every_record else parsed
 
 
@@ -116,10 +118,19 @@ class _Scan:
     """Counts records and marks cut points every `grain` records (and at the end of each block),
     reading the file block by block without parsing it."""
 
-    def __init__(self, delimiter: str, data_offset: int, header_lines: int, grain: int, max_cuts: int):
+    def __init__(
+        self,
+        delimiter: str,
+        data_offset: int,
+        header_lines: int,
+        grain: int,
+        max_cuts: int,
+        sampler: "_Sampler | None" = None,
+    ):
         if len(delimiter.encode()) != 1:
             raise Unsure  # the scan reads one-byte delimiters
         self.delimiter = delimiter.encode()
+        self.sampler = sampler  # keeps the type sample's pieces as they pass
         self.position, self.lines, self.records = data_offset, header_lines, 0
         self.grain, self.max_cuts = grain, max_cuts
         self.cuts: list[tuple[int, int, int]] = []
@@ -147,6 +158,8 @@ class _Scan:
                 advance(self.position)
         if not self.cuts or self.cuts[-1][1] != self.position:
             self.cuts.append((self.records, self.position, self.lines))
+        if self.sampler:
+            self.sampler.finish(self.position)
         return self.records, self.cuts
 
     def _block(self, data: bytearray, filled: int, last: bool) -> int:
@@ -170,6 +183,8 @@ class _Scan:
             length, newlines = int(ends[-1]) + 1, int(ends_line[-1])
         if doubt < length:
             raise Unsure
+        if self.sampler:
+            self.sampler.take(data, self.position, length, ends)
         if record.all():  # every line split into fields, as in nearly every block: each is a record
             at = np.arange((-self.records - 1) % self.grain, count, self.grain)
             numbers, found = self.records + at + 1, count
@@ -224,6 +239,7 @@ class Scanned(NamedTuple):
     header_lines: int
     records: int
     cuts: list[tuple[int, int, int]]
+    sample: "list[tuple[bytes, int]] | None" = None  # the type sample's pieces, each with where it ends
 
     def matches(self, layout: dict, data_offset: int, header_lines: int) -> bool:
         return (self.delimiter, self.columns, self.data_offset, self.header_lines) == (
@@ -242,8 +258,10 @@ class ScanAlong:
 
     QUEUED_CHUNKS = 64
 
-    def __init__(self, name: str, grain: int, max_cuts: int):
-        self.name, self.grain, self.max_cuts = name, grain, max_cuts
+    def __init__(self, name: str, grain: int, max_cuts: int, size: int | None = None):
+        """`size`, the data's bytes when known beforehand, places the type sample: its pieces are kept as
+        the scan passes them, so describing the copy does not read them from it again."""
+        self.name, self.grain, self.max_cuts, self.size = name, grain, max_cuts, size
         self.chunks: queue.Queue[bytes | None] = queue.Queue(maxsize=self.QUEUED_CHUNKS)
         self.scanned: Scanned | None = None
         self.thread = threading.Thread(target=self._run, name="e31-scan-along", daemon=True)
@@ -269,10 +287,11 @@ class ScanAlong:
             columns, data_offset, header_lines = read_header(io.BytesIO(head), layout)
             if (data_offset >= len(head) and len(head) > SAMPLE_BYTES) or len(columns) < 2:
                 return  # a header longer than the head, or one column: the read after the copy decides
-            records, cuts = _Scan(layout["delimiter"], data_offset, header_lines, self.grain, self.max_cuts).run(
-                stream, lambda done: None
-            )
-            self.scanned = Scanned(layout["delimiter"], columns, data_offset, header_lines, records, cuts)
+            sampler = _Sampler(data_offset, self.size) if self.size else None
+            scan = _Scan(layout["delimiter"], data_offset, header_lines, self.grain, self.max_cuts, sampler)
+            records, cuts = scan.run(stream, lambda done: None)
+            sample = sampler.pieces if sampler and stream.position == self.size else None
+            self.scanned = Scanned(layout["delimiter"], columns, data_offset, header_lines, records, cuts, sample)
         except (Unsure, FormatError):
             return  # the read after the copy goes the exact way, and words any error
         except Exception:
@@ -357,6 +376,54 @@ def _sample(bounds: list[int]) -> list[tuple[int, int]]:
     return pieces
 
 
+class _Sampler:
+    """The type sample taken as the scan passes the data: SAMPLE_PIECES pieces of about
+    TYPE_SAMPLE_BYTES / SAMPLE_PIECES each, spread over the records from `data_offset` to `size` as
+    _sample spreads them, each from the last record boundary at or before where it is to begin to the
+    first at or after its length. Data no larger than TYPE_SAMPLE_BYTES is kept whole."""
+
+    def __init__(self, data_offset: int, size: int):
+        whole = size - data_offset
+        if whole <= TYPE_SAMPLE_BYTES:
+            self.length, self.starts = MAX_BLOCK, list(range(data_offset, size, MAX_BLOCK))
+        else:
+            self.length = TYPE_SAMPLE_BYTES // SAMPLE_PIECES
+            last = SAMPLE_PIECES - 1
+            self.starts = [data_offset + number * (whole - self.length) // last for number in range(SAMPLE_PIECES)]
+        self.pieces: list[tuple[bytes, int]] = []
+        self.begin: int | None = None  # where the piece being kept begins; None between pieces
+        self.kept = bytearray()
+        self.ended = data_offset  # where the last piece kept ends
+
+    def take(self, data: bytearray, position: int, length: int, ends: np.ndarray) -> None:
+        """The scan's block `data[:length]`, which starts at `position` (a record boundary, as is
+        its end), with its record ends (each the index of a newline) in `ends`."""
+        block_end = position + length
+        while self.starts:
+            if self.begin is None:
+                wanted = max(self.starts[0], self.ended)
+                if wanted >= block_end:
+                    return
+                before = int(np.searchsorted(ends, wanted - position - 1, side="right"))  # record ends up to it
+                self.begin = position + (int(ends[before - 1]) + 1 if before else 0)
+            since = max(self.begin, position) - position
+            if self.begin + self.length > block_end:
+                self.kept += data[since:length]
+                return
+            after = int(np.searchsorted(ends, self.begin + self.length - position - 1))
+            end = position + int(ends[after]) + 1 if after < len(ends) else block_end
+            self.kept += data[since : end - position]
+            self.pieces.append((bytes(self.kept), end))
+            self.starts.pop(0)
+            self.kept, self.ended, self.begin = bytearray(), end, None
+
+    def finish(self, end: int) -> None:
+        """The data ended at `end`: a piece begun is kept as far as it got."""
+        if self.begin is not None and self.kept:
+            self.pieces.append((bytes(self.kept), end))
+        self.begin, self.kept, self.starts = None, bytearray(), []
+
+
 def _every_piece(bounds: list[int]) -> list[tuple[int, int]]:
     """All the records, in pieces of about MAX_BLOCK bytes between record boundaries."""
     pieces, begin = [], bounds[0]
@@ -367,9 +434,16 @@ def _every_piece(bounds: list[int]) -> list[tuple[int, int]]:
     return [piece for piece in pieces if piece[1] > piece[0]]
 
 
-def _parse_pieces(stream: BinaryIO, layout: dict, pieces: list[tuple[int, int]], add_table, advance) -> int:
-    """Parse each piece with pyarrow (PARSERS at once: it lets go of the GIL) and hand its table to
-    `add_table`, in order; the records parsed."""
+def _read_pieces(stream: BinaryIO, pieces: list[tuple[int, int]]) -> Iterator[tuple[bytes, int]]:
+    """Each piece's bytes, read when they are asked for, with where the piece ends."""
+    for begin, end in pieces:
+        stream.seek(begin)
+        yield stream.read(end - begin), end
+
+
+def _parse_pieces(pieces: Iterable[tuple[bytes, int]], layout: dict, add_table, advance) -> int:
+    """Parse each piece (its bytes, where it ends) with pyarrow (PARSERS at once: it lets go of the
+    GIL) and hand its table to `add_table`, in order; the records parsed."""
     columns, delimiter, parsed = layout["columns"], layout["delimiter"], 0
     parsing: deque[tuple[Future, int]] = deque()
 
@@ -383,9 +457,8 @@ def _parse_pieces(stream: BinaryIO, layout: dict, pieces: list[tuple[int, int]],
         advance(end)
 
     with ThreadPoolExecutor(max_workers=PARSERS, thread_name_prefix="e31-csv") as parsers:
-        for begin, end in pieces:
-            stream.seek(begin)
-            parsing.append((parsers.submit(_parse, stream.read(end - begin), columns, delimiter), end))
+        for data, end in pieces:
+            parsing.append((parsers.submit(_parse, data, columns, delimiter), end))
             if len(parsing) > PARSERS:
                 take_one()
         while parsing:

@@ -73,11 +73,12 @@ def copy_to_job_storage(
 ) -> tuple[str, int, str, fastcsv.Scanned | None]:
     """Copy the job's source into its storage at `target`; return the staged path, bytes, sha256, and
     what a scan of its CSV records beside the copy found."""
-    along = fastcsv.ScanAlong(job.source_name, shards.grain(job), shards.MAX_CUT_POINTS)
-    hashing = None
+    along = hashing = None
     try:
         with sources.open_source(job, progress) as source:
-            progress.phase(getattr(source, "phase", "copying"), _size(source))
+            size = _size(source)
+            progress.phase(getattr(source, "phase", "copying"), size)
+            along = fastcsv.ScanAlong(job.source_name, shards.grain(job), shards.MAX_CUT_POINTS, size)
             hashing = _Hashing(source, progress, along)
             default_storage.delete(target)  # what an interrupted attempt left
             if isinstance(default_storage, FileSystemStorage):
@@ -85,7 +86,7 @@ def copy_to_job_storage(
             else:
                 path = default_storage.save(target, _Staged(hashing, name="data"))
     finally:
-        scanned = along.finish()
+        scanned = along and along.finish()
         sha256 = hashing and hashing.hexdigest()
     return path, hashing.bytes, sha256, scanned
 

@@ -16,9 +16,9 @@ from jobs import processors
 from jobs.models import Job, State
 from jobs.staging import fastcsv, scankernel, stage
 from jobs.staging.fastcsv import ScanAlong
-from jobs.staging.formats import FormatError, iter_records
+from jobs.staging.formats import FormatError, iter_records, read_header
 from jobs.staging.scankernel import scan_block
-from tests.jobs.staging.reading import described, job_for, shard_records
+from tests.jobs.staging.reading import described, job_for, read, shard_records
 from tests.support import EXAMPLE
 
 pytestmark = pytest.mark.django_db
@@ -157,6 +157,50 @@ def test_the_scan_beside_the_copy_finds_what_the_read_after_it_would(organisatio
     _, plan, total, alone = described(job_for(organisation), data)
     assert (job.records_total, job.plan) == (total, plan)
     assert shards == [{field: shard[field] for field in SHARD_FIELDS} for shard in alone]
+    default_storage.delete(job.staged_path)
+
+
+@pytest.mark.parametrize("name", list(DATASETS))
+@pytest.mark.usefixtures("small_blocks")
+def test_the_type_sample_kept_by_the_scan_is_whole_records_spread_over_the_file(monkeypatch, name):
+    """The scan beside the copy keeps the type sample's pieces as they pass: each the data's own bytes
+    from one record boundary to another, in order, none overlapping, from the first record to the
+    last, about TYPE_SAMPLE_BYTES in all."""
+    monkeypatch.setattr(fastcsv, "TYPE_SAMPLE_BYTES", 16 * 1024)
+    monkeypatch.setattr(fastcsv, "SAMPLE_PIECES", 8)
+    data = DATASETS[name]
+    layout, records = read(data)
+    _, offset, _ = read_header(io.BytesIO(data), layout)
+    sampler = fastcsv._Sampler(offset, len(data))
+    fastcsv._Scan(",", offset, 1, 250, 10_000, sampler).run(io.BytesIO(data), lambda done: None)
+    pieces = sampler.pieces
+    ends, longest = [record.end for record in records], max(record.end - record.start for record in records)
+    boundaries = {offset, len(data), *ends}
+    begins = [end - len(piece) for piece, end in pieces]
+    assert len(pieces) > 1 and begins[0] == offset and pieces[-1][1] >= ends[-1], "the first record to the last"
+    for (piece, end), begin in zip(pieces, begins, strict=True):
+        assert piece == data[begin:end] and {begin, end} <= boundaries
+    assert all(before[1] <= begin for before, begin in zip(pieces, begins[1:], strict=False)), "in order, apart"
+    assert sum(len(piece) for piece, _ in pieces) <= 16 * 1024 + 8 * longest, "a sample: a record past each piece's end"
+
+
+@pytest.mark.usefixtures("small_blocks")
+def test_staging_takes_the_type_sample_from_the_scan_beside_the_copy_not_from_the_copy(organisation, monkeypatch):
+    """The sample's pieces are not read from the staged copy again: they were kept as the copy passed."""
+    monkeypatch.setattr(fastcsv, "TYPE_SAMPLE_BYTES", 32 * 1024)
+    read_again = []
+    monkeypatch.setattr(fastcsv, "_read_pieces", lambda *args: read_again.append(args) or [])
+    data = HEADER + rows(6000) + b"6000,late,not a number,2026-01-01\n"
+    job = job_for(organisation)
+    Job.objects.filter(pk=job.pk).update(
+        state=State.SUBMITTED, source_path=default_storage.save("test-fastcsv/upload.csv", ContentFile(data))
+    )
+    stage.stage(job.pk)
+    job.refresh_from_db()
+    assert job.state == State.QUEUED, job.error
+    assert read_again == []
+    assert [column["type"] for column in job.plan["columns"]] == ["int", "string", "float", "date"]
+    assert 0 < job.plan["sampled_records"] < job.records_total == 6001
     default_storage.delete(job.staged_path)
 
 
