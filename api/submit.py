@@ -76,6 +76,13 @@ class ParamValue(serializers.Field):
         return value
 
 
+class S3CredentialsIn(Strict):
+    access_key_id = serializers.CharField(required=False, allow_blank=True, max_length=128)
+    secret_access_key = serializers.CharField(required=False, allow_blank=True, max_length=256)
+    region = serializers.CharField(required=False, allow_blank=True, max_length=40)
+    session_token = serializers.CharField(required=False, allow_blank=True, max_length=4096)
+
+
 class WorkIn(Strict):
     kind = serializers.CharField(max_length=100)
     params = serializers.DictField(child=ParamValue(), required=False, default=dict)
@@ -84,13 +91,7 @@ class WorkIn(Strict):
         required=False, allow_blank=True, default="", max_length=2000, trim_whitespace=False
     )
     model_from_job = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1)
-
-
-class S3CredentialsIn(Strict):
-    access_key_id = serializers.CharField(required=False, allow_blank=True, max_length=128)
-    secret_access_key = serializers.CharField(required=False, allow_blank=True, max_length=256)
-    region = serializers.CharField(required=False, allow_blank=True, max_length=40)
-    session_token = serializers.CharField(required=False, allow_blank=True, max_length=4096)
+    model_s3_credentials = S3CredentialsIn(required=False, allow_null=True, default=None)
 
 
 class DataIn(Strict):
@@ -170,6 +171,7 @@ def _spec(given: dict, model: NamedFile | None) -> JobSpec:
             model,
             model_location=work["model_location"],
             model_from_job=work["model_from_job"],
+            model_s3_credentials=_credentials(work["model_s3_credentials"]),
         ),
         Data(
             upload=data["upload"],
@@ -202,6 +204,8 @@ def refused(error: services.SubmitError, spec: JobSpec | None = None) -> Validat
     field = FIELDS.get(error.field, error.field)
     if error.field == "work":
         field = _work_field(message, spec.work if spec else None)
+    elif error.field == "model" and message.startswith("The model's S3 credentials"):
+        field = "work.model_s3_credentials"
     elif error.field == "model" and spec is not None:
         given = [name for name in ("model_location", "model_from_job") if getattr(spec.work, name)]
         field = f"work.{given[0]}" if len(given) == 1 and not spec.work.model else field

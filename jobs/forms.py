@@ -148,6 +148,11 @@ class JobForm(RequestForm):
         label="S3 secret access key", required=False, max_length=256, widget=forms.PasswordInput
     )
     s3_region = NameField(label="S3 region", required=False, max_length=40, help_text="e.g. eu-west-1")
+    model_s3_access_key_id = NameField(label="S3 access key ID", required=False, max_length=128)
+    model_s3_secret_access_key = forms.CharField(
+        label="S3 secret access key", required=False, max_length=256, widget=forms.PasswordInput
+    )
+    model_s3_region = NameField(label="S3 region", required=False, max_length=40, help_text="e.g. eu-west-1")
     work = forms.ChoiceField(label="Work", widget=forms.RadioSelect)
     shape = forms.ChoiceField(
         label="Shape", choices=Job.Shape.choices, initial=Job.Shape.SHORT_WIDE, widget=forms.RadioSelect
@@ -201,6 +206,8 @@ class JobForm(RequestForm):
                     return param_field_name(processor, param)
         if error_field == "data" and self.cleaned_data.get("location"):
             return "location"
+        if error_field == "model" and message.startswith("The model's S3 credentials"):
+            return "model_s3_access_key_id"
         if error_field == "model":
             given = [name for name in ("model_location", "model_from_job") if self.cleaned_data.get(name)]
             return given[0] if len(given) == 1 else "model"
@@ -229,15 +236,19 @@ class JobForm(RequestForm):
             self.add_error("location", "Give the data one way: an upload, or a URL or server path, not both.")
         return cleaned
 
-    def s3_fields(self):
-        return [self["s3_access_key_id"], self["s3_secret_access_key"], self["s3_region"]]
+    def s3_fields(self, prefix: str = ""):
+        return [self[f"{prefix}s3_{name}"] for name in ("access_key_id", "secret_access_key", "region")]
 
-    def s3_credentials(self) -> dict | None:
-        """The credentials for an s3:// location, if the partner gave any; kept only until staged."""
+    def model_s3_fields(self):
+        return self.s3_fields("model_")
+
+    def s3_credentials(self, prefix: str = "") -> dict | None:
+        """The credentials for an s3:// location (the model's, with prefix "model_"), if the partner gave
+        any; kept only until the data is staged, or the model fetched."""
         given = {
-            name: self.cleaned_data[f"s3_{name}"].strip()
+            name: self.cleaned_data[f"{prefix}s3_{name}"].strip()
             for name in ("access_key_id", "secret_access_key", "region")
-            if self.cleaned_data.get(f"s3_{name}", "").strip()
+            if self.cleaned_data.get(f"{prefix}s3_{name}", "").strip()
         }
         return given or None
 
@@ -264,6 +275,7 @@ class JobForm(RequestForm):
             model=_named(cleaned["model"]),
             model_location=cleaned["model_location"],
             model_from_job=cleaned["model_from_job"],
+            model_s3_credentials=self.s3_credentials("model_"),
         )
         return JobSpec(work, data, self.request(), self.kept_for(), sample=cleaned["sample"])
 

@@ -20,7 +20,7 @@ from billing.models import RetentionPolicy
 from jobs import enqueue, processors, uploads
 from jobs.models import ACTIVE, Job, State, Upload
 from jobs.scheduling import parse_request, sizing
-from jobs.spec import Data, JobSpec, NamedFile, Request, Retention
+from jobs.spec import Data, JobSpec, NamedFile, Request, Retention, Work
 from jobs.staging import s3, sources
 from portal import units
 from portal.models import Organisation, organisation_for
@@ -129,19 +129,23 @@ def kept_models(organisation: Organisation):
     return Job.objects.filter(organisation=organisation).exclude(model_path="").filter(still_kept).order_by("-pk")
 
 
-def _credentials_for(data: Data, work) -> dict:
-    """The S3 credentials given with the job, for the data and for the model, whichever is on S3: both
-    are read with them. Refused when neither is."""
-    given = data.s3_credentials or None
-    on_s3 = {
-        "data": sources.kind_of(data.location.strip()) == Job.Source.S3 if data.location.strip() else False,
-        "model": sources.kind_of(work.model_location.strip()) == Job.Source.S3
-        if work.model_location.strip()
-        else False,
-    }
-    if given and not any(on_s3.values()):
+def _credentials_for(data: Data, work: Work) -> dict:
+    """The S3 credentials to read the data and the model with, whichever is on S3: the data's own, and
+    the model's own when given, else the data's (one set may read both). Refused when what they would
+    read is not on S3."""
+    data_on_s3, model_on_s3 = (
+        bool(location) and sources.kind_of(location) == Job.Source.S3
+        for location in (data.location.strip(), work.model_location.strip())
+    )
+    own = work.model_s3_credentials or None
+    if own and not model_on_s3:
+        raise SubmitError("model", "The model's S3 credentials go with an s3:// model location only.")
+    if data.s3_credentials and not (data_on_s3 or (model_on_s3 and not own)):
         raise SubmitError("data", "S3 credentials go with an s3:// location only.")
-    return {part: given if on_s3[part] else None for part in on_s3}
+    return {
+        "data": (data.s3_credentials or None) if data_on_s3 else None,
+        "model": (own or data.s3_credentials or None) if model_on_s3 else None,
+    }
 
 
 def _model_of(processor, organisation: Organisation, work, s3_credentials: dict | None, files) -> tuple:

@@ -26,14 +26,16 @@ class NamedFile:
 @dataclass(frozen=True)
 class Work:
     """The processing step: a work kind, its parameters as typed, and the model it runs, if any, given one
-    way: a file sent with the job, a location (an http(s) URL or a server path), or an earlier job of the
-    organisation's whose model is still kept."""
+    way: a file sent with the job, a location (an http(s) URL, an s3:// URI or a server path), or an
+    earlier job of the organisation's whose model is still kept. An s3:// model is read with
+    `model_s3_credentials` when given (a bucket of another account than the data's), else with the data's."""
 
     kind: str
     params: Mapping[str, str] = field(default_factory=dict)
     model: NamedFile | None = None
     model_location: str = ""
     model_from_job: int | None = None
+    model_s3_credentials: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,13 @@ value named as docs/api.md names it; nothing is made of a refused job; creating 
 import hashlib
 import uuid
 
+import e31
 import pytest
 from django.urls import reverse
+from e31 import cli
 
 from jobs.models import Job, State, Upload
+from jobs.staging import s3
 from tests.api.loopback import file_server, upload
 from tests.api.support import api_client, token_for
 from tests.datasets import linear_model, table_csv
@@ -89,6 +92,32 @@ def test_it_reads_parameters_s3_credentials_deadline_and_partial_output(partner_
     assert (job.gpus, str(job.hours), job.deadline.year, job.allow_partial) == (2, "1.50", 2099, True)
     assert job.source_kind == "s3" and "s3cr3t" not in job.source_secret
     assert "s3cr3t" not in answer.content.decode()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_takes_the_s3_credentials_as_e31_sends_them(partner_api, online_slots):
+    """The body e31 builds from its --s3-* options and AWS_* variables is one the API takes: a key the
+    client sent and the API did not know (an endpoint) refused every s3:// job from the command line."""
+    submit = ["submit", "s3://partner-bucket/c.csv", "--work", "clean-table", "--gpus", "1", "--hours", "1"]
+    args = cli.build_parser().parse_args([*submit, "--s3-key-id", "AKIA1", "--s3-secret", "s3cr3t"])
+    env = {"AWS_REGION": "eu-west-1", "AWS_SESSION_TOKEN": "t0ken", "AWS_ENDPOINT_URL": "http://169.254.169.254"}
+    credentials = cli.s3_credentials(args, env)
+    body = e31.job_spec(
+        work="clean-table", gpus=1, hours="1", location="s3://partner-bucket/c.csv", s3_credentials=credentials
+    )
+    answer = post_job(partner_api, body)
+    assert answer.status_code == 201, answer.content
+    expected = {"access_key_id": "AKIA1", "secret_access_key": "s3cr3t", "region": "eu-west-1"}
+    assert s3.unseal(Job.objects.get().source_secret) == {**expected, "session_token": "t0ken"}
+    body["work"]["model_s3_credentials"] = credentials
+    error = post_job(partner_api, body).json()["error"]
+    assert (error["field"], error["message"]) == (
+        "work.model_s3_credentials",
+        "The model's S3 credentials go with an s3:// model location only.",
+    )
+    body["work"]["model_s3_credentials"] = {**credentials, "endpoint_url": "http://169.254.169.254"}
+    assert post_job(partner_api, body).json()["error"]["field"] == "work.model_s3_credentials.endpoint_url"
+    assert Job.objects.count() == 1
 
 
 def test_it_takes_a_model_file_as_an_upload_for_onnx_infer(partner_api, online_slots):

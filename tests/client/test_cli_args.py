@@ -85,12 +85,29 @@ def test_it_takes_s3_credentials_from_the_options_or_the_environment():
         "access_key_id": "AKIA",
         "secret_access_key": "from-option",
         "region": "eu-west-1",
-        "endpoint_url": "",
+        "session_token": "",
     }
     with pytest.raises(cli.Failure, match="Give both --s3-key-id and --s3-secret"):
         cli.s3_credentials(args, {})
     args.s3_secret = None
     assert cli.s3_credentials(args, {"AWS_DEFAULT_REGION": "eu-west-1"}) is None
+
+
+def test_a_models_own_s3_credentials_come_from_its_options_only():
+    submit = ["submit", "d.csv", "--work", "w", "--gpus", "1", "--hours", "1", "--model", "s3://models/bert/"]
+    own = ["--model-s3-key-id", "AKIA2", "--model-s3-secret", "model-secret", "--model-s3-region", "us-east-2"]
+    args = cli.build_parser().parse_args([*submit, *own])
+    env = {"AWS_ACCESS_KEY_ID": "AKIA", "AWS_SECRET_ACCESS_KEY": "data-secret", "AWS_SESSION_TOKEN": "t"}
+    assert cli.s3_credentials(args, {}, "model_s3") == {
+        "access_key_id": "AKIA2",
+        "secret_access_key": "model-secret",
+        "region": "us-east-2",
+        "session_token": "",
+    }
+    assert cli.s3_credentials(args, env)["secret_access_key"] == "data-secret"
+    args.model_s3_secret = None
+    with pytest.raises(cli.Failure, match=r"^Give both --model-s3-key-id and --model-s3-secret\.$"):
+        cli.s3_credentials(args, {}, "model_s3")
 
 
 def test_it_prints_a_receipt_whichever_way_its_totals_come():

@@ -30,11 +30,13 @@ from e31.upload import CHUNK_SIZE, ResumeStore, Uploaded, upload_file
 
 INTERRUPTED = 130
 SIZE_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
+# The credentials' options (--s3-key-id …) and the variables each falls back on. The endpoint is the
+# portal's to choose (it fetches only from the S3 its operators set), so none is sent.
 S3_ENV = {
     "key_id": ("AWS_ACCESS_KEY_ID",),
     "secret": ("AWS_SECRET_ACCESS_KEY",),
     "region": ("AWS_REGION", "AWS_DEFAULT_REGION"),
-    "endpoint_url": ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"),
+    "session_token": ("AWS_SESSION_TOKEN",),
 }
 
 
@@ -80,22 +82,26 @@ def parse_month(text: str) -> str:
     return f"{year}-{int(month):02d}"
 
 
-def s3_credentials(args: argparse.Namespace, env: dict[str, str]) -> dict[str, str] | None:
+def s3_credentials(args: argparse.Namespace, env: dict[str, str], prefix: str = "s3") -> dict[str, str] | None:
     """The credentials for an s3:// location: the options, else the AWS_* variables; None when neither
-    gives a key."""
+    gives a key. With prefix "model_s3", the model's own (--model-s3-key-id …), from the options only."""
     found = {
-        name: getattr(args, f"s3_{name}") or next((env[var] for var in names if env.get(var)), "")
+        name: getattr(args, f"{prefix}_{name}") or next((env[var] for var in names if env.get(var)), "")
         for name, names in S3_ENV.items()
     }
     if not found["key_id"] and not found["secret"]:
         return None
     if not found["key_id"] or not found["secret"]:
-        raise Failure("Give both --s3-key-id and --s3-secret (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY).")
+        option = f"--{prefix.replace('_', '-')}"
+        raise Failure(
+            f"Give both {option}-key-id and {option}-secret"
+            + (" (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)." if env else ".")
+        )
     return {
         "access_key_id": found["key_id"],
         "secret_access_key": found["secret"],
         "region": found["region"],
-        "endpoint_url": found["endpoint_url"],
+        "session_token": found["session_token"],
     }
 
 
@@ -446,11 +452,15 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if args.model and args.model_from:
         raise Failure("Give the model one way: --model or --model-from.")
     store = ResumeStore()
-    location, credentials, uploaded, model = "", None, None, None
+    location, credentials, model_credentials, uploaded, model = "", None, None, None, None
     if "://" in args.data or args.on_server:
         location = args.data
     model_location = args.model if args.model and "://" in args.model else ""
-    if location.startswith("s3://") or model_location.startswith("s3://"):
+    if model_location.startswith("s3://"):
+        model_credentials = s3_credentials(args, {}, "model_s3")
+    elif s3_credentials(args, {}, "model_s3"):
+        raise Failure("The --model-s3-* credentials go with an s3:// --model only.")
+    if location.startswith("s3://") or (model_location.startswith("s3://") and not model_credentials):
         credentials = s3_credentials(args, dict(os.environ))
     path = Path(args.data)
     if not location and not path.is_file():
@@ -467,6 +477,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
             model_upload=model.upload_id if model else None,
             model_location=model_location,
             model_from_job=args.model_from,
+            model_s3_credentials=model_credentials,
             upload=uploaded.upload_id if uploaded else None,
             location=location,
             s3_credentials=credentials,
@@ -656,7 +667,11 @@ def build_parser() -> Parser:
     submit.add_argument("--s3-key-id", help="for s3:// data or model (or AWS_ACCESS_KEY_ID)")
     submit.add_argument("--s3-secret", help="for s3:// data or model (or AWS_SECRET_ACCESS_KEY)")
     submit.add_argument("--s3-region", help="for s3:// data or model (or AWS_REGION)")
-    submit.add_argument("--s3-endpoint-url", help="for s3:// data or model off AWS (or AWS_ENDPOINT_URL)")
+    submit.add_argument("--s3-session-token", help="for temporary credentials (or AWS_SESSION_TOKEN)")
+    submit.add_argument("--model-s3-key-id", help="for an s3:// model in another account than the data's")
+    submit.add_argument("--model-s3-secret", help="the model's own S3 secret, with --model-s3-key-id")
+    submit.add_argument("--model-s3-region", help="the model's bucket's region")
+    submit.add_argument("--model-s3-session-token", help="the model's temporary credentials' token")
     submit.add_argument("--webhook-url", default="", help="also POST this job's state changes here")
     submit.add_argument(
         "--chunk-size", type=parse_size, default=CHUNK_SIZE, metavar="SIZE", help=f"upload chunks ({CHUNK_SIZE >> 20}M)"

@@ -61,6 +61,7 @@ def job_spec(
     model_upload: str | None = None,
     model_location: str = "",
     model_from_job: int | None = None,
+    model_s3_credentials: dict[str, str] | None = None,
     shape: str = "short-wide",
     deadline: str | None = None,
     allow_partial: bool = False,
@@ -70,8 +71,11 @@ def job_spec(
     webhook_url: str = "",
 ) -> dict[str, Any]:
     """The body of POST /api/v1/jobs/: data from a finished upload's id or from a location; a model,
-    where the work takes one, from a finished upload, a location, or an earlier job."""
+    where the work takes one, from a finished upload, a location (an s3:// one read with its own
+    credentials when given, else the data's), or an earlier job."""
     model = {"model_upload": model_upload, "model_location": model_location, "model_from_job": model_from_job}
+    if model_s3_credentials:
+        model["model_s3_credentials"] = model_s3_credentials
     return {
         "work": {"kind": work, "params": params or {}, **model},
         "data": {"upload": upload, "location": location, "s3_credentials": s3_credentials, "sha256": sha256},

@@ -20,6 +20,7 @@ from jobs import processors, services
 from jobs.models import Job, Node, State
 from jobs.processors.partner_model import Embed
 from jobs.spec import Data, JobSpec, NamedFile, Request, Work
+from jobs.staging import s3
 from tests import hf_models
 from tests.hf_models import checkable_bert, zipped_folder
 from tests.jobs.processors.test_onnx_infer import output_of
@@ -145,6 +146,38 @@ def test_a_model_comes_from_an_s3_object_and_from_the_operators_bucket(
     assert own.model_name == "bert.tar" and own.model_sha256
 
 
+def test_a_model_on_s3_is_read_with_its_own_credentials_and_the_data_with_its(
+    organisation, online_slots, s3_settings, bucket, monkeypatch
+):
+    """A model in another account than the data's comes with credentials of its own; without them the
+    data's read it too. The model's are used at submit only and kept nowhere."""
+    _, partner = bucket
+    partner.put_object(Bucket="partner-models", Key="notes.csv", Body=b"id,text\n1,good\n")
+    own = {"access_key_id": "model-key", "secret_access_key": "model-secret-value"}
+    used, real = [], s3.client
+    monkeypatch.setattr(s3, "client", lambda credentials: used.append(credentials) or real(credentials))
+    data = Data(location="s3://partner-models/notes.csv", s3_credentials=CREDENTIALS)
+    model = "s3://partner-models/encoders/bert/"
+    job = submit(organisation, data=data, model_location=model, model_s3_credentials=own)
+    assert own in used and CREDENTIALS not in used[used.index(own) :], "the model read with its own"
+    assert s3.unseal(job.source_secret) == CREDENTIALS, "the data staged with the data's"
+    assert "model-secret-value" not in str(Job.objects.filter(pk=job.pk).values().get())
+    used.clear()
+    submit(organisation, data=data, model_location=model)
+    assert used == [CREDENTIALS], "without its own, the model is read with the data's"
+    sent = Data(file=NamedFile(io.BytesIO(b"id,text\n1,good\n"), "notes.csv"), s3_credentials=CREDENTIALS)
+    refusals = [
+        (sent, {"model_location": model, "model_s3_credentials": own}, "data", "S3 credentials go with an s3://"),
+        (None, {"model_location": "/srv/bert.zip", "model_s3_credentials": own}, "model", "The model's S3 credentials"),
+        (data, {"model_s3_credentials": own}, "model", "The model's S3 credentials go with an s3:// model location"),
+    ]
+    for given, work, field, message in refusals:
+        with pytest.raises(services.SubmitError, match=re.escape(message)) as refused:
+            submit(organisation, data=given, **work)
+        assert refused.value.field == field
+    assert Job.objects.count() == 2
+
+
 def test_a_model_on_s3_is_refused_with_what_went_wrong(organisation, online_slots, s3_settings, settings):
     with_credentials = Data(file=NamedFile(io.BytesIO(b"id,text\n1,good\n"), "notes.csv"), s3_credentials=CREDENTIALS)
     cases = [
@@ -216,6 +249,29 @@ def test_the_form_shows_the_model_fields_once_and_offers_kept_models(
     assert page.count('name="model"') == 1 and page.count('name="model_location"') == 1
     assert f'<option value="{first.pk}">encoder.zip, from job {first.pk} (embed)</option>' in page
     assert 'data-work="classify embed generate onnx-infer"' in page
+    assert page.count('name="model_s3_secret_access_key"') == 1
+
+
+def test_the_form_names_the_models_credentials_when_they_have_nothing_to_read(partner_client, online_slots):
+    """The model's own S3 credentials with a model that is not on S3: refused on their own field, nothing
+    made, the secret not shown back."""
+    form = {
+        "work": "embed",
+        "location": "https://example.com/notes.csv",
+        "model_location": "https://example.com/bert.zip",
+        "model_s3_access_key_id": "AKIA2",
+        "model_s3_secret_access_key": "model-secret-value",
+        "gpus": "1",
+        "hours": "1",
+        "shape": "short-wide",
+        "retention": "delete",
+    }
+    answer = partner_client.post("/jobs/new/", form)
+    assert answer.status_code == 400
+    assert answer.context["form"].errors == {
+        "model_s3_access_key_id": ["The model's S3 credentials go with an s3:// model location only."]
+    }
+    assert "model-secret-value" not in answer.content.decode() and not Job.objects.exists()
 
 
 @needs_torch
