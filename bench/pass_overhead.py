@@ -1,7 +1,8 @@
 """What the system costs on top of the work: clean-table over a generated 1,000,000-row CSV,
 (a) as a bare loop over the processor's batch function, shard by shard as a slot reads and writes them,
 (b) through the system (broker, gpuworker, shard claims, parts in storage, assembly) on 1 slot,
-(c) the same on 2 slots.
+(c) the same on 2 slots; and (a2) two bare loops at once, each over half the shards: what the machine
+gives two processes that do nothing but the work (c/a2 is then the system's own cost at K = 2).
 
     .venv/bin/python bench/pass_overhead.py [--rows N] [--rounds 5]
 
@@ -46,15 +47,18 @@ from portal.models import Organisation  # noqa: E402
 SLOTS = 2  # the gpuworker's CPU slots; a one-slot job runs on one of them
 
 
-def bare_shards(job: Job) -> dict[int, float]:
-    """Seconds of each of the job's shards through the batch function alone, read and written as
-    jobs.workers.runner.process_shard does it, without the claims, leases and storage."""
+def bare_shards(job: Job, part: int = 0, parts: int = 1) -> dict[int, float]:
+    """Seconds of each of the job's shards (those whose index is `part` modulo `parts`) through the
+    batch function alone, read and written as jobs.workers.runner.process_shard does it, without the
+    claims, leases and storage."""
     processor = processors.get(job.work)
     context = context_for(job)
     schema = output_schema(job)
     seconds = {}
     with tempfile.TemporaryDirectory(prefix="e31-bare-") as folder:
         for shard in job.shards.order_by("index"):
+            if shard.index % parts != part:
+                continue
             began = time.perf_counter()
             records, _ = read_shard(job, shard)
             with pq.ParquetWriter(os.path.join(folder, "part.parquet"), schema) as writer:
@@ -67,9 +71,11 @@ def bare_shards(job: Job) -> dict[int, float]:
 
 
 def bare_process() -> None:
-    """The bare loop's own process: a job id per line on stdin, its shards' seconds as JSON on stdout."""
+    """The bare loop's own process: per line on stdin a job id, and which of its shards to run (a part
+    of so many: the shards whose index is that modulo so many); their seconds as JSON on stdout."""
     for line in sys.stdin:
-        print(json.dumps(bare_shards(Job.objects.get(pk=int(line)))), flush=True)
+        job, part, parts = (int(word) for word in line.split())
+        print(json.dumps(bare_shards(Job.objects.get(pk=job), part, parts)), flush=True)
 
 
 class Bare:
@@ -84,8 +90,14 @@ class Bare:
         self.run(job)
 
     def run(self, job: Job) -> dict[int, float]:
-        self.process.stdin.write(f"{job.pk}\n")
+        self.start(job)
+        return self.result()
+
+    def start(self, job: Job, part: int = 0, parts: int = 1) -> None:
+        self.process.stdin.write(f"{job.pk} {part} {parts}\n")
         self.process.stdin.flush()
+
+    def result(self) -> dict[int, float]:
         answer = self.process.stdout.readline()
         if not answer:
             raise RuntimeError("the bare loop's process stopped")
@@ -94,6 +106,17 @@ class Bare:
     def close(self) -> None:
         self.process.stdin.close()
         self.process.wait(60)
+
+
+def side_by_side(bares: list[Bare], job: Job) -> float:
+    """Records per second of the bare loops run at once, each over its share of the job's shards: what
+    the machine gives K processes that do nothing but the work."""
+    began = time.perf_counter()
+    for part, bare in enumerate(bares):
+        bare.start(job, part, len(bares))
+    for bare in bares:
+        bare.result()
+    return job.records_total / (time.perf_counter() - began)
 
 
 def run_job(path: Path, organisation: Organisation, gpus: int) -> tuple[Job, float, float, float]:
@@ -126,18 +149,21 @@ def spread(values: list[float]) -> str:
 def measure(path: Path, organisation: Organisation, rounds: int) -> None:
     warm, _, _, _ = run_job(path, organisation, 2)  # both slots have run a job
     print(f"staging: {warm.staging_seconds:.2f} s, {warm.input_bytes / 1e6 / warm.staging_seconds:.1f} MB/s")
-    bare = Bare(warm)
-    ratios = {name: [] for name in ("b/a hold", "c/(2a) hold", "b/a with assembly", "c/(2a) with assembly")}
-    bare_rates, ready, faster, shards = [], [], 0, 0
+    bare, beside = Bare(warm), Bare(warm)
+    names = ("b/a hold", "c/(2a) hold", "b/a with assembly", "c/(2a) with assembly", "c/a2 hold")
+    ratios = {name: [] for name in names}
+    bare_rates, two_bare, ready, faster, shards = [], [], [], 0, 0
     # Where one slot's hold goes: its shards against the bare loop's, and the hold outside any shard.
     inside, outside = [], []
     try:
         for number in range(rounds):
             found = {}
-            for side in ("bare", 1, 2) if number % 2 == 0 else (2, 1, "bare"):
+            for side in ("bare", "a2", 1, 2) if number % 2 == 0 else (2, 1, "a2", "bare"):
                 if side == "bare":
                     seconds = bare.run(warm)
                     found["bare"] = warm.records_total / sum(seconds.values())
+                elif side == "a2":
+                    found["a2"] = side_by_side([bare, beside], warm)
                 else:
                     job, held, whole, after = run_job(path, organisation, side)
                     found[side] = (job, held, whole)
@@ -157,6 +183,8 @@ def measure(path: Path, organisation: Organisation, rounds: int) -> None:
             ratios["c/(2a) hold"].append(found[2][1] / (2 * rate))
             ratios["b/a with assembly"].append(found[1][2] / rate)
             ratios["c/(2a) with assembly"].append(found[2][2] / (2 * rate))
+            ratios["c/a2 hold"].append(found[2][1] / found["a2"])
+            two_bare.append(found["a2"] / rate)
             print(
                 f"round {number + 1}: bare {rate:,.0f} records/s; "
                 + "; ".join(f"{name} {values[-1]:.2f}" for name, values in ratios.items()),
@@ -164,10 +192,12 @@ def measure(path: Path, organisation: Organisation, rounds: int) -> None:
             )
     finally:
         bare.close()
+        beside.close()
     middle = statistics.median(bare_rates)
     print(f"bare loop: median {middle:,.0f} records/s (min {min(bare_rates):,.0f}, max {max(bare_rates):,.0f})")
     for name, values in ratios.items():
         print(f"{name:<22} median {spread(values)}")
+    print(f"a2, two bare loops side by side, each over half the shards, / a: median {spread(two_bare)}")
     print(f"one slot's shards / the bare loop's, shard for shard: median {spread(inside)}")
     print(f"one slot's hold outside any shard (claims between shards, start, end): median {spread(outside)}")
     print(f"output ready after the last shard: median {spread(ready)} s")
