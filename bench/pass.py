@@ -14,7 +14,9 @@ sequence classifier of the same shape; generate a random 4-layer GPT-2 (greedy, 
         [--memory-rows 100000,1000000] [--gpu] [--kinds …] [--rounds 3]
 
 The Ks alternate in rounds (issue 18), each round's ratio paired with a bare loop run right after
-its job; the medians, the spreads and the bare loop's own spread are printed. The system's figure is
+its job; the medians, the spreads and the bare loop's own spread are printed. For K > 1 the system is
+also put against K bare loops run at once, each over its share of the shards: what this machine gives
+K processes that do nothing but the work (two on two cores get less than twice one). The system's figure is
 records over the hold (held_from → held_to: what is metered, model loading included). The bare loop
 reads the job's shards as a slot does and runs the batch function, in a process of its own whose
 math libraries get a slot's share of the cores (OMP_NUM_THREADS and the like); its model is loaded
@@ -178,20 +180,25 @@ def through_system(path: Path, organisation: Organisation, work: str, slots: int
     }
 
 
-def bare_loop(job_id: int) -> float:
-    """Records per second of the processor's batch function over the job's shards, as a slot reads
-    and writes them, in this process (its threads set by the caller's environment)."""
+def shares(job: Job, part: int, parts: int) -> list:
+    """The job's shards whose index is `part` modulo `parts`: one of `parts` bare loops' share."""
+    return [shard for shard in job.shards.order_by("index") if shard.index % parts == part]
+
+
+def bare_loop(job_id: int, part: int = 0, parts: int = 1) -> tuple[int, float]:
+    """Records, and seconds, of the processor's batch function over the job's shards (its share of
+    them), as a slot reads and writes them, in this process (its threads set by the caller's environment)."""
     job = Job.objects.get(pk=job_id)
     processor = processors.get(job.work)
     device = "cuda" if os.environ.get("E31_BENCH_DEVICE") == "cuda" else "cpu"
     context = context_for(job, device=device, slot=0)
     schema = output_schema(job)
-    shards = list(job.shards.order_by("index"))
+    shards = shares(job, part, parts)
     first, _ = read_shard(job, shards[0])
     processor.process_batch([record for record in first if record.error is None][:8], context)  # load the model
     count = 0
     began = time.perf_counter()
-    with pq.ParquetWriter(scratch.SCRATCH / f"bare-{job.pk}.parquet", schema) as writer:
+    with pq.ParquetWriter(scratch.SCRATCH / f"bare-{job.pk}-{part}.parquet", schema) as writer:
         for shard in shards:
             records, _ = read_shard(job, shard)
             for batch in batched(records, processor.batch_size):
@@ -199,12 +206,13 @@ def bare_loop(job_id: int) -> float:
                 kept = pa.array(result.kept, pa.int64())
                 writer.write_table(result.table.add_column(0, schema.field(RECORD_COLUMN), kept))
                 count += len(batch)
-    return count / (time.perf_counter() - began)
+    return count, time.perf_counter() - began
 
 
-def bare_transformers(job_id: int) -> float:
-    """Records per second of plain transformers over the job's records: each slot batch's texts in model
-    batches of the job's size, sorted by length as the processor sorts them; the model loaded first."""
+def bare_transformers(job_id: int, part: int = 0, parts: int = 1) -> tuple[int, float]:
+    """Records, and seconds, of plain transformers over the job's records (its share of the shards):
+    each slot batch's texts in model batches of the job's size, sorted by length as the processor sorts
+    them; the model loaded first."""
     import torch
     from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
@@ -242,7 +250,7 @@ def bare_transformers(job_id: int) -> float:
 
     count, elapsed = 0, 0.0
     with torch.inference_mode():
-        for shard in job.shards.order_by("index"):
+        for shard in shares(job, part, parts):
             records, _ = read_shard(job, shard)
             for batch in batched(records, processor.batch_size):
                 texts = [record.value["text"] for record in batch]
@@ -251,18 +259,32 @@ def bare_transformers(job_id: int) -> float:
                     run([texts[index] for index in chunk])
                 elapsed += time.perf_counter() - began
                 count += len(batch)
-    return count / elapsed
+    return count, elapsed
 
 
-def bare_loop_in_process(job: Job, threads: int, device: str) -> float:
-    """The bare loop in a process of its own, with a slot's share of the cores and its allocator."""
+def bare_loop_in_process(job: Job, threads: int, device: str, parts: int = 1) -> float:
+    """Records per second of the bare loop in `parts` processes of their own at once, each over its share
+    of the shards with a slot's share of the cores and its allocator: all the records over the longest."""
     env = {**os.environ, **slot_environment(threads), "E31_BENCH_DEVICE": device}
     if device == "cuda":
         env["CUDA_VISIBLE_DEVICES"] = "0"
-    out = subprocess.run(
-        [sys.executable, __file__, "--bare", str(job.pk)], env=env, capture_output=True, text=True, check=True
-    )
-    return float(out.stdout.strip().splitlines()[-1])
+    loops = [
+        subprocess.Popen(
+            [sys.executable, __file__, "--bare", str(job.pk), "--part", f"{part}/{parts}"],
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for part in range(parts)
+    ]
+    counted = []
+    for loop in loops:
+        out, _ = loop.communicate()
+        if loop.returncode:
+            raise RuntimeError(f"a bare loop failed ({loop.returncode})")
+        count, seconds = out.strip().splitlines()[-1].split()
+        counted.append((int(count), float(seconds)))
+    return sum(count for count, _ in counted) / max(seconds for _, seconds in counted)
 
 
 def spread(values: list[float], digits: int = 2) -> str:
@@ -276,6 +298,7 @@ def compare(name: str, path: Path, organisation: Organisation, counts: list[int]
     cores = os.cpu_count() or 1
     print(f"\n{name}: {path.name}, {path.stat().st_size / 1e6:.1f} MB")
     ratios, bare_rates = {k: [] for k in counts}, {k: [] for k in counts}
+    together = {k: [] for k in counts if k > 1}  # system / K bare loops at once
     for number in range(rounds):
         for slots in counts if number % 2 == 0 else counts[::-1]:
             worker = scratch.start_worker(0 if gpu else slots)
@@ -288,19 +311,25 @@ def compare(name: str, path: Path, organisation: Organisation, counts: list[int]
             bare = bare_loop_in_process(job, threads, "cuda" if gpu else "cpu")
             ratios[slots].append(found["records_per_s"] / (slots * bare))
             bare_rates[slots].append(bare)
+            at_once = ""
+            if slots in together:
+                both = bare_loop_in_process(job, threads, "cuda" if gpu else "cpu", slots)
+                together[slots].append(found["records_per_s"] / both)
+                at_once = f"; {slots} bare loops at once {both:,.1f} rec/s, system / that = {together[slots][-1]:.2f}"
             print(
                 f"  round {number + 1}, K={slots} on {found['device']} ({threads} thread{'s' if threads > 1 else ''} "
                 f"a slot): system {found['records_per_s']:,.1f} rec/s over the hold, bare loop {bare:,.1f} rec/s, "
                 f"system / (K × bare) = {ratios[slots][-1]:.2f}; {job.records_total:,} records in "
                 f"{job.shards.count()} shards; free slots → first shard {found['free_to_first_shard']:.2f} s "
                 f"(hold start → first shard {found['hold_to_first_shard']:.2f} s); "
-                f"slot peak RSS {found['peak_memory_mb']} MB",
+                f"slot peak RSS {found['peak_memory_mb']} MB{at_once}",
                 flush=True,
             )
     for slots in counts:
         print(
             f"  K={slots}: system / (K × bare) median {spread(ratios[slots])} over {rounds} rounds; "
             f"bare loop median {spread(bare_rates[slots], 1)} rec/s"
+            + (f"; system / ({slots} bare loops at once) median {spread(together[slots])}" if slots in together else "")
         )
 
 
@@ -332,10 +361,13 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the system and the bare loop")
     parser.add_argument("--bare", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--part", default="0/1", help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.bare:
         job = Job.objects.get(pk=options.bare)
-        print(bare_transformers(job.pk) if job.work in MODEL_PARAMS else bare_loop(job.pk))
+        part, parts = (int(number) for number in options.part.split("/"))
+        loop = bare_transformers if job.work in MODEL_PARAMS else bare_loop
+        print(*loop(job.pk, part, parts))
         return
     call_command("migrate", verbosity=0)
     organisation = Organisation.objects.create(name="Bench", slug="bench")

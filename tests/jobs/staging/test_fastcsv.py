@@ -131,6 +131,18 @@ def test_whole_floats_make_a_float_column_not_an_int_one(organisation):
     assert plan["columns"][2]["type"] == exact_plan["columns"][2]["type"] == "float"
 
 
+def staged_upload(organisation, data: bytes) -> Job:
+    """A job staged as the control worker stages it, from `data` uploaded; it must be queued."""
+    job = job_for(organisation)
+    Job.objects.filter(pk=job.pk).update(
+        state=State.SUBMITTED, source_path=default_storage.save("test-fastcsv/upload.csv", ContentFile(data))
+    )
+    stage.stage(job.pk)
+    job.refresh_from_db()
+    assert job.state == State.QUEUED, job.error
+    return job
+
+
 @pytest.mark.parametrize("name", ["example (quoted newlines, dirty rows)", "crlf", "blank and whitespace lines"])
 @pytest.mark.usefixtures("small_blocks")
 def test_the_scan_beside_the_copy_finds_what_the_read_after_it_would(organisation, monkeypatch, name):
@@ -145,13 +157,7 @@ def test_the_scan_beside_the_copy_finds_what_the_read_after_it_would(organisatio
         return run(scan, stream, advance)
 
     monkeypatch.setattr(fastcsv._Scan, "run", counted)
-    job = job_for(organisation)
-    Job.objects.filter(pk=job.pk).update(
-        state=State.SUBMITTED, source_path=default_storage.save("test-fastcsv/upload.csv", ContentFile(data))
-    )
-    stage.stage(job.pk)
-    job.refresh_from_db()
-    assert job.state == State.QUEUED, job.error
+    job = staged_upload(organisation, data)
     assert scans == ["_ChunkStream"], "one scan, beside the copy"
     shards = list(job.shards.order_by("index").values(*SHARD_FIELDS))
     _, plan, total, alone = described(job_for(organisation), data)
@@ -190,14 +196,7 @@ def test_staging_takes_the_type_sample_from_the_scan_beside_the_copy_not_from_th
     monkeypatch.setattr(fastcsv, "TYPE_SAMPLE_BYTES", 32 * 1024)
     read_again = []
     monkeypatch.setattr(fastcsv, "_read_pieces", lambda *args: read_again.append(args) or [])
-    data = HEADER + rows(6000) + b"6000,late,not a number,2026-01-01\n"
-    job = job_for(organisation)
-    Job.objects.filter(pk=job.pk).update(
-        state=State.SUBMITTED, source_path=default_storage.save("test-fastcsv/upload.csv", ContentFile(data))
-    )
-    stage.stage(job.pk)
-    job.refresh_from_db()
-    assert job.state == State.QUEUED, job.error
+    job = staged_upload(organisation, HEADER + rows(6000) + b"6000,late,not a number,2026-01-01\n")
     assert read_again == []
     assert [column["type"] for column in job.plan["columns"]] == ["int", "string", "float", "date"]
     assert 0 < job.plan["sampled_records"] < job.records_total == 6001
