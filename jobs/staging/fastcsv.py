@@ -357,16 +357,25 @@ class _ChunkStream:
             self.held.clear()
 
 
+def _spread(begin: int, end: int) -> tuple[int, list[int]]:
+    """The type sample's pieces between `begin` and `end`: their length, and where each is to begin.
+    SAMPLE_PIECES spread over it, its end included; over data no larger than TYPE_SAMPLE_BYTES, pieces
+    of MAX_BLOCK one after another, all of it."""
+    whole = end - begin
+    if whole <= TYPE_SAMPLE_BYTES:
+        return MAX_BLOCK, list(range(begin, end, MAX_BLOCK))
+    length, last = TYPE_SAMPLE_BYTES // SAMPLE_PIECES, SAMPLE_PIECES - 1
+    return length, [begin + number * (whole - length) // last for number in range(SAMPLE_PIECES)]
+
+
 def _sample(bounds: list[int]) -> list[tuple[int, int]]:
     """About TYPE_SAMPLE_BYTES of records between record boundaries, in pieces spread over the file,
     its end included: all of it when the data is no larger."""
-    whole = bounds[-1] - bounds[0]
-    if whole <= TYPE_SAMPLE_BYTES:
+    if bounds[-1] - bounds[0] <= TYPE_SAMPLE_BYTES:
         return _every_piece(bounds)
-    piece = TYPE_SAMPLE_BYTES // SAMPLE_PIECES
+    piece, targets = _spread(bounds[0], bounds[-1])
     pieces: list[tuple[int, int]] = []
-    for number in range(SAMPLE_PIECES):
-        target = bounds[0] + number * (whole - piece) // (SAMPLE_PIECES - 1)
+    for target in targets:
         begin = bounds[max(0, bisect.bisect_right(bounds, target) - 1)]
         if pieces and begin < pieces[-1][1]:
             begin = pieces[-1][1]
@@ -383,13 +392,7 @@ class _Sampler:
     first at or after its length. Data no larger than TYPE_SAMPLE_BYTES is kept whole."""
 
     def __init__(self, data_offset: int, size: int):
-        whole = size - data_offset
-        if whole <= TYPE_SAMPLE_BYTES:
-            self.length, self.starts = MAX_BLOCK, list(range(data_offset, size, MAX_BLOCK))
-        else:
-            self.length = TYPE_SAMPLE_BYTES // SAMPLE_PIECES
-            last = SAMPLE_PIECES - 1
-            self.starts = [data_offset + number * (whole - self.length) // last for number in range(SAMPLE_PIECES)]
+        self.length, self.starts = _spread(data_offset, size)
         self.pieces: list[tuple[bytes, int]] = []
         self.begin: int | None = None  # where the piece being kept begins; None between pieces
         self.kept = bytearray()

@@ -93,10 +93,8 @@ def s3_credentials(args: argparse.Namespace, env: dict[str, str], prefix: str = 
         return None
     if not found["key_id"] or not found["secret"]:
         option = f"--{prefix.replace('_', '-')}"
-        raise Failure(
-            f"Give both {option}-key-id and {option}-secret"
-            + (" (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)." if env else ".")
-        )
+        variables = " (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)" if prefix == "s3" else ""
+        raise Failure(f"Give both {option}-key-id and {option}-secret{variables}.")
     return {
         "access_key_id": found["key_id"],
         "secret_access_key": found["secret"],
