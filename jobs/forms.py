@@ -116,10 +116,13 @@ class JobForm(RequestForm):
         help_text="The model the work runs: checked when you submit (it must load), kept with the staged copy.",
     )
     model_location = forms.CharField(  # used as typed, as the data's location is
-        label="or the model's URL or server path",
+        label="or the model's URL, s3:// URI or server path",
         required=False,
         max_length=2000,
-        help_text="An http(s) URL the portal downloads when you submit, or a file in your staging folder.",
+        help_text=(
+            "An http(s) URL or s3:// URI (a prefix ending in / is the model folder) the portal fetches when you "
+            "submit, or a file in your staging folder."
+        ),
     )
     model_from_job = forms.TypedChoiceField(
         label="or the model of an earlier job",
@@ -184,6 +187,11 @@ class JobForm(RequestForm):
         if not settings.E31_STAGING_ROOTS:  # no server paths here: not offered
             self.fields["location"].label = "or a URL or s3:// URI"
             self.fields["location"].help_text = "An http(s) URL the portal downloads, or an s3://bucket/key."
+            self.fields["model_location"].label = "or the model's URL or s3:// URI"
+            self.fields["model_location"].help_text = (
+                "An http(s) URL or s3:// URI (a prefix ending in / is the model folder) the portal fetches when you "
+                "submit."
+            )
         kinds = processors.available()
         self.fields["work"].choices = [(p.name, f"{p.name}: {p.description}") for p in kinds]
         self.fields["work"].initial = "clean-table" if any(p.name == "clean-table" for p in kinds) else None
