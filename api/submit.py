@@ -189,6 +189,7 @@ def _spec(given: dict, model: NamedFile | None) -> JobSpec:
 FIELDS = {
     "sha256": "data.sha256",
     "model": "work.model_upload",
+    "model_s3_credentials": "work.model_s3_credentials",
     "gpus": "request.gpus",
     "hours": "request.hours",
     "shape": "request.shape",
@@ -204,8 +205,6 @@ def refused(error: services.SubmitError, spec: JobSpec | None = None) -> Validat
     field = FIELDS.get(error.field, error.field)
     if error.field == "work":
         field = _work_field(message, spec.work if spec else None)
-    elif error.field == "model" and message.startswith("The model's S3 credentials"):
-        field = "work.model_s3_credentials"
     elif error.field == "model" and spec is not None:
         given = [name for name in ("model_location", "model_from_job") if getattr(spec.work, name)]
         field = f"work.{given[0]}" if len(given) == 1 and not spec.work.model else field

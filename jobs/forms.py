@@ -214,7 +214,7 @@ class JobForm(RequestForm):
                     return param_field_name(processor, param)
         if error_field == "data" and self.cleaned_data.get("location"):
             return "location"
-        if error_field == "model" and message.startswith("The model's S3 credentials"):
+        if error_field == "model_s3_credentials":
             return "model_s3_access_key_id"
         if error_field == "model":
             given = [name for name in ("model_location", "model_from_job") if self.cleaned_data.get(name)]

@@ -139,7 +139,7 @@ def _credentials_for(data: Data, work: Work) -> dict:
     )
     own = work.model_s3_credentials or None
     if own and not model_on_s3:
-        raise SubmitError("model", "The model's S3 credentials go with an s3:// model location only.")
+        raise SubmitError("model_s3_credentials", "The model's S3 credentials go with an s3:// model location only.")
     if data.s3_credentials and not (data_on_s3 or (model_on_s3 and not own)):
         raise SubmitError("data", "S3 credentials go with an s3:// location only.")
     return {

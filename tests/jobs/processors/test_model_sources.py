@@ -166,10 +166,11 @@ def test_a_model_on_s3_is_read_with_its_own_credentials_and_the_data_with_its(
     submit(organisation, data=data, model_location=model)
     assert used == [CREDENTIALS], "without its own, the model is read with the data's"
     sent = Data(file=NamedFile(io.BytesIO(b"id,text\n1,good\n"), "notes.csv"), s3_credentials=CREDENTIALS)
+    own_field, own_refused = "model_s3_credentials", "The model's S3 credentials go with an s3:// model location"
     refusals = [
         (sent, {"model_location": model, "model_s3_credentials": own}, "data", "S3 credentials go with an s3://"),
-        (None, {"model_location": "/srv/bert.zip", "model_s3_credentials": own}, "model", "The model's S3 credentials"),
-        (data, {"model_s3_credentials": own}, "model", "The model's S3 credentials go with an s3:// model location"),
+        (None, {"model_location": "/srv/bert.zip", "model_s3_credentials": own}, own_field, own_refused),
+        (data, {"model_s3_credentials": own}, own_field, own_refused),
     ]
     for given, work, field, message in refusals:
         with pytest.raises(services.SubmitError, match=re.escape(message)) as refused:
