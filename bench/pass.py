@@ -232,7 +232,7 @@ def bare_transformers(job_id: int, part: int = 0, parts: int = 1) -> tuple[int, 
     if job.work == "generate":
         tokenizer.padding_side = "left"
     processor = processors.get(job.work)
-    size = batch_size(job.params, model, max_length(tokenizer, model))  # as the processor chooses it
+    size = batch_size(job.params, model, max_length(tokenizer, model.config))  # as the processor chooses it
 
     def run(texts: list[str]) -> None:
         if job.work == "generate":

@@ -56,7 +56,7 @@ WORDS = [
     "or",
     "not",
     "very",
-    "very",
+    "with",
     "much",
     "service",
     "staff",
@@ -171,3 +171,26 @@ def tarred_folder(folder: Path) -> bytes:
 
 def edit_json(path: Path, **changes) -> None:
     path.write_text(json.dumps(json.loads(path.read_text()) | changes))
+
+
+def completion(folder: Path, prompt: str, max_new_tokens: int, seed: int, temperature: float, top_p: float) -> dict:
+    """What the causal LM in `folder` generates for the prompt alone, as generate's row: greedy at
+    temperature 0, else sampled from `seed`; its text ends at the end-of-text token (word 0)."""
+    import torch  # noqa: PLC0415 (requirements-gpu.txt; the tests that call this skip without it)
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415
+
+    tokenizer, model = AutoTokenizer.from_pretrained(folder), AutoModelForCausalLM.from_pretrained(folder).eval()
+    inputs = tokenizer([prompt], return_tensors="pt")
+    sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0} if temperature else {}
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        output = model.generate(**inputs, max_new_tokens=max_new_tokens, pad_token_id=0, **sampling)
+    tokens = output[0, inputs["input_ids"].shape[1] :].tolist()
+    stopped = 0 in tokens
+    tokens = tokens[: tokens.index(0) + 1] if stopped else tokens
+    return {
+        "text": tokenizer.decode(tokens, skip_special_tokens=True),
+        "prompt_tokens": inputs["input_ids"].shape[1],
+        "output_tokens": len(tokens),
+        "finish_reason": "stop" if stopped else "length",
+    }

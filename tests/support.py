@@ -160,14 +160,17 @@ def manage(*args) -> list[str]:
 
 
 class Worker:
-    """A `manage.py gpuworker` process: a node of CPU slots plus a control worker."""
+    """A `manage.py gpuworker` process: a node of CPU slots plus a control worker; with `gpus`, of the
+    fake NVML's GPUs instead, one slot each."""
 
-    def __init__(self, name: str, slots: int, **env):
+    def __init__(self, name: str, slots: int, gpus: bool = False, **env):
         self.name = name
         self.slots = slots
         self.log = open(settings.VAR_DIR / f"{name}.log", "ab")  # noqa: SIM115
+        if gpus:
+            env = {"E31_NVML_MODULE": "tests.fakes.fake_nvml", "E31_FAKE_GPUS": str(slots), **env}
         self.process = subprocess.Popen(
-            manage("gpuworker", "--cpu-slots", str(slots), "--name", name),
+            manage("gpuworker", "--name", name, *([] if gpus else ["--cpu-slots", str(slots)])),
             env=process_env(**env),
             stdout=self.log,
             stderr=subprocess.STDOUT,

@@ -12,8 +12,11 @@ the longest input it takes, its keys and values cached (CPU_BATCH on a CPU slot)
 vLLM on a GPU slot where it is installed, and transformers' `generate` everywhere else.
 """
 
+import gc
 import importlib.util
+import os
 import string
+import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
@@ -68,7 +71,7 @@ def fitting_batch(free: int, per_token: float, longest: int) -> int:
     return max(1, min(MAX_BATCH, int(free * HEADROOM / max(per_token * longest, 1))))
 
 
-@lru_cache(maxsize=2)
+@lru_cache(maxsize=1)
 def _gpu_memory(network, longest: int) -> tuple[int, float]:
     """(bytes free on the model's GPU, bytes a token of input takes), measured once per model: a forward
     pass over PROBE_ROWS rows of `longest` tokens, its keys and values cached as generate caches them."""
@@ -93,17 +96,43 @@ def _choice(params: dict, name: str) -> str:
     return value
 
 
-@lru_cache(maxsize=2)
+_kept: dict[tuple, object] = {}
+
+
+def kept(key: tuple, build: Callable):
+    """What build() gives for `key` (a model loaded), kept for the job's next batches until another key is
+    asked for. The one kept before is let go first: a slot holds one model at a time, in its memory or its
+    GPU's, and the next job's model does not have to fit beside the last one's."""
+    if key not in _kept:
+        _kept.clear()
+        _gpu_memory.cache_clear()  # it holds the last model's network
+        gc.collect()
+        if "torch" in sys.modules and sys.modules["torch"].cuda.is_initialized():
+            sys.modules["torch"].cuda.empty_cache()
+        _kept[key] = build()
+    return _kept[key]
+
+
+def _tokenizer(model: str, task: str):
+    from transformers import AutoTokenizer  # noqa: PLC0415 (a slot's library, imported where it runs)
+
+    folder = hf_model.unpacked(local_model(model)).name
+    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
+    tokenizer.padding_side = "left" if task == "generate" else "right"  # last-token pooling reads the right end
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
 def load(model: str, device: str, task: str):
     """(tokenizer, model) for the job's model in storage, loaded once per slot process and job."""
+    return kept(("model", model, device, task), lambda: _load(model, device, task))
+
+
+def _load(model: str, device: str, task: str):
     # Only a slot runs a model: its libraries come with requirements-gpu.txt and are imported here.
     import torch  # noqa: PLC0415
-    from transformers import (  # noqa: PLC0415
-        AutoModel,
-        AutoModelForCausalLM,
-        AutoModelForSequenceClassification,
-        AutoTokenizer,
-    )
+    from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification  # noqa: PLC0415
 
     torch.set_num_threads(slot_threads())
     folder = hf_model.unpacked(local_model(model)).name
@@ -112,12 +141,8 @@ def load(model: str, device: str, task: str):
         dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     builder = {"encoder": AutoModel, "classify": AutoModelForSequenceClassification, "generate": AutoModelForCausalLM}
     options = {"local_files_only": True, "trust_remote_code": False}
-    tokenizer = AutoTokenizer.from_pretrained(folder, **options)
-    tokenizer.padding_side = "left" if task == "generate" else "right"  # last-token pooling reads the right end
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
     network = builder[task].from_pretrained(folder, use_safetensors=True, dtype=dtype, **options)
-    return tokenizer, network.to(device).eval()
+    return _tokenizer(model, task), network.to(device).eval()
 
 
 def by_length(texts: list[str], size: int) -> list[list[int]]:
@@ -137,9 +162,10 @@ def pipelined(chunks: list, prepare: Callable, run: Callable) -> Iterator:
             yield run(ready)
 
 
-def max_length(tokenizer, network) -> int:
-    """The longest input the model takes: the tokenizer's limit, within the model's positions."""
-    positions = getattr(network.config, "max_position_embeddings", None) or getattr(network.config, "n_positions", 512)
+def max_length(tokenizer, config) -> int:
+    """The longest sequence the model takes (for generate, the prompt and what is generated): the
+    tokenizer's limit, within the model's positions (its config's)."""
+    positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", 512)
     return min(tokenizer.model_max_length, positions)
 
 
@@ -175,7 +201,7 @@ class PartnerModel(Processor):
     def encoded(self, texts: list[str], context: Context, run: Callable) -> list:
         """run(the model's inputs) over the texts in batches sorted by length; the results in text order."""
         tokenizer, network = load(context.model, context.device, self.task)
-        limit = min(max_length(tokenizer, network), context.plan.get("model", {}).get("max_length", 1 << 30))
+        limit = min(max_length(tokenizer, network.config), context.plan.get("model", {}).get("max_length", 1 << 30))
 
         def tokenize(chunk: list[int]):
             batch = tokenizer([texts[index] for index in chunk], padding=True, truncation=True, max_length=limit)
@@ -373,17 +399,24 @@ class Generate(PartnerModel):
         return self.schema
 
     def process_batch(self, records: list[Record], context: Context) -> Batch:
-        prompts, kept, rejects = [], [], []
+        written, rejects = [], []
         for record in records:
             try:
-                prompts.append(self.prompt(record, context))
+                written.append((record, self.prompt(record, context)))
             except ValueError as error:
                 rejects.append((record, str(error)))
+        engine = Engine.of(context)
+        prompts, counts, kept = [], [], []
+        for (record, prompt), count in zip(written, engine.counts([prompt for _, prompt in written]), strict=True):
+            if reason := too_long(count, engine.limit):
+                rejects.append((record, reason))
                 continue
+            prompts.append(prompt)
+            counts.append(count)
             kept.append(record.position)
         if not prompts:
             return Batch(table=self.schema.empty_table(), kept=kept, rejects=rejects)
-        rows = generated(prompts, kept, context)
+        rows = engine.generate(prompts, counts, kept, context.params)
         table = pa.Table.from_pylist(rows, schema=self.schema)
         return Batch(table=table, kept=kept, rejects=rejects)
 
@@ -399,93 +432,133 @@ class Generate(PartnerModel):
         return "".join(literal + (values[name] if name is not None else "") for literal, name, _, _ in parts)
 
 
-def generated(prompts: list[str], positions: list[int], context: Context) -> list[dict]:
-    """One row per prompt: on vLLM where a GPU slot has it, else transformers."""
-    if context.device == "cuda" and importlib.util.find_spec("vllm") is not None:
-        return _vllm(prompts, positions, context)
-    tokenizer, network = load(context.model, context.device, "generate")
-    params = context.params
-    if params["temperature"] == 0:
-        longest = max_length(tokenizer, network)  # the prompt and what is generated, at most
-        chunks = by_length(prompts, batch_size(params, network, longest))
-    else:  # each record sampled alone from its own seed: its output does not depend on its batch
-        chunks = [[index] for index in range(len(prompts))]
-    rows: list = [None] * len(prompts)
-    for chunk in chunks:
-        seed = params["seed"] + positions[chunk[0]]
-        for index, row in zip(
-            chunk, _generate(tokenizer, network, [prompts[i] for i in chunk], params, seed, context.device), strict=True
+def too_long(count: int, limit: int) -> str | None:
+    """Why a prompt of `count` tokens cannot be completed by a model that takes `limit`, or None."""
+    if count == 0:
+        return "the prompt is empty: it has no tokens to complete"
+    if count >= limit:
+        return f"the prompt is {count} tokens; the model takes {limit} at most, with at least one generated"
+    return None
+
+
+class Engine:
+    """What generates: vLLM where a GPU slot has it, else transformers. Each record is given as many new
+    tokens as asked for, or as fit the model's length after its prompt (then it stops for length)."""
+
+    limit: int  # the longest sequence the model takes, its prompt and what is generated
+
+    @staticmethod
+    def of(context: Context) -> "Engine":
+        if context.device == "cuda" and importlib.util.find_spec("vllm") is not None:
+            return kept(("vllm", context.model), lambda: VllmEngine(context.model))
+        return TransformersEngine(context.model, context.device)
+
+    def counts(self, prompts: list[str]) -> list[int]:
+        """Each prompt's tokens, as the model reads it."""
+        return [len(ids) for ids in self.tokenizer(prompts, verbose=False)["input_ids"]] if prompts else []
+
+    def room(self, count: int, params: dict) -> int:
+        return min(params["max_new_tokens"], self.limit - count)
+
+
+class TransformersEngine(Engine):
+    def __init__(self, model: str, device: str):
+        self.tokenizer, self.network = load(model, device, "generate")
+        self.limit = max_length(self.tokenizer, self.network.config)
+        self.device = device
+
+    def generate(self, prompts: list[str], counts: list[int], positions: list[int], params: dict) -> list[dict]:
+        """One row per prompt. Greedy decoding runs the prompts that have room for every new token asked
+        for in batches sorted by length, each other prompt alone with the room it has; sampling runs each
+        prompt alone from its own seed, so that its output does not depend on its batch."""
+        rooms = [self.room(count, params) for count in counts]
+        if params["temperature"] == 0:
+            roomy = [index for index, room in enumerate(rooms) if room == params["max_new_tokens"]]
+            size = batch_size(params, self.network, self.limit)
+            chunks = [[roomy[at] for at in chunk] for chunk in by_length([prompts[i] for i in roomy], size)]
+            chunks += [[index] for index, room in enumerate(rooms) if room < params["max_new_tokens"]]
+        else:
+            chunks = [[index] for index in range(len(prompts))]
+        rows: list = [None] * len(prompts)
+        for chunk in chunks:
+            seed = params["seed"] + positions[chunk[0]]
+            room = min(rooms[index] for index in chunk)
+            for index, row in zip(chunk, self._generate([prompts[i] for i in chunk], params, room, seed), strict=True):
+                rows[index] = row
+        return rows
+
+    def _generate(self, prompts: list[str], params: dict, room: int, seed: int) -> list[dict]:
+        """transformers' generate over one batch of prompts, padded on the left."""
+        import torch  # noqa: PLC0415 (a slot's library, loaded with the model)
+
+        tokenizer, network = self.tokenizer, self.network
+        inputs = tokenizer(prompts, padding=True, return_tensors="pt").to(self.device)
+        stops = network.generation_config.eos_token_id
+        stops = set(stops if isinstance(stops, list) else [stops if stops is not None else tokenizer.eos_token_id])
+        sampling = {"do_sample": False}
+        if params["temperature"] > 0:
+            sampling = {"do_sample": True, "temperature": params["temperature"], "top_p": params["top_p"], "top_k": 0}
+        torch.manual_seed(seed)
+        with torch.inference_mode():
+            output = network.generate(**inputs, max_new_tokens=room, pad_token_id=tokenizer.pad_token_id, **sampling)
+        width = inputs["input_ids"].shape[1]
+        rows = []
+        for prompt_tokens, tokens in zip(
+            inputs["attention_mask"].sum(dim=1).tolist(), output[:, width:].tolist(), strict=True
         ):
-            rows[index] = row
-    return rows
+            stop = next((index for index, token in enumerate(tokens) if token in stops), None)
+            kept = tokens if stop is None else tokens[: stop + 1]
+            rows.append(
+                {
+                    "text": tokenizer.decode(kept, skip_special_tokens=True),
+                    "prompt_tokens": prompt_tokens,
+                    "output_tokens": len(kept),
+                    "finish_reason": "length" if stop is None else "stop",
+                }
+            )
+        return rows
 
 
-def _generate(tokenizer, network, prompts: list[str], params: dict, seed: int, device: str) -> list[dict]:
-    """transformers' generate over one batch of prompts, padded on the left."""
-    import torch  # noqa: PLC0415 (a slot's library, loaded with the model)
+class VllmEngine(Engine):
+    """vLLM's offline batch generation (continuous batching, paged KV cache) on the slot's GPU."""
 
-    inputs = tokenizer(prompts, padding=True, return_tensors="pt").to(device)
-    stops = network.generation_config.eos_token_id
-    stops = set(stops if isinstance(stops, list) else [stops if stops is not None else tokenizer.eos_token_id])
-    sampling = {"do_sample": False}
-    if params["temperature"] > 0:
-        sampling = {"do_sample": True, "temperature": params["temperature"], "top_p": params["top_p"], "top_k": 0}
-    torch.manual_seed(seed)
-    with torch.inference_mode():
-        output = network.generate(
-            **inputs, max_new_tokens=params["max_new_tokens"], pad_token_id=tokenizer.pad_token_id,
-            **sampling,
-        )  # fmt: skip
-    width = inputs["input_ids"].shape[1]
-    rows = []
-    for prompt_tokens, tokens in zip(
-        inputs["attention_mask"].sum(dim=1).tolist(), output[:, width:].tolist(), strict=True
-    ):
-        stop = next((index for index, token in enumerate(tokens) if token in stops), None)
-        kept = tokens if stop is None else tokens[: stop + 1]
-        rows.append(
-            {
-                "text": tokenizer.decode(kept, skip_special_tokens=True),
-                "prompt_tokens": prompt_tokens,
-                "output_tokens": len(kept),
-                "finish_reason": "length" if stop is None else "stop",
-            }
+    def __init__(self, model: str):
+        # vLLM is installed only on GPU machines that want it; imported only where it runs. Its engine runs
+        # in this process: a slot is a Celery pool process, which multiprocessing forbids to start children.
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        from transformers import AutoConfig  # noqa: PLC0415
+        from vllm import LLM  # noqa: PLC0415
+
+        folder = hf_model.unpacked(local_model(model)).name
+        self.tokenizer = _tokenizer(model, "generate")
+        config = AutoConfig.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
+        self.limit = max_length(self.tokenizer, config)
+        self.llm = LLM(
+            model=folder, trust_remote_code=False, dtype="auto", load_format="safetensors", max_model_len=self.limit
         )
-    return rows
 
+    def generate(self, prompts: list[str], counts: list[int], positions: list[int], params: dict) -> list[dict]:
+        """Every prompt at once, each with its own seed (the seed and its position) and room."""
+        from vllm import SamplingParams  # noqa: PLC0415 (installed only where it runs)
 
-@lru_cache(maxsize=1)
-def _engine(model: str):
-    # vLLM is installed only on GPU machines that want it; imported only where it runs.
-    from vllm import LLM  # noqa: PLC0415
-
-    folder = hf_model.unpacked(local_model(model)).name
-    return LLM(model=folder, trust_remote_code=False, dtype="auto", load_format="safetensors")
-
-
-def _vllm(prompts: list[str], positions: list[int], context: Context) -> list[dict]:
-    """vLLM's offline batch generation, each prompt with its own seed (the seed and its position)."""
-    from vllm import SamplingParams  # noqa: PLC0415 (installed only where it runs)
-
-    params = context.params
-    sampling = [
-        SamplingParams(
-            max_tokens=params["max_new_tokens"],
-            temperature=params["temperature"],
-            top_p=params["top_p"],
-            seed=params["seed"] + position,
-        )
-        for position in positions
-    ]
-    rows = []
-    for result in _engine(context.model).generate(prompts, sampling, use_tqdm=False):
-        completion = result.outputs[0]
-        rows.append(
-            {
-                "text": completion.text,
-                "prompt_tokens": len(result.prompt_token_ids),
-                "output_tokens": len(completion.token_ids),
-                "finish_reason": "stop" if completion.finish_reason == "stop" else "length",
-            }
-        )
-    return rows
+        sampling = [
+            SamplingParams(
+                max_tokens=self.room(count, params),
+                temperature=params["temperature"],
+                top_p=params["top_p"],
+                seed=params["seed"] + position,
+            )
+            for count, position in zip(counts, positions, strict=True)
+        ]
+        rows = []
+        for result in self.llm.generate(prompts, sampling, use_tqdm=False):
+            completion = result.outputs[0]
+            rows.append(
+                {
+                    "text": completion.text,
+                    "prompt_tokens": len(result.prompt_token_ids),
+                    "output_tokens": len(completion.token_ids),
+                    "finish_reason": "stop" if completion.finish_reason == "stop" else "length",
+                }
+            )
+        return rows

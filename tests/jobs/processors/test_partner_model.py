@@ -7,6 +7,7 @@ with the same model run directly here."""
 
 import io
 import json
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,15 @@ from django.core.management import call_command
 
 from jobs import processors, services
 from jobs.models import Allocation, Job, Node, State
-from jobs.processors.partner_model import CPU_BATCH, Embed, Generate, batch_size, fitting_batch, template_fields
+from jobs.processors.partner_model import (
+    CPU_BATCH,
+    Embed,
+    Generate,
+    batch_size,
+    fitting_batch,
+    kept,
+    template_fields,
+)
 from jobs.spec import Data, JobSpec, NamedFile, Request, Work
 from tests import hf_models
 from tests.hf_models import checkable_bert, zipped_folder
@@ -93,6 +102,19 @@ def test_the_batch_size_is_auto_unless_given_and_fills_the_gpus_free_memory():
     assert fitting_batch(free=10 * gib, per_token=64 * 1024, longest=512) == 256, "80% of 10 GiB at 32 MiB a row"
     assert fitting_batch(free=80 * gib, per_token=1024, longest=128) == 4096, "at most 4096"
     assert fitting_batch(free=1 * gib, per_token=4 * gib, longest=2048) == 1, "at least one"
+
+
+def test_a_slot_keeps_one_model_and_lets_the_last_one_go_before_it_loads_the_next():
+    class Loaded:
+        pass
+
+    first = kept(("model", "a.zip"), Loaded)
+    assert kept(("model", "a.zip"), Loaded) is first, "loaded once for the job's batches"
+    gone = weakref.ref(first)
+    del first
+    alive_while_loading = []
+    kept(("model", "b.zip"), lambda: alive_while_loading.append(gone() is not None) or Loaded())
+    assert alive_while_loading == [False], "the next model does not have to fit beside the last"
 
 
 @needs_torch
@@ -184,9 +206,6 @@ def test_classify_gives_the_label_and_scores_the_model_gives(fleet, organisation
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("temperature", ["0", "0.9"])
 def test_generate_completes_every_prompt_as_the_model_does_with_the_seed(fleet, partner_client, tmp_path, temperature):
-    import torch  # noqa: PLC0415 (requirements-gpu.txt: this test skips without it)
-    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415
-
     folder = hf_models.gpt2(tmp_path / "gpt2")
     lines = [json.dumps({"id": n, "topic": text.split()[-1], "lang": "en"}) for n, text in enumerate(TEXTS * 3)]
     lines[5] = json.dumps({"id": 5, "lang": "en"})
@@ -204,22 +223,44 @@ def test_generate_completes_every_prompt_as_the_model_does_with_the_seed(fleet, 
     rows, rejects, _ = output_of(partner_client, job)
     assert [r["reason"] for r in rejects] == ["column 'topic' is missing or null"]
 
-    tokenizer, model = AutoTokenizer.from_pretrained(folder), AutoModelForCausalLM.from_pretrained(folder).eval()
     for row in rows:
         prompt = f"the {json.loads(lines[row['_record'] - 1])['topic']} is"
-        inputs = tokenizer([prompt], return_tensors="pt")
-        torch.manual_seed(7 + row["_record"])
-        sampling = {"do_sample": True, "temperature": 0.9, "top_p": 0.9, "top_k": 0} if temperature != "0" else {}
-        with torch.no_grad():
-            tokens = model.generate(**inputs, max_new_tokens=12, pad_token_id=0, **sampling)[
-                0, inputs["input_ids"].shape[1] :
-            ]
-        tokens = tokens.tolist()
-        stopped = 0 in tokens
-        tokens = tokens[: tokens.index(0) + 1] if stopped else tokens
-        assert row["text"] == tokenizer.decode(tokens, skip_special_tokens=True), row
-        assert (row["prompt_tokens"], row["output_tokens"]) == (inputs["input_ids"].shape[1], len(tokens))
-        assert row["finish_reason"] == ("stop" if stopped else "length")
+        expected = hf_models.completion(folder, prompt, 12, 7 + row["_record"], float(temperature), 0.9)
+        assert {name: row[name] for name in expected} == expected, row
+
+
+@needs_torch
+@pytest.mark.parametrize("temperature", [0, 0.9])
+def test_a_prompt_the_model_cannot_take_is_rejected_and_one_near_its_length_stops_there(tmp_path, temperature):
+    """The tiny GPT-2 takes 128 tokens, its prompt and what it generates: a prompt of 128 or more, or of
+    none, is rejected with why; one of 120 gets the 8 tokens left, not the 12 asked for."""
+    from django.core.files.base import ContentFile  # noqa: PLC0415
+    from django.core.files.storage import default_storage  # noqa: PLC0415
+
+    from jobs.processors import Context, Record  # noqa: PLC0415
+
+    folder = hf_models.gpt2(tmp_path / "gpt2")
+    model = default_storage.save("models/gpt2.zip", ContentFile(zipped_folder(folder)))
+    processor = Generate()
+    raw = {"template": "{text}", "max_new_tokens": "12", "temperature": str(temperature), "seed": "5"}
+    params = processor.validate_params(raw)
+    plan = processor.prepare({}, {"columns": ["text"]}, params, model)
+    context = Context(params=params, plan=plan, layout={"columns": ["text"]}, model=model)
+    texts = ["good tea", "the invoice " * 60, "the invoice " * 64, "", "   ", "the invoice " * 100, "cold coffee"]
+    records = [Record(n, n, {"text": text}, None, 0, 0, n) for n, text in enumerate(texts, start=1)]
+    batch = processor.run_batch(records, context)
+    assert [(record.position, reason) for record, reason in batch.rejects] == [
+        (3, "the prompt is 128 tokens; the model takes 128 at most, with at least one generated"),
+        (4, "the prompt is empty: it has no tokens to complete"),
+        (5, "the prompt is empty: it has no tokens to complete"),
+        (6, "the prompt is 200 tokens; the model takes 128 at most, with at least one generated"),
+    ]
+    assert batch.kept == [1, 2, 7]
+    rows = batch.table.to_pylist()
+    for position, row in zip(batch.kept, rows, strict=True):
+        room = 8 if position == 2 else 12
+        assert row == hf_models.completion(folder, texts[position - 1], room, 5 + position, temperature, 1.0), position
+    assert rows[1]["prompt_tokens"] == 120 and rows[1]["output_tokens"] <= 8, "the 8 tokens left, not 12"
 
 
 @needs_torch

@@ -1,0 +1,61 @@
+"""generate on a GPU slot where vLLM is installed: the slots are the fake NVML's GPUs, and vLLM is the fake
+in tests/fakes/gpu_libraries, which keeps the real one's contract (its engine in a process of its own
+unless told otherwise, max_model_len, one result per prompt) and takes its tokens from transformers."""
+
+import json
+import os
+
+import pytest
+
+from jobs.models import Job, State
+from tests import hf_models
+from tests.hf_models import zipped_folder
+from tests.jobs.processors.test_onnx_infer import output_of
+from tests.jobs.processors.test_partner_model import needs_torch, upload
+from tests.settings import PLUGIN_PATH, ROOT
+from tests.support import Worker, job_form, wait_for_end, wait_for_slots
+
+FAKE_VLLM = ROOT / "tests" / "fakes" / "gpu_libraries"
+
+
+@pytest.fixture(scope="module")
+def gpu_node(django_db_setup, redis_server):
+    """A gpuworker on two fake GPUs that has the fake vLLM."""
+    worker = Worker(
+        f"vllm-{os.getpid()}", slots=2, gpus=True, PYTHONPATH=os.pathsep.join(map(str, (ROOT, PLUGIN_PATH, FAKE_VLLM)))
+    )
+    yield worker
+    worker.stop()
+
+
+@needs_torch
+@pytest.mark.django_db(transaction=True)
+def test_generate_runs_on_vllm_in_a_gpu_slot_each_record_with_its_seed_and_room(gpu_node, partner_client, tmp_path):
+    wait_for_slots(gpu_node)
+    folder = hf_models.gpt2(tmp_path / "gpt2")
+    topics = ["tea", "refund", "parcel " * 120, "invoice " * 130, "", "coffee", "cold"] * 3
+    lines = [json.dumps({"id": n, "topic": topic}) for n, topic in enumerate(topics)]
+    form = job_form(
+        ("\n".join(lines) + "\n").encode(), name="topics.jsonl", work="generate", gpus="2",
+        model=upload("gpt2.zip", zipped_folder(folder)),
+        **{
+            "param-generate-template": "the {topic} is", "param-generate-max_new_tokens": "12",
+            "param-generate-temperature": "0.9", "param-generate-seed": "7", "param-generate-top_p": "0.9",
+        },
+    )  # fmt: skip
+    assert partner_client.post("/jobs/new/", form).status_code == 302
+    job = wait_for_end(Job.objects.get(), timeout=180)
+    assert job.state == State.SUCCEEDED, job.error
+    rows, rejects, _ = output_of(partner_client, job)
+    too_long = "the prompt is 132 tokens; the model takes 128 at most, with at least one generated"
+    assert [(int(r["record"]), r["reason"]) for r in rejects] == [
+        (record, too_long) for record in range(4, len(topics) + 1, 7)
+    ]
+    assert [row["_record"] for row in rows] == [n for n in range(1, len(topics) + 1) if n % 7 != 4]
+    for row in rows:
+        prompt = f"the {topics[row['_record'] - 1]} is"
+        room = 12 if len(prompt.split()) + 12 <= 128 else 128 - len(prompt.split())
+        expected = hf_models.completion(folder, prompt, room, 7 + row["_record"], 0.9, 0.9)
+        assert {name: row[name] for name in expected} == expected, row
+    near = [row for row in rows if row["prompt_tokens"] == 122]
+    assert len(near) == 3 and all(row["output_tokens"] <= 6 for row in near), "the 6 tokens left, not 12"
