@@ -287,7 +287,9 @@ class Classify(PartnerModel):
     title = "Classify with your model"
     description = (
         "Your Hugging Face sequence-classification model over the text of every record. Output: Parquet with "
-        "each record's label and its score, and optionally every label's score."
+        "each record's label and its score, and optionally every label's score: probabilities over the labels, "
+        "each label's own for a multi-label model or one of a single output (a reranker's), the value itself "
+        "for a regression model."
     )
     task = "classify"
     params = (
@@ -325,13 +327,18 @@ class Classify(PartnerModel):
 
 
 def probabilities(network, inputs) -> np.ndarray:
-    """Each label's probability: a softmax over the labels, or each on its own for a multi-label model."""
+    """Each label's score, as transformers' text-classification pipeline gives it: a softmax over the
+    labels; each label on its own (a sigmoid) for a multi-label model or one of a single output (a
+    reranker's relevance, a reward); the value itself for a regression model."""
     import torch  # noqa: PLC0415 (a slot's library, loaded with the model)
 
     with torch.inference_mode():
         logits = network(**inputs).logits.float()
-    multi = network.config.problem_type == "multi_label_classification"
-    return (torch.sigmoid(logits) if multi else torch.softmax(logits, dim=-1)).cpu().numpy()
+    config = network.config
+    if config.problem_type == "regression":
+        return logits.cpu().numpy()
+    alone = config.problem_type == "multi_label_classification" or logits.shape[-1] == 1
+    return (torch.sigmoid(logits) if alone else torch.softmax(logits, dim=-1)).cpu().numpy()
 
 
 def template_fields(template: str) -> list[str]:

