@@ -136,6 +136,22 @@ def bert(folder: Path, labels: list[str] | None = None) -> Path:
     return folder
 
 
+def roberta(folder: Path) -> Path:
+    """A real random 2-layer RoBERTa whose tokenizer gives no length of its own: its 66 positions start
+    after its padding index (0), so it takes 65 tokens."""
+    import torch  # noqa: PLC0415 (requirements-gpu.txt; the tests that call this skip without it)
+    from transformers import RobertaConfig, RobertaModel  # noqa: PLC0415
+
+    torch.manual_seed(0)
+    fields = bert_config().to_dict() | {"pad_token_id": 0, "type_vocab_size": 1, "max_position_embeddings": 66}
+    RobertaModel(RobertaConfig(**fields)).save_pretrained(folder)
+    bert_tokenizer().save_pretrained(folder)
+    settings = json.loads((folder / "tokenizer_config.json").read_text())
+    del settings["model_max_length"]
+    (folder / "tokenizer_config.json").write_text(json.dumps(settings))
+    return folder
+
+
 def gpt2(folder: Path) -> Path:
     """A real random 2-layer GPT-2 whose end-of-text token is word 0."""
     import torch  # noqa: PLC0415 (requirements-gpu.txt; the tests that call this skip without it)

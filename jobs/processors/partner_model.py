@@ -162,11 +162,20 @@ def pipelined(chunks: list, prepare: Callable, run: Callable) -> Iterator:
             yield run(ready)
 
 
-def max_length(tokenizer, config) -> int:
+def max_length(tokenizer, config, offset: int = 0) -> int:
     """The longest sequence the model takes (for generate, the prompt and what is generated): the
-    tokenizer's limit, within the model's positions (its config's)."""
+    tokenizer's limit, within the model's positions (its config's, less the `offset` its first token's
+    position starts at)."""
     positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", 512)
-    return min(tokenizer.model_max_length, positions)
+    return min(tokenizer.model_max_length, positions - offset)
+
+
+def position_offset(network) -> int:
+    """Where the model's positions start: RoBERTa and its kin number tokens from their padding index + 1
+    (the table's padding row), so that 514 positions take 512 tokens; 0 for the others."""
+    table = getattr(getattr(network.base_model, "embeddings", None), "position_embeddings", None)
+    padding = getattr(table, "padding_idx", None)
+    return 0 if padding is None else padding + 1
 
 
 class PartnerModel(Processor):
@@ -201,7 +210,8 @@ class PartnerModel(Processor):
     def encoded(self, texts: list[str], context: Context, run: Callable) -> list:
         """run(the model's inputs) over the texts in batches sorted by length; the results in text order."""
         tokenizer, network = load(context.model, context.device, self.task)
-        limit = min(max_length(tokenizer, network.config), context.plan.get("model", {}).get("max_length", 1 << 30))
+        limit = max_length(tokenizer, network.config, position_offset(network))
+        limit = min(limit, context.plan.get("model", {}).get("max_length", limit))
 
         def tokenize(chunk: list[int]):
             batch = tokenizer([texts[index] for index in chunk], padding=True, truncation=True, max_length=limit)
@@ -471,7 +481,7 @@ class Engine:
 class TransformersEngine(Engine):
     def __init__(self, model: str, device: str):
         self.tokenizer, self.network = load(model, device, "generate")
-        self.limit = max_length(self.tokenizer, self.network.config)
+        self.limit = max_length(self.tokenizer, self.network.config, position_offset(self.network))
         self.device = device
 
     def generate(self, prompts: list[str], counts: list[int], positions: list[int], params: dict) -> list[dict]:

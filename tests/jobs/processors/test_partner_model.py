@@ -247,6 +247,24 @@ def records_of(texts: list[str]) -> list[Record]:
 
 
 @needs_torch
+def test_a_long_text_is_cut_where_a_robertas_positions_end_its_padding_row_left_out(tmp_path):
+    """RoBERTa numbers positions from its padding index + 1: 66 positions take 65 tokens, which is where
+    a text is cut when the tokenizer gives no length of its own (cut at 66, it failed the batch)."""
+    import torch  # noqa: PLC0415 (requirements-gpu.txt: this test skips without it)
+    from transformers import AutoModel, AutoTokenizer  # noqa: PLC0415
+
+    folder = hf_models.roberta(tmp_path / "roberta")
+    texts = ["good tea", "the parcel arrived damaged please replace it quickly " * 12]
+    batch = Embed().run_batch(records_of(texts), context_of(Embed(), folder, {"pooling": "cls"}))
+    tokenizer, model = AutoTokenizer.from_pretrained(folder), AutoModel.from_pretrained(folder).eval()
+    inputs = tokenizer(texts, padding=True, truncation=True, max_length=65, return_tensors="pt")
+    assert inputs["input_ids"].shape[1] == 65
+    with torch.no_grad():
+        expected = model(**inputs).last_hidden_state[:, 0].numpy()
+    assert np.allclose(np.array(batch.table.column("embedding").to_pylist(), np.float32), expected, atol=1e-5)
+
+
+@needs_torch
 @pytest.mark.parametrize("problem", ["single output", "regression"])
 def test_classify_scores_a_single_output_model_on_its_own(tmp_path, problem):
     """A reranker's or a reward model's one output: its sigmoid (a softmax over one label is 1.0 for every
