@@ -14,6 +14,7 @@ vLLM on a GPU slot where it is installed, and transformers' `generate` everywher
 
 import gc
 import importlib.util
+import inspect
 import os
 import string
 import sys
@@ -71,22 +72,38 @@ def fitting_batch(free: int, per_token: float, longest: int) -> int:
     return max(1, min(MAX_BATCH, int(free * HEADROOM / max(per_token * longest, 1))))
 
 
-@lru_cache(maxsize=1)
+@lru_cache(maxsize=8)
 def _gpu_memory(network, longest: int) -> tuple[int, float]:
-    """(bytes free on the model's GPU, bytes a token of input takes), measured once per model: a forward
-    pass over PROBE_ROWS rows of `longest` tokens, its keys and values cached as generate caches them."""
+    """(bytes free on the model's GPU, bytes a token of input takes), measured once per model and length:
+    the peak of one probe."""
     import torch  # noqa: PLC0415 (a slot's library, loaded with the model)
 
     device = network.device
     torch.cuda.synchronize(device)
     torch.cuda.reset_peak_memory_stats(device)
     before = torch.cuda.memory_allocated(device)
-    tokens = torch.ones((PROBE_ROWS, longest), dtype=torch.long, device=device)
-    with torch.inference_mode():
-        network(input_ids=tokens, attention_mask=torch.ones_like(tokens))
+    probe(network, longest)
     per_token = (torch.cuda.max_memory_allocated(device) - before) / (PROBE_ROWS * longest)
     torch.cuda.empty_cache()
     return torch.cuda.mem_get_info(device)[0], per_token
+
+
+def probe(network, longest: int):
+    """A forward pass over PROBE_ROWS rows of `longest` tokens as a batch runs them: a causal LM caches its
+    keys and values and keeps the last position's logits alone, as generate does (every position's would
+    take rows × longest × its vocabulary, 40 GB for a 0.5B model's 32k window)."""
+    import torch  # noqa: PLC0415 (a slot's library, loaded with the model)
+
+    tokens = torch.ones((PROBE_ROWS, longest), dtype=torch.long, device=network.device)
+    last_only = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(network.forward).parameters else {}
+    with torch.inference_mode():
+        return network(input_ids=tokens, attention_mask=torch.ones_like(tokens), **last_only)
+
+
+def reach(counts: list[int], new_tokens: int, limit: int) -> int:
+    """The longest sequence a batch of prompts of these token counts reaches, generated tokens included,
+    rounded up to a power of two (one measurement serves the batches of similar reach), within `limit`."""
+    return min(limit, 1 << (max(counts) + new_tokens - 1).bit_length())
 
 
 def _choice(params: dict, name: str) -> str:
@@ -491,7 +508,8 @@ class TransformersEngine(Engine):
         rooms = [self.room(count, params) for count in counts]
         if params["temperature"] == 0:
             roomy = [index for index, room in enumerate(rooms) if room == params["max_new_tokens"]]
-            size = batch_size(params, self.network, self.limit)
+            longest = reach([counts[i] for i in roomy], params["max_new_tokens"], self.limit) if roomy else 1
+            size = batch_size(params, self.network, longest)
             chunks = [[roomy[at] for at in chunk] for chunk in by_length([prompts[i] for i in roomy], size)]
             chunks += [[index] for index, room in enumerate(rooms) if room < params["max_new_tokens"]]
         else:

@@ -22,12 +22,15 @@ from jobs.models import Allocation, Job, Node, State
 from jobs.processors import Context, Record
 from jobs.processors.partner_model import (
     CPU_BATCH,
+    PROBE_ROWS,
     Classify,
     Embed,
     Generate,
     batch_size,
     fitting_batch,
     kept,
+    probe,
+    reach,
     template_fields,
 )
 from jobs.spec import Data, JobSpec, NamedFile, Request, Work
@@ -119,6 +122,22 @@ def test_a_slot_keeps_one_model_and_lets_the_last_one_go_before_it_loads_the_nex
     alive_while_loading = []
     kept(("model", "b.zip"), lambda: alive_while_loading.append(gone() is not None) or Loaded())
     assert alive_while_loading == [False], "the next model does not have to fit beside the last"
+
+
+def test_a_generate_batch_is_sized_for_the_length_its_prompts_reach_not_the_models_window():
+    assert reach([3, 10], new_tokens=12, limit=32768) == 32, "22 tokens, rounded up to a power of two"
+    assert reach([100], new_tokens=64, limit=4096) == 256
+    assert reach([120], new_tokens=8, limit=128) == 128, "within the model's window"
+
+
+@needs_torch
+def test_the_memory_probe_keeps_a_causal_lms_last_logits_alone(tmp_path):
+    from transformers import AutoModel, AutoModelForCausalLM  # noqa: PLC0415 (requirements-gpu.txt)
+
+    causal = AutoModelForCausalLM.from_pretrained(hf_models.gpt2(tmp_path / "gpt2"))
+    assert probe(causal, 16).logits.shape[:2] == (PROBE_ROWS, 1), "as generate keeps them"
+    encoder = AutoModel.from_pretrained(hf_models.bert(tmp_path / "bert"))
+    assert probe(encoder, 16).last_hidden_state.shape[:2] == (PROBE_ROWS, 16)
 
 
 @needs_torch
