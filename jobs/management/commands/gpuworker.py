@@ -45,6 +45,12 @@ def slot_environment(threads: int) -> dict[str, str]:
     return {**dict.fromkeys(THREAD_VARIABLES, str(threads)), **KEEP_FREED_MEMORY}
 
 
+def cuda_device(spec: nodes.SlotSpec) -> str:
+    """The slot's GPU as CUDA is to see it: by its UUID, since CUDA numbers GPUs fastest first and NVML by
+    their PCI bus, so that on a machine of mixed GPUs an index could name another than the one metered."""
+    return spec.uuid or str(spec.index)
+
+
 def celery_worker(queue: str, name: str, concurrency: int = 1) -> list[str]:
     return [
         sys.executable, "-m", "celery", "-A", "portal", "worker",
@@ -76,7 +82,7 @@ class Command(BaseCommand):
         by_index: dict[int, Child] = {}
         for spec in specs:
             env = slot_environment(threads)
-            env["CUDA_VISIBLE_DEVICES"] = str(spec.index) if gpus else ""
+            env["CUDA_VISIBLE_DEVICES"] = cuda_device(spec) if gpus else ""
             env["E31_READY_FILE"] = str(ready_dir / f"slot{spec.index}")
             queue = nodes.queue_name(name, spec.index)
             by_index[spec.index] = children.start(

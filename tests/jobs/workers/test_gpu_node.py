@@ -2,6 +2,7 @@
 GPU's utilisation and memory in use."""
 
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -22,7 +23,24 @@ def test_its_heartbeats_carry_each_gpus_utilisation_and_memory(redis_server):
             timeout=60,
             what="both GPUs' readings",
         )  # fmt: skip
+        assert sorted(slot_devices(worker.pid).items()) == [
+            ("slot0@fake-gpus", "GPU-00000000-0000-0000-0000-000000000000"),
+            ("slot1@fake-gpus", "GPU-00000000-0000-0000-0000-000000000001"),
+        ], "each slot sees its own GPU, named by its UUID"
     finally:
         worker.send_signal(2)
         worker.wait(30)
     assert not Gpu.objects.online().filter(node__name="fake-gpus").exists(), "offline once stopped"
+
+
+def slot_devices(gpuworker: int) -> dict[str, str]:
+    """CUDA_VISIBLE_DEVICES of each slot worker the gpuworker started, by the worker's name."""
+    found = {}
+    for child in Path(f"/proc/{gpuworker}/task/{gpuworker}/children").read_text().split():
+        command = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+        lines = Path(f"/proc/{child}/environ").read_bytes().decode().split("\0")
+        environment = dict(line.split("=", 1) for line in lines if "=" in line)
+        name = command[command.index(b"--hostname") + 1].decode() if b"--hostname" in command else ""
+        if name.startswith("slot"):
+            found[name] = environment["CUDA_VISIBLE_DEVICES"]
+    return found
