@@ -152,13 +152,26 @@ def roberta(folder: Path) -> Path:
     return folder
 
 
-def gpt2(folder: Path) -> Path:
-    """A real random 2-layer GPT-2 whose end-of-text token is word 0."""
+def sentencepiece_tokenizer() -> PreTrainedTokenizerFast:
+    """A word-level tokenizer that marks spaces as SentencePiece's do (▁), so that a text decoded alone
+    loses its first space, as Llama's and Mistral's do."""
+    vocab = {token: index for index, token in enumerate([GPT_END, "[UNK]", *(f"▁{word}" for word in WORDS)])}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tokenizer.normalizer = normalizers.Lowercase()
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
+    tokenizer.decoder = decoders.Metaspace()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, unk_token="[UNK]", eos_token=GPT_END, bos_token=GPT_END, model_max_length=128
+    )
+
+
+def gpt2(folder: Path, tokenizer: PreTrainedTokenizerFast | None = None) -> Path:
+    """A real random 2-layer GPT-2 whose end-of-text token is word 0, with gpt2_tokenizer() unless given."""
     import torch  # noqa: PLC0415 (requirements-gpu.txt; the tests that call this skip without it)
     from transformers import GPT2LMHeadModel  # noqa: PLC0415
 
     torch.manual_seed(0)
-    tokenizer = gpt2_tokenizer()
+    tokenizer = tokenizer or gpt2_tokenizer()
     config = GPT2Config(
         vocab_size=len(tokenizer), n_embd=HIDDEN, n_layer=LAYERS, n_head=2, n_positions=128,
         bos_token_id=0, eos_token_id=0, pad_token_id=0,
@@ -191,7 +204,8 @@ def edit_json(path: Path, **changes) -> None:
 
 def completion(folder: Path, prompt: str, max_new_tokens: int, seed: int, temperature: float, top_p: float) -> dict:
     """What the causal LM in `folder` generates for the prompt alone, as generate's row: greedy at
-    temperature 0, else sampled from `seed`; its text ends at the end-of-text token (word 0)."""
+    temperature 0, else sampled from `seed`; its tokens end at the end-of-text token (word 0), their text
+    as it follows the prompt's."""
     import torch  # noqa: PLC0415 (requirements-gpu.txt; the tests that call this skip without it)
     from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415
 
@@ -201,11 +215,13 @@ def completion(folder: Path, prompt: str, max_new_tokens: int, seed: int, temper
     torch.manual_seed(seed)
     with torch.no_grad():
         output = model.generate(**inputs, max_new_tokens=max_new_tokens, pad_token_id=0, **sampling)
-    tokens = output[0, inputs["input_ids"].shape[1] :].tolist()
+    prompt_ids = inputs["input_ids"][0].tolist()
+    tokens = output[0, len(prompt_ids) :].tolist()
     stopped = 0 in tokens
     tokens = tokens[: tokens.index(0) + 1] if stopped else tokens
+    whole = tokenizer.decode(prompt_ids + tokens, skip_special_tokens=True)
     return {
-        "text": tokenizer.decode(tokens, skip_special_tokens=True),
+        "text": whole.removeprefix(tokenizer.decode(prompt_ids, skip_special_tokens=True)),
         "prompt_tokens": inputs["input_ids"].shape[1],
         "output_tokens": len(tokens),
         "finish_reason": "stop" if stopped else "length",

@@ -159,7 +159,26 @@ def _load(model: str, device: str, task: str):
     builder = {"encoder": AutoModel, "classify": AutoModelForSequenceClassification, "generate": AutoModelForCausalLM}
     options = {"local_files_only": True, "trust_remote_code": False}
     network = builder[task].from_pretrained(folder, use_safetensors=True, dtype=dtype, **options)
+    if task == "generate":
+        network.generation_config = own_tokens_only(network.generation_config)
     return _tokenizer(model, task), network.to(device).eval()
+
+
+def own_tokens_only(settings):
+    """The model's generation settings with its special tokens alone: the job's parameters say how it
+    generates, as they do on vLLM, not defaults of the folder's (a repetition penalty, say)."""
+    from transformers import GenerationConfig  # noqa: PLC0415 (a slot's library, loaded with the model)
+
+    names = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
+    return GenerationConfig(**{name: getattr(settings, name) for name in names})
+
+
+def completion_text(tokenizer, prompt: list[int], tokens: list[int]) -> str:
+    """The generated tokens' text as it follows the prompt's: decoded after it, so that a tokenizer that
+    drops a text's first space (SentencePiece's) keeps the one between prompt and completion, as vLLM does."""
+    before = tokenizer.decode(prompt, skip_special_tokens=True)
+    after = tokenizer.decode(prompt + tokens, skip_special_tokens=True)
+    return after[len(before) :] if after.startswith(before) else tokenizer.decode(tokens, skip_special_tokens=True)
 
 
 def by_length(texts: list[str], size: int) -> list[list[int]]:
@@ -538,15 +557,16 @@ class TransformersEngine(Engine):
             output = network.generate(**inputs, max_new_tokens=room, pad_token_id=tokenizer.pad_token_id, **sampling)
         width = inputs["input_ids"].shape[1]
         rows = []
-        for prompt_tokens, tokens in zip(
-            inputs["attention_mask"].sum(dim=1).tolist(), output[:, width:].tolist(), strict=True
+        for ids, mask, tokens in zip(
+            inputs["input_ids"].tolist(), inputs["attention_mask"].tolist(), output[:, width:].tolist(), strict=True
         ):
+            prompt = [token for token, real in zip(ids, mask, strict=True) if real]
             stop = next((index for index, token in enumerate(tokens) if token in stops), None)
             kept = tokens if stop is None else tokens[: stop + 1]
             rows.append(
                 {
-                    "text": tokenizer.decode(kept, skip_special_tokens=True),
-                    "prompt_tokens": prompt_tokens,
+                    "text": completion_text(tokenizer, prompt, kept),
+                    "prompt_tokens": len(prompt),
                     "output_tokens": len(kept),
                     "finish_reason": "length" if stop is None else "stop",
                 }

@@ -331,6 +331,23 @@ def test_a_prompt_the_model_cannot_take_is_rejected_and_one_near_its_length_stop
 
 
 @needs_torch
+def test_generate_runs_as_the_jobs_parameters_say_not_the_folders_defaults_and_keeps_the_space_before(tmp_path):
+    """A folder's generation_config.json (a repetition penalty) is not applied, as on vLLM; and with a
+    SentencePiece tokenizer the completion keeps the space that follows the prompt, as vLLM's does."""
+    plain = hf_models.gpt2(tmp_path / "plain", hf_models.sentencepiece_tokenizer())
+    texts = ["good tea", "the parcel arrived", "cold coffee is"]
+    raw = {"template": "{text}", "max_new_tokens": "6"}
+    expected = Generate().run_batch(records_of(texts), context_of(Generate(), plain, raw)).table.to_pylist()
+    assert expected == [hf_models.completion(plain, text, 6, 5, 0, 1.0) for text in texts]
+    assert all(row["text"].startswith(" ") for row in expected if row["output_tokens"] > 1), expected
+
+    penalised = hf_models.gpt2(tmp_path / "penalised", hf_models.sentencepiece_tokenizer())
+    hf_models.edit_json(penalised / "generation_config.json", repetition_penalty=3.0, no_repeat_ngram_size=2)
+    rows = Generate().run_batch(records_of(texts), context_of(Generate(), penalised, raw)).table.to_pylist()
+    assert rows == expected
+
+
+@needs_torch
 def test_a_generate_batch_is_the_same_whatever_its_order(tmp_path, settings):
     raw = {"template": "{text}", "temperature": "1", "seed": "3", "max_new_tokens": "8"}
     processor, context = Generate(), context_of(Generate(), hf_models.gpt2(tmp_path / "gpt2"), raw)

@@ -5,9 +5,10 @@ It keeps the real one's contract where the portal depends on it: `LLM(model=fold
 refuses a length beyond the model's positions; `generate(prompts, [SamplingParams], use_tqdm=False)` gives
 one result per prompt, in order, refuses a prompt longer than max_model_len, ends a completion at
 max_model_len (finish_reason "length") and at the end-of-text token ("stop", the token counted in
-token_ids, left out of the text); and, as vLLM's V1 engine does unless VLLM_ENABLE_V1_MULTIPROCESSING is
-0, `LLM` starts its engine in a process of its own. The tokens come from transformers on the CPU, each
-prompt alone, seeded with its request's seed, as the portal's transformers path seeds a record."""
+token_ids, left out of the text), its text decoded as it follows the prompt's; and, as vLLM's V1 engine
+does unless VLLM_ENABLE_V1_MULTIPROCESSING is 0, `LLM` starts its engine in a process of its own. The
+tokens come from transformers on the CPU, each prompt alone, seeded with its request's seed, as the
+portal's transformers path seeds a record."""
 
 import multiprocessing
 import os
@@ -62,8 +63,9 @@ class LLM:
             )[0, len(ids) :].tolist()
         end = self.tokenizer.eos_token_id
         tokens = output[: output.index(end) + 1] if end in output else output
+        prompt = self.tokenizer.decode(ids, skip_special_tokens=True)
         completion = SimpleNamespace(
-            text=self.tokenizer.decode(tokens, skip_special_tokens=True),
+            text=self.tokenizer.decode(ids + tokens, skip_special_tokens=True).removeprefix(prompt),
             token_ids=tokens,
             finish_reason="stop" if end in tokens else "length",
         )
