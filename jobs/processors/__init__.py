@@ -4,7 +4,17 @@ entry-point group `e31.processors`."""
 from functools import cache
 from importlib.metadata import entry_points
 
-from jobs.processors.base import Batch, Context, Param, ParamError, Processor, Record, data_column
+from jobs.processors.base import (
+    Batch,
+    Context,
+    Param,
+    ParamError,
+    Processor,
+    ProcessSpent,
+    Record,
+    data_column,
+    spent,
+)
 from jobs.processors.clean_table import CleanTable
 from jobs.processors.column_stats import ColumnStats
 from jobs.processors.embed_text import EmbedText
@@ -17,12 +27,14 @@ __all__ = [
     "Context",
     "Param",
     "ParamError",
+    "ProcessSpent",
     "Processor",
     "Record",
     "available",
     "data_column",
     "get",
     "runnable_here",
+    "spent",
 ]
 
 BUILT_IN: tuple[type[Processor], ...] = (

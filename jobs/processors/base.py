@@ -27,6 +27,18 @@ class ParamError(ValueError):
     """A work parameter the user gave is not acceptable; the message names it."""
 
 
+class ProcessSpent(Exception):
+    """This process cannot run the batch, but a fresh one can: it holds a model it cannot let go of. The
+    slot gives the shard back, uncounted, and a new process takes the hold over."""
+
+
+def spent(error: BaseException) -> bool:
+    """Whether the error leaves this process unable to run any more work: a CUDA error (a device-side
+    assert, an illegal memory access) stays with the process's CUDA context, and every later call on it
+    fails. Running out of GPU memory is not one."""
+    return isinstance(error, ProcessSpent) or "CUDA error" in str(error) or type(error).__name__ == "AcceleratorError"
+
+
 def data_column(name: str, columns: Sequence[str]) -> str | None:
     """The data's own spelling of the column a parameter names, or None when it has no such column.
 

@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from jobs.processors import hf_model
-from jobs.processors.base import Batch, Context, Param, ParamError, Processor, Record, data_column
+from jobs.processors.base import Batch, Context, Param, ParamError, Processor, ProcessSpent, Record, data_column
 from jobs.processors.embed_text import slot_threads, text_column, text_of, texts_of
 from jobs.processors.onnx_infer import local_model
 
@@ -119,8 +119,11 @@ _kept: dict[tuple, object] = {}
 def kept(key: tuple, build: Callable):
     """What build() gives for `key` (a model loaded), kept for the job's next batches until another key is
     asked for. The one kept before is let go first: a slot holds one model at a time, in its memory or its
-    GPU's, and the next job's model does not have to fit beside the last one's."""
+    GPU's, and the next job's model does not have to fit beside the last one's. ProcessSpent when the one
+    kept cannot be let go (its `lets_go` is False)."""
     if key not in _kept:
+        if not all(getattr(value, "lets_go", True) for value in _kept.values()):
+            raise ProcessSpent(f"its model, in {type(next(iter(_kept.values()))).__name__}, cannot be let go")
         _kept.clear()
         _gpu_memory.cache_clear()  # it holds the last model's network
         gc.collect()
@@ -575,7 +578,11 @@ class TransformersEngine(Engine):
 
 
 class VllmEngine(Engine):
-    """vLLM's offline batch generation (continuous batching, paged KV cache) on the slot's GPU."""
+    """vLLM's offline batch generation (continuous batching, paged KV cache) on the slot's GPU. An engine
+    in its process's keeps the GPU's memory once made (vllm-project/vllm#21073): the next model takes a
+    fresh process."""
+
+    lets_go = False
 
     def __init__(self, model: str):
         # vLLM is installed only on GPU machines that want it; imported only where it runs. Its engine runs

@@ -41,6 +41,9 @@ log = logging.getLogger(__name__)
 CLAIM_CHECK_SECONDS = 1.0
 
 
+EXIT_SPENT = 75  # a slot process that ends itself, its hold handed over (EX_TEMPFAIL)
+
+
 class ShardLost(Exception):
     """The shard's claim ended while it ran: the job stopped, or another slot took it over."""
 
@@ -79,7 +82,12 @@ def run_slot(job_id: int, allocation_id: int, runner: str = "") -> str:
         except FormatError as error:
             lifecycle.fail(job, f"Shard {shard.index}: {error}")
             return "failed"
-        except Exception:
+        except processors.ProcessSpent as error:
+            Shard.objects.filter(pk=shard.pk, claim=token).update(
+                status=Shard.Status.PENDING, claim="", lease_until=None, attempts=F("attempts") - 1
+            )
+            _end_process(job_id, allocation_id, runner, gpu, str(error))
+        except Exception as error:
             log.exception("shard %s of job %s failed", shard.index, job.pk)
             Shard.objects.filter(pk=shard.pk, claim=token).update(
                 status=Shard.Status.PENDING,
@@ -88,6 +96,17 @@ def run_slot(job_id: int, allocation_id: int, runner: str = "") -> str:
                 error=traceback.format_exc(limit=5),
                 failed_on=gpu,
             )
+            if processors.spent(error):
+                _end_process(job_id, allocation_id, runner, gpu, str(error))
+
+
+def _end_process(job_id: int, allocation_id: int, runner: str, gpu: Gpu, why: str) -> None:
+    """End this slot process, which can run no more work: the hold's next task goes to the slot's queue
+    first, so that the fresh process its worker starts in its place takes the hold over at once."""
+    log.warning("the process of %s ends (%s); a fresh one takes job %s over", gpu, why, job_id)
+    _hand_over(job_id, allocation_id, runner, gpu.queue)
+    logging.shutdown()
+    os._exit(EXIT_SPENT)
 
 
 def _report(allocation_id: int, runner: str) -> bool:

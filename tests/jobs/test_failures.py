@@ -9,6 +9,7 @@ from django.core.files.storage import default_storage
 
 from billing.models import LedgerEntry
 from jobs.models import Job, Shard, State
+from jobs.workers.node import process_runs
 from tests.datasets import csv_bytes
 from tests.support import job_form, wait_for_end
 
@@ -48,6 +49,28 @@ def test_it_stops_retrying_a_poison_shard_and_fails_the_job(fleet, partner_clien
     assert job.error == f"Shard {poison.index} failed 3 times: RuntimeError: record 600 is poison"
     assert not job.allocations.filter(held_to__isnull=True).exists()
     assert LedgerEntry.objects.filter(job=job, kind=LedgerEntry.Kind.HOLD).exists(), "the hours held are on the ledger"
+
+
+def test_a_slot_whose_device_broke_hands_its_hold_to_a_fresh_process_which_finishes_the_job(
+    fleet, partner_client, tmp_path
+):
+    """A CUDA error stays with its process: every later call there fails. The slot gives the shard back,
+    and its process ends with the hold handed over; the fresh one its worker starts runs the rest."""
+    form = job_form(csv_bytes(2000), name="numbers.csv", work="test-slow-echo", gpus="1")
+    form["param-test-slow-echo-seconds_per_batch"] = "0"
+    form["param-test-slow-echo-device_fault_at_record"] = "600"
+    form["param-test-slow-echo-device_fault_marker"] = str(tmp_path / "faulted")
+    partner_client.post("/jobs/new/", form)
+    job = wait_for_end(Job.objects.get())
+    assert job.state == State.SUCCEEDED, job.error
+    assert job.records_out == 2000
+    broken = Shard.objects.get(job=job, first_record__lte=600, first_record__gt=600 - 250)
+    assert broken.attempts == 2
+    before = set(Shard.objects.filter(job=job, index__lt=broken.index).values_list("worker_pid", flat=True))
+    after = set(Shard.objects.filter(job=job, index__gte=broken.index).values_list("worker_pid", flat=True))
+    assert len(before) == len(after) == 1 and before != after, "the shards after it ran in a fresh process"
+    assert not process_runs(before.pop()), "the broken process ended"
+    assert job.allocations.count() == 1, "one hold throughout: handed over, never ended and held again"
 
 
 def test_a_shard_that_fails_on_one_slot_is_retried_on_another(fleet, partner_client):

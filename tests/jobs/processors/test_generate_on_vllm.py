@@ -59,3 +59,32 @@ def test_generate_runs_on_vllm_in_a_gpu_slot_each_record_with_its_seed_and_room(
         assert {name: row[name] for name in expected} == expected, row
     near = [row for row in rows if row["prompt_tokens"] == 122]
     assert len(near) == 3 and all(row["output_tokens"] <= 6 for row in near), "the 6 tokens left, not 12"
+
+
+@needs_torch
+@pytest.mark.django_db(transaction=True)
+def test_the_next_model_on_a_slot_that_ran_vllm_gets_a_fresh_process(gpu_node, partner_client, tmp_path):
+    """vLLM's engine keeps its GPU's memory in the process that made it: a slot asked for another model
+    gives the shard back, uncounted, and a fresh process of its worker takes the hold over."""
+    wait_for_slots(gpu_node)
+    models = [
+        hf_models.gpt2(tmp_path / "gpt2"),
+        hf_models.gpt2(tmp_path / "spiece", hf_models.sentencepiece_tokenizer()),
+    ]
+    lines = "".join(json.dumps({"topic": topic}) + "\n" for topic in ["tea", "refund", "coffee", "parcel"] * 20)
+    jobs = []
+    for folder in models:
+        form = job_form(
+            lines.encode(), name="topics.jsonl", work="generate", gpus="2",
+            model=upload(f"{folder.name}.zip", zipped_folder(folder)),
+            **{"param-generate-template": "the {topic} is", "param-generate-max_new_tokens": "4"},
+        )  # fmt: skip
+        assert partner_client.post("/jobs/new/", form).status_code == 302
+        jobs.append(wait_for_end(Job.objects.latest("pk"), timeout=180))
+        assert jobs[-1].state == State.SUCCEEDED, jobs[-1].error
+    first, second = ({(shard.gpu_id, shard.worker_pid) for shard in job.shards.all()} for job in jobs)
+    assert {gpu for gpu, _ in first} & {gpu for gpu, _ in second}, "a slot ran both"
+    assert not first & second, "no process ran both models"
+    assert all(shard.attempts == 1 for shard in jobs[1].shards.all()), "a shard given back is not counted"
+    rows, _, _ = output_of(partner_client, jobs[1])
+    assert rows[0] == {"_record": 1, **hf_models.completion(models[1], "the tea is", 4, 0, 0, 1.0)}

@@ -5,10 +5,11 @@ It keeps the real one's contract where the portal depends on it: `LLM(model=fold
 refuses a length beyond the model's positions; `generate(prompts, [SamplingParams], use_tqdm=False)` gives
 one result per prompt, in order, refuses a prompt longer than max_model_len, ends a completion at
 max_model_len (finish_reason "length") and at the end-of-text token ("stop", the token counted in
-token_ids, left out of the text), its text decoded as it follows the prompt's; and, as vLLM's V1 engine
-does unless VLLM_ENABLE_V1_MULTIPROCESSING is 0, `LLM` starts its engine in a process of its own. The
-tokens come from transformers on the CPU, each prompt alone, seeded with its request's seed, as the
-portal's transformers path seeds a record."""
+token_ids, left out of the text), its text decoded as it follows the prompt's. As vLLM's V1 engine does
+unless VLLM_ENABLE_V1_MULTIPROCESSING is 0, `LLM` starts its engine in a process of its own; an engine
+made in the slot's process keeps the GPU's memory, so that no other starts there. The tokens come from
+transformers on the CPU, each prompt alone, seeded with its request's seed, as the portal's transformers
+path seeds a record."""
 
 import multiprocessing
 import os
@@ -31,8 +32,17 @@ def _engine_core() -> None:
     """The engine's own process, as V1 starts it (it has nothing to do here)."""
 
 
+_made = []  # the engines made in this process: in-process, an engine keeps the GPU's memory (vllm#21073)
+
+
 class LLM:
     def __init__(self, model: str, max_model_len: int | None = None, **options):
+        if _made:
+            raise ValueError(
+                "Free memory on device (0.9/79.2 GiB) on startup is less than desired GPU memory utilization "
+                f"(0.9, 71.3 GiB): an engine of {_made[0]} holds it"
+            )
+        _made.append(model)
         if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") != "0":
             process = multiprocessing.get_context("spawn").Process(target=_engine_core)
             process.start()
