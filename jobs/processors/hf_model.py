@@ -5,6 +5,8 @@ The check reads the archive's index and a few small files, never the weights the
 - every member stays inside the folder: no absolute path or `..`, no link or device, at most
   E31_MODEL_MAX_FILES files and E31_MAX_MODEL_BYTES once expanded, no zip member that expands
   like a bomb;
+- what macOS adds when it archives a folder (__MACOSX/, ._ files, .DS_Store) is passed over, never
+  read nor unpacked;
 - the weights are safetensors: pickle files (.bin, .pt, ...) are never read, so a model with only
   those is refused;
 - no code of its own: a .py file, or an `auto_map` in its config, asks for trust_remote_code, which
@@ -77,7 +79,7 @@ class _Archive:
         self.files = self._files()
 
     def _files(self) -> list[tuple[str, str, int]]:
-        """(path in the folder's terms, path as archived, size) of each file."""
+        """(path in the folder's terms, path as archived, size) of each file but macOS's metadata."""
         found, total = [], 0
         entries = self.zip.infolist() if self.zip else self.tar.getmembers()
         for entry in entries:
@@ -89,7 +91,7 @@ class _Archive:
                 raise ParamError(f"the archive holds {name!r}, a link")
             if self.tar and not (entry.isfile() or entry.isdir()):
                 raise ParamError(f"the archive holds {name!r}, which is not a file")
-            if (self.zip and entry.is_dir()) or (self.tar and entry.isdir()):
+            if (self.zip and entry.is_dir()) or (self.tar and entry.isdir()) or _is_macos_metadata(path):
                 continue
             size = entry.file_size if self.zip else entry.size
             if self.zip and size > 1024 * 1024 and size > MAX_RATIO * max(1, entry.compress_size):
@@ -112,6 +114,13 @@ class _Archive:
 
     def open(self, archived: str) -> BinaryIO:
         return self.zip.open(archived) if self.zip else self.tar.extractfile(archived)
+
+
+def _is_macos_metadata(path: PurePosixPath) -> bool:
+    """Whether the path is one macOS adds to a folder it archives, never part of the model: Finder's zip
+    keeps each file's attributes under __MACOSX/, bsdtar in a ._ file (AppleDouble) beside it, and Finder
+    leaves a .DS_Store in a folder it has shown."""
+    return path.parts[:1] == ("__MACOSX",) or path.name.startswith("._") or path.name == ".DS_Store"
 
 
 def _folder(files: list[tuple[str, str, int]]) -> list[Member]:

@@ -4,6 +4,7 @@ folders built here: none needs torch, none loads the weights."""
 import io
 import tarfile
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -142,3 +143,27 @@ def test_the_kind_must_fit_the_architecture(tmp_path):
         hf_model.check(path, "classify")
     with pytest.raises(ParamError, match="the model is not a causal language model: its architectures are BertModel"):
         hf_model.check(path, "generate")
+
+
+APPLE_DOUBLE = b"\x00\x05\x16\x07\x00\x02\x00\x00Mac OS X        "
+
+
+def test_what_macos_adds_to_an_archive_is_passed_over(tmp_path):
+    """Finder's zip (its __MACOSX folder and .DS_Store) and bsdtar's ._ files, of the files selected and
+    of the folder zipped: the model is checked and unpacked as if they were not there."""
+    folder = checkable_bert(tmp_path / "bert")
+    files = {path.name: path.read_bytes() for path in folder.iterdir()}
+    litter = {".DS_Store": b"\x00\x00\x00\x01Bud1", **{f"._{name}": APPLE_DOUBLE for name in files}}
+    layouts = {
+        "selected.zip": {**files, **litter, **{f"__MACOSX/._{name}": APPLE_DOUBLE for name in files}},
+        "zipped.zip": {
+            **{f"bert/{name}": content for name, content in {**files, **litter}.items()},
+            **{f"__MACOSX/bert/._{name}": APPLE_DOUBLE for name in files},
+        },
+    }
+    for name, members in layouts.items():
+        path = tmp_path / name
+        path.write_bytes(zip_of(members))
+        assert hf_model.check(str(path), "encoder")["files"] == len(files) == 4, name
+        unpacked = Path(hf_model.unpacked(str(path)).name)
+        assert sorted(item.name for item in unpacked.rglob("*")) == sorted(files), name
