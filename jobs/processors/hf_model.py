@@ -9,8 +9,9 @@ The check reads the archive's index and a few small files, never the weights the
   read nor unpacked;
 - the weights are safetensors: pickle files (.bin, .pt, ...) are never read, so a model with only
   those is refused;
-- no code of its own: a .py file, or an `auto_map` in its config, asks for trust_remote_code, which
-  is never given;
+- no code of its own: an `auto_map` in its config, its tokenizer's or its processor's asks for
+  trust_remote_code, which is never given. A .py file nothing asks for (a Hub snapshot's
+  train_script.py) cannot run without it, and is left out when unpacked;
 - its architecture is one transformers knows, looked up in transformers' own tables by name (nothing
   from the folder is imported), and one the work kind runs;
 - a tokenizer is there;
@@ -36,6 +37,9 @@ from jobs.processors.base import ParamError
 from portal import units
 
 PICKLE_SUFFIXES = frozenset({".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".h5", ".msgpack"})
+NOT_UNPACKED = PICKLE_SUFFIXES | {".py"}  # a pickle runs code when loaded, and a slot imports no .py file
+# The settings files where an auto_map may name the folder's own classes for transformers' Auto classes.
+CODE_SETTINGS = ("config.json", "tokenizer_config.json", "processor_config.json", "preprocessor_config.json")
 # The files that make a tokenizer transformers can load without code, any one set of them.
 TOKENIZER_SETS = (
     {"tokenizer.json"},
@@ -123,6 +127,10 @@ def _is_macos_metadata(path: PurePosixPath) -> bool:
     return path.parts[:1] == ("__MACOSX",) or path.name.startswith("._") or path.name == ".DS_Store"
 
 
+def _unpacks(member: Member) -> bool:
+    return PurePosixPath(member.name).suffix not in NOT_UNPACKED
+
+
 def _folder(files: list[tuple[str, str, int]]) -> list[Member]:
     """The members of the model folder: those beside the shallowest config.json, the folder's root."""
     configs = [name for name, _, _ in files if PurePosixPath(name).name == "config.json"]
@@ -199,10 +207,7 @@ def _architectures() -> dict[str, set[str]]:
 
 
 def _check_code(archive: _Archive, members: dict[str, Member], config: dict) -> None:
-    code = sorted(name for name in members if name.endswith(".py"))
-    if code:
-        raise ParamError(f"the model brings its own code ({code[0]}); models are never run with trust_remote_code")
-    for settings_file in ("config.json", "tokenizer_config.json"):
+    for settings_file in CODE_SETTINGS:
         found = config if settings_file == "config.json" else None
         if found is None and settings_file in members:
             found = _read_json(archive, members[settings_file])
@@ -366,13 +371,13 @@ def _labels(config: dict) -> list[str]:
 
 @lru_cache(maxsize=2)
 def unpacked(path: str) -> tempfile.TemporaryDirectory:
-    """The model archive at `path` unpacked into a folder of its own, checked again first; its pickle
-    files are left out. Kept for the next batches of the job; removed once dropped or at exit."""
+    """The model archive at `path` unpacked into a folder of its own, checked again first; its pickle and
+    .py files are left out. Kept for the next batches of the job; removed once dropped or at exit."""
     folder = tempfile.TemporaryDirectory(prefix="e31-model-")
     with open(path, "rb") as stream:
         archive = _Archive(stream)
         for member in _folder(archive.files):
-            if PurePosixPath(member.name).suffix in PICKLE_SUFFIXES:
+            if not _unpacks(member):
                 continue
             target = Path(folder.name, member.name)
             target.parent.mkdir(parents=True, exist_ok=True)

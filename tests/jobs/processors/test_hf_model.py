@@ -48,7 +48,17 @@ def truncated(folder):
 
 BAD_FOLDERS = {
     "pickle weights only": (pickle_only, "the weights are pickle files (pytorch_model.bin), which can run code"),
-    "remote code": (write("modeling_fancy.py", b"import os\n"), "brings its own code (modeling_fancy.py)"),
+    "remote code": (
+        lambda folder: (
+            (folder / "tokenization_fancy.py").write_bytes(b"import os\n"),
+            edit_json(folder / "tokenizer_config.json", auto_map={"AutoTokenizer": ["tokenization_fancy.Fancy", None]}),
+        ),
+        "tokenizer_config.json asks for its own code (auto_map); models are never run with trust_remote_code",
+    ),
+    "processor code": (
+        write("preprocessor_config.json", b'{"auto_map": {"AutoImageProcessor": "fancy.FancyProcessor"}}'),
+        "preprocessor_config.json asks for its own code (auto_map)",
+    ),
     "auto_map": (
         lambda folder: edit_json(folder / "config.json", auto_map={"AutoModel": "fancy.FancyModel"}),
         "config.json asks for its own code (auto_map); models are never run with trust_remote_code",
@@ -167,3 +177,16 @@ def test_what_macos_adds_to_an_archive_is_passed_over(tmp_path):
         assert hf_model.check(str(path), "encoder")["files"] == len(files) == 4, name
         unpacked = Path(hf_model.unpacked(str(path)).name)
         assert sorted(item.name for item in unpacked.rglob("*")) == sorted(files), name
+
+
+def test_a_py_file_nothing_asks_for_passes_and_is_left_out_when_unpacked(tmp_path):
+    """A Hub snapshot of all-MiniLM-L6-v2 ships the train_script.py it was trained with: without an
+    auto_map nothing imports it, and models are never run with trust_remote_code."""
+    folder = checkable_bert(tmp_path / "bert")
+    (folder / "train_script.py").write_bytes(b"import os\n")
+    (folder / "scripts").mkdir()
+    (folder / "scripts" / "convert.py").write_bytes(b"import sys\n")
+    path = archive(tmp_path, folder)
+    assert hf_model.check(path, "encoder")["model_type"] == "bert"
+    unpacked = Path(hf_model.unpacked(path).name)
+    assert not list(unpacked.rglob("*.py")) and (unpacked / "model.safetensors").exists()
