@@ -3,8 +3,8 @@ or a .tar, checked when the job is submitted and unpacked on the slot that runs 
 
 The check reads the archive's index and a few small files, never the weights themselves:
 - every member stays inside the folder: no absolute path or `..`, no link or device, at most
-  E31_MODEL_MAX_FILES files and E31_MAX_MODEL_BYTES once expanded, no zip member that expands
-  like a bomb;
+  E31_MODEL_MAX_FILES files, no zip member that expands like a bomb;
+- the files unpacked on a slot come to at most E31_MAX_MODEL_BYTES;
 - what macOS adds when it archives a folder (__MACOSX/, ._ files, .DS_Store) is passed over, never
   read nor unpacked;
 - the weights are safetensors: pickle files (.bin, .pt, ...) are never read, so a model with only
@@ -84,7 +84,7 @@ class _Archive:
 
     def _files(self) -> list[tuple[str, str, int]]:
         """(path in the folder's terms, path as archived, size) of each file but macOS's metadata."""
-        found, total = [], 0
+        found = []
         entries = self.zip.infolist() if self.zip else self.tar.getmembers()
         for entry in entries:
             name = entry.filename if self.zip else entry.name
@@ -103,12 +103,8 @@ class _Archive:
                     f"the archive's {name!r} expands {size // max(1, entry.compress_size):,} times: a bomb"
                 )
             found.append((str(path), name, size))
-            total += size
             if len(found) > settings.E31_MODEL_MAX_FILES:
                 raise ParamError(f"the archive holds more than {settings.E31_MODEL_MAX_FILES:,} files")
-            if total > settings.E31_MAX_MODEL_BYTES:
-                limit = units.limit(settings.E31_MAX_MODEL_BYTES)
-                raise ParamError(f"the model expands to more than the {limit} limit (at {name!r})")
         return found
 
     def _is_link(self, entry) -> bool:
@@ -132,13 +128,21 @@ def _unpacks(member: Member) -> bool:
 
 
 def _folder(files: list[tuple[str, str, int]]) -> list[Member]:
-    """The members of the model folder: those beside the shallowest config.json, the folder's root."""
+    """The members of the model folder: those beside the shallowest config.json, the folder's root. Those
+    unpacked come to at most E31_MAX_MODEL_BYTES; the rest are never written, and count for nothing."""
     configs = [name for name, _, _ in files if PurePosixPath(name).name == "config.json"]
     if not configs:
         raise ParamError("the archive holds no config.json: it is not a Hugging Face model folder")
     root = min((PurePosixPath(name).parent for name in configs), key=lambda parent: len(parent.parts))
     prefix = "" if str(root) == "." else f"{root}/"
-    return [Member(name[len(prefix) :], archived, size) for name, archived, size in files if name.startswith(prefix)]
+    members = [Member(name[len(prefix) :], archived, size) for name, archived, size in files if name.startswith(prefix)]
+    total = 0
+    for member in filter(_unpacks, members):
+        total += member.size
+        if total > settings.E31_MAX_MODEL_BYTES:
+            limit = units.limit(settings.E31_MAX_MODEL_BYTES)
+            raise ParamError(f"the model expands to more than the {limit} limit (at {member.archived!r})")
+    return members
 
 
 def _read_json(archive: _Archive, member: Member) -> dict:
@@ -339,6 +343,7 @@ def check(path: str, task: str) -> dict:
             shapes |= _tensors(archive, members[name])
         width, vocab = _check_sizes(config, shapes)
         sentence = _sentence_modules(archive, members)
+    unpacked_members = [member for member in members.values() if _unpacks(member)]
     facts = {
         "sha256": digest.hexdigest(),
         "model_type": config["model_type"],
@@ -346,8 +351,8 @@ def check(path: str, task: str) -> dict:
         "hidden_size": width,
         "vocab_size": vocab,
         "parameters": sum(_count(shape) for shape in shapes.values()),
-        "bytes": sum(member.size for member in members.values()),
-        "files": len(members),
+        "bytes": sum(member.size for member in unpacked_members),
+        "files": len(unpacked_members),
         **sentence,
     }
     if task == "classify":

@@ -190,3 +190,20 @@ def test_a_py_file_nothing_asks_for_passes_and_is_left_out_when_unpacked(tmp_pat
     assert hf_model.check(path, "encoder")["model_type"] == "bert"
     unpacked = Path(hf_model.unpacked(path).name)
     assert not list(unpacked.rglob("*.py")) and (unpacked / "model.safetensors").exists()
+
+
+def test_the_size_limit_counts_only_the_files_unpacked(tmp_path, settings):
+    """Pickle weights beside the safetensors, a .py file, and a file outside the model folder are never
+    unpacked: the model is within the limit whatever their size."""
+    settings.E31_MAX_MODEL_BYTES = 500_000
+    folder = checkable_bert(tmp_path / "bert")
+    files = {f"bert/{path.name}": path.read_bytes() for path in folder.iterdir()}
+    large = bytes(600_000)
+    never_unpacked = {"bert/pytorch_model.bin": large, "bert/train_script.py": large, "notes/large.txt": large}
+    path = tmp_path / "model.zip"
+    path.write_bytes(zip_of({**files, **never_unpacked}))
+    facts = hf_model.check(str(path), "encoder")
+    assert (facts["files"], facts["bytes"]) == (4, sum(len(content) for content in files.values()))
+    assert sorted(item.name for item in Path(hf_model.unpacked(str(path)).name).iterdir()) == sorted(
+        name.removeprefix("bert/") for name in files
+    )
