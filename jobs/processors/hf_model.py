@@ -15,6 +15,9 @@ The check reads the archive's index and a few small files, never the weights the
 - its architecture is one transformers knows, looked up in transformers' own tables by name (nothing
   from the folder is imported), and one the work kind runs;
 - a tokenizer is there;
+- a sentence-transformers folder holds only the modules embed runs itself: its encoder, a pooling by
+  one mode (cls, mean or lasttoken), and unit length. Its Pooling config is read in either form:
+  sentence-transformers 6's pooling_mode, or the flag per mode of the versions before it;
 - the config tells the truth: its vocabulary, width and layer count match the tensor shapes the
   safetensors headers give.
 """
@@ -58,6 +61,17 @@ EMBEDDING_NAMES = ("word_embeddings.weight", "wte.weight", "embed_tokens.weight"
 LAYER_INDEX = re.compile(r"\.(?:layer|layers|h|blocks)\.(\d+)\.")
 # Sentence-transformers modules this runs itself: the encoder, its pooling, and unit length.
 SENTENCE_MODULES = {"Transformer", "Pooling", "Normalize"}
+# sentence-transformers' pooling modes that embed runs (pool() in partner_model.py), by embed's names for them.
+POOLING_MODES = {"cls": "cls", "mean": "mean", "lasttoken": "last"}
+# Before sentence-transformers 6 its Pooling config set a flag per mode; it reads them in this order.
+POOLING_FLAGS = {
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens": "weightedmean",
+    "pooling_mode_lasttoken": "lasttoken",
+}
 
 
 @dataclass(frozen=True)
@@ -301,14 +315,26 @@ def _sentence_modules(archive: _Archive, members: dict[str, Member]) -> dict:
     if pooling is not None:
         path = f"{pooling.get('path', '')}/config.json".lstrip("/")
         if path in members:
-            settings_found = _read_json(archive, members[path])
-            modes = {
-                "cls": "pooling_mode_cls_token",
-                "mean": "pooling_mode_mean_tokens",
-                "last": "pooling_mode_lasttoken",
-            }
-            found["pooling"] = next((mode for mode, key in modes.items() if settings_found.get(key)), "mean")
+            found["pooling"] = _pooling(_read_json(archive, members[path]), path)
     return found
+
+
+def _pooling(config: dict, path: str) -> str:
+    """The pooling embed runs for a sentence-transformers Pooling config: its pooling_mode, a mode or a list
+    of them (version 6), else the flags set (mean where none is, as sentence-transformers reads them)."""
+    if "pooling_mode" in config:
+        modes = config["pooling_mode"]
+        modes = [modes] if isinstance(modes, str) else modes
+    else:
+        modes = [mode for flag, mode in POOLING_FLAGS.items() if config.get(flag)] or ["mean"]
+    if not isinstance(modes, list) or not modes or not all(isinstance(mode, str) for mode in modes):
+        raise ParamError(f"{path}'s pooling_mode is not a pooling mode or a list of them")
+    runs = ", ".join(POOLING_MODES)
+    if len(modes) > 1:
+        raise ParamError(f"{path} pools by {' and '.join(modes)} at once; embed pools by one of {runs}")
+    if modes[0] not in POOLING_MODES:
+        raise ParamError(f"{path} pools by {modes[0]}, which embed does not run (it runs {runs})")
+    return POOLING_MODES[modes[0]]
 
 
 def check(path: str, task: str) -> dict:

@@ -1,7 +1,9 @@
 """The checks a partner's Hugging Face model passes on submit (jobs/processors/hf_model.py), over tiny
-folders built here: none needs torch, none loads the weights."""
+folders built here: none loads the weights, and only those that the real libraries save need torch."""
 
 import io
+import json
+import re
 import tarfile
 import zipfile
 from pathlib import Path
@@ -10,7 +12,12 @@ import numpy as np
 import pytest
 
 from jobs.processors import ParamError, hf_model
+from jobs.processors.partner_model import Embed
+from tests import hf_models
 from tests.hf_models import checkable_bert, edit_json, tarred_folder, zipped_folder
+from tests.support import needs_libraries_of
+
+needs_torch = needs_libraries_of(Embed())
 
 
 def archive(tmp_path, folder, name: str = "model.zip") -> str:
@@ -207,3 +214,58 @@ def test_the_size_limit_counts_only_the_files_unpacked(tmp_path, settings):
     assert sorted(item.name for item in Path(hf_model.unpacked(str(path)).name).iterdir()) == sorted(
         name.removeprefix("bert/") for name in files
     )
+
+
+@needs_torch
+def test_a_sentence_transformers_folder_gives_its_pooling_as_the_pinned_library_saves_it(tmp_path):
+    """sentence-transformers 6 saves its Pooling's mode as pooling_mode: a mode embed runs is taken, one it
+    does not is refused rather than run as mean."""
+    folder = hf_models.sentence_bert(tmp_path / "cls", "cls")
+    facts = hf_model.check(archive(tmp_path, folder, "cls.zip"), "encoder")
+    assert (facts["pooling"], facts["normalize"], facts["hidden_size"]) == ("cls", True, 32)
+    folder = hf_models.sentence_bert(tmp_path / "max", "max")
+    with pytest.raises(ParamError, match=r"^1_Pooling/config.json pools by max, which embed does not run"):
+        hf_model.check(archive(tmp_path, folder, "max.zip"), "encoder")
+
+
+def sentence_folder(folder, pooling: dict):
+    """The checkable BERT as a sentence-transformers folder whose Pooling config is `pooling`."""
+    checkable_bert(folder)
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    ]
+    (folder / "modules.json").write_text(json.dumps(modules))
+    (folder / "1_Pooling").mkdir()
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 32, **pooling}))
+    return folder
+
+
+def test_a_sentence_transformers_pooling_is_read_in_either_form_and_one_embed_cannot_run_is_refused(tmp_path):
+    """The pooling_mode of sentence-transformers 6, or the flags of the versions before it (all-MiniLM-L6-v2's
+    folder sets them): cls, mean and lasttoken are run, any other mode or several at once are refused."""
+    taken = [
+        ({"pooling_mode": "cls"}, "cls"),
+        ({"pooling_mode": ["lasttoken"]}, "last"),
+        ({"pooling_mode": "mean", "pooling_mode_cls_token": True}, "mean"),
+        ({"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}, "cls"),
+        ({"pooling_mode_lasttoken": True}, "last"),
+        ({"pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": False}, "mean"),
+        ({}, "mean"),
+    ]
+    for number, (pooling, mode) in enumerate(taken):
+        path = archive(tmp_path, sentence_folder(tmp_path / f"taken-{number}", pooling), f"taken-{number}.zip")
+        assert hf_model.check(path, "encoder")["pooling"] == mode, pooling
+    refused = [
+        ({"pooling_mode": "max"}, "pools by max, which embed does not run (it runs cls, mean, lasttoken)"),
+        ({"pooling_mode": ["cls", "mean"]}, "pools by cls and mean at once; embed pools by one of cls, mean"),
+        ({"pooling_mode": 3}, "pooling_mode is not a pooling mode or a list of them"),
+        ({"pooling_mode_max_tokens": True}, "pools by max, which"),
+        ({"pooling_mode_weightedmean_tokens": True}, "pools by weightedmean, which"),
+        ({"pooling_mode_mean_sqrt_len_tokens": True}, "pools by mean_sqrt_len_tokens, which"),
+        ({"pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": True}, "pools by max and mean at once"),
+    ]
+    for number, (pooling, message) in enumerate(refused):
+        path = archive(tmp_path, sentence_folder(tmp_path / f"refused-{number}", pooling), f"refused-{number}.zip")
+        with pytest.raises(ParamError, match=re.escape(message)):
+            hf_model.check(path, "encoder")
