@@ -13,7 +13,8 @@ The check reads the archive's index and a few small files, never the weights the
   trust_remote_code, which is never given. A .py file nothing asks for (a Hub snapshot's
   train_script.py) cannot run without it, and is left out when unpacked;
 - its architecture is one transformers knows, looked up in transformers' own tables by name (nothing
-  from the folder is imported), and one the work kind runs;
+  from the folder is imported), and one the work kind runs. A config that names none gets the class
+  transformers builds for its model_type, and a classifier then needs its head in the weights;
 - a tokenizer is there;
 - a sentence-transformers folder holds only the modules embed runs itself: its encoder, a pooling by
   one mode (cls, mean or lasttoken), and unit length. Its Pooling config is read in either form:
@@ -59,6 +60,9 @@ DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16
 DTYPE_BYTES |= {"F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "U32": 4, "U64": 8}
 EMBEDDING_NAMES = ("word_embeddings.weight", "wte.weight", "embed_tokens.weight", "shared.weight", "embed_in.weight")
 LAYER_INDEX = re.compile(r"\.(?:layer|layers|h|blocks)\.(\d+)\.")
+# The modules transformers' sequence classifiers put on their model, as their weights' names give them.
+CLASSIFIER_HEADS = {"classifier", "score", "classification_head", "logits_proj", "sequence_summary"}
+TASK_MODELS = {"classify": "sequence-classification", "generate": "causal language"}
 # Sentence-transformers modules this runs itself: the encoder, its pooling, and unit length.
 SENTENCE_MODULES = {"Transformer", "Pooling", "Normalize"}
 # sentence-transformers' pooling modes that embed runs (pool() in partner_model.py), by embed's names for them.
@@ -219,8 +223,19 @@ def _architectures() -> dict[str, set[str]]:
         "types": set(configuration_auto.CONFIG_MAPPING_NAMES),
         "any": every,
         "encoder": set(modeling_auto.MODEL_MAPPING_NAMES),
-        "classify": names(modeling_auto.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES),
-        "generate": names(modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES),
+        **{task: names(table) for task, table in _auto_classes().items()},
+    }
+
+
+@cache
+def _auto_classes() -> dict[str, dict[str, str]]:
+    """For each task, the class its transformers auto class (AutoModelForSequenceClassification,
+    AutoModelForCausalLM) builds for a model_type: what it builds from a config that names no architectures."""
+    from transformers.models.auto import modeling_auto  # noqa: PLC0415 (names only, as in _architectures)
+
+    return {
+        "classify": modeling_auto.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES,
+        "generate": modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
     }
 
 
@@ -236,7 +251,7 @@ def _check_code(archive: _Archive, members: dict[str, Member], config: dict) -> 
             )
 
 
-def _check_architecture(config: dict, task: str) -> str:
+def _check_architecture(config: dict, task: str, shapes: dict[str, list[int]]) -> str:
     """The architecture the work builds: one transformers knows, for the task."""
     known = _architectures()
     model_type = config.get("model_type")
@@ -252,12 +267,32 @@ def _check_architecture(config: dict, task: str) -> str:
         if model_type not in known["encoder"]:
             raise ParamError(f"transformers has no encoder for model_type {model_type!r}")
         return architectures[0] if architectures else model_type
+    if not architectures:
+        return _architecture_by_type(model_type, task, shapes)
     fitting = [name for name in architectures if name in known[task]]
     if not fitting:
-        what = {"classify": "sequence-classification", "generate": "causal language"}[task]
-        named = ", ".join(architectures) or "none"
-        raise ParamError(f"the model is not a {what} model: its architectures are {named}")
+        raise ParamError(
+            f"the model is not a {TASK_MODELS[task]} model: its architectures are {', '.join(architectures)}"
+        )
     return fitting[0]
+
+
+def _architecture_by_type(model_type: str, task: str, shapes: dict[str, list[int]]) -> str:
+    """The architecture for a config that names none: the class transformers' auto class for the task
+    builds for its model_type. A classifier's head must be in the weights, else transformers would make
+    one up at random."""
+    architecture = _auto_classes()[task].get(model_type)
+    if architecture is None:
+        raise ParamError(
+            f"config.json names no architectures, and transformers has no {TASK_MODELS[task]} model "
+            f"for model_type {model_type!r}"
+        )
+    if task == "classify" and not any(CLASSIFIER_HEADS & set(name.split(".")) for name in shapes):
+        raise ParamError(
+            "the model is not a sequence-classification model: config.json names no architectures, and "
+            "its weights hold no classification head (classifier, score, ...)"
+        )
+    return architecture
 
 
 def _first(config: dict, *keys: str):
@@ -361,12 +396,12 @@ def check(path: str, task: str) -> dict:
                     "save them as safetensors"
                 )
             raise ParamError("the model folder holds no weights (.safetensors)")
-        architecture = _check_architecture(config, task)
         if not any(wanted <= set(members) for wanted in TOKENIZER_SETS):
             raise ParamError("the model folder holds no tokenizer (tokenizer.json, vocab.txt, ...)")
         shapes = {}
         for name in weights:
             shapes |= _tensors(archive, members[name])
+        architecture = _check_architecture(config, task, shapes)
         width, vocab = _check_sizes(config, shapes)
         sentence = _sentence_modules(archive, members)
     unpacked_members = [member for member in members.values() if _unpacks(member)]

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from safetensors.numpy import load_file, save_file
 
 from jobs.processors import ParamError, hf_model
 from jobs.processors.partner_model import Embed
@@ -269,3 +270,45 @@ def test_a_sentence_transformers_pooling_is_read_in_either_form_and_one_embed_ca
         path = archive(tmp_path, sentence_folder(tmp_path / f"refused-{number}", pooling), f"refused-{number}.zip")
         with pytest.raises(ParamError, match=re.escape(message)):
             hf_model.check(path, "encoder")
+
+
+def without_architectures(folder):
+    config = json.loads((folder / "config.json").read_text())
+    del config["architectures"]
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_a_config_without_architectures_is_built_as_transformers_builds_it_for_its_model_type(tmp_path):
+    """transformers' auto classes build a config that names no architectures from its model_type; a classifier
+    is taken only with its head in the weights, which would otherwise be made up at random."""
+    folder = without_architectures(checkable_bert(tmp_path / "bert"))
+    path = archive(tmp_path, folder, "headless.zip")
+    assert hf_model.check(path, "encoder")["architecture"] == "bert"
+    with pytest.raises(
+        ParamError, match=r"config\.json names no architectures, and its weights hold no classification"
+    ):
+        hf_model.check(path, "classify")
+    weights = load_file(folder / "model.safetensors")
+    weights |= {"classifier.weight": np.zeros((3, 32), np.float32), "classifier.bias": np.zeros(3, np.float32)}
+    save_file(weights, folder / "model.safetensors")
+    edit_json(folder / "config.json", id2label={"0": "no", "1": "maybe", "2": "yes"})
+    facts = hf_model.check(archive(tmp_path, folder, "classifier.zip"), "classify")
+    assert (facts["architecture"], facts["labels"]) == ("BertForSequenceClassification", ["no", "maybe", "yes"])
+    edit_json(folder / "config.json", model_type="distilbert")
+    with pytest.raises(ParamError, match="transformers has no causal language model for model_type 'distilbert'"):
+        hf_model.check(archive(tmp_path, folder, "distilbert.zip"), "generate")
+
+
+@needs_torch
+def test_a_model_without_architectures_passes_as_the_class_transformers_loads_it_as(tmp_path):
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification  # noqa: PLC0415
+
+    generator = without_architectures(hf_models.gpt2(tmp_path / "gpt2"))
+    classifier = without_architectures(hf_models.bert(tmp_path / "classifier", labels=["bad", "good"]))
+    for folder, task, auto_class in [
+        (generator, "generate", AutoModelForCausalLM),
+        (classifier, "classify", AutoModelForSequenceClassification),
+    ]:
+        architecture = hf_model.check(archive(tmp_path, folder, f"{folder.name}.zip"), task)["architecture"]
+        assert architecture == type(auto_class.from_pretrained(folder)).__name__, task
