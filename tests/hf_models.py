@@ -2,12 +2,13 @@
 tokenizer made from a word list, and a 2-layer GPT-2 with a word-level one, saved with safetensors.
 
 `checkable_bert` needs no torch: random weights written with safetensors' numpy API beside a real config
-and tokenizer, enough for the submit-time checks, which never load weights. `bert` and `gpt2` build
-real models and need torch (requirements-gpu.txt)."""
+and tokenizer, enough for the submit-time checks, which never load weights. `bert`, `sentence_bert` and
+`gpt2` build real models and need torch (requirements-gpu.txt)."""
 
 import io
 import json
 import tarfile
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -163,6 +164,19 @@ def sentencepiece_tokenizer() -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(
         tokenizer_object=tokenizer, unk_token="[UNK]", eos_token=GPT_END, bos_token=GPT_END, model_max_length=128
     )
+
+
+def sentence_bert(folder: Path, pooling_mode: str) -> Path:
+    """The real BERT as a sentence-transformers model, saved by the pinned library (requirements-gpu.txt):
+    the encoder, its pooling by `pooling_mode`, then unit length."""
+    from sentence_transformers import SentenceTransformer  # noqa: PLC0415
+    from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer  # noqa: PLC0415
+
+    with tempfile.TemporaryDirectory() as encoder:
+        transformer = Transformer(str(bert(Path(encoder))))
+        pooling = Pooling(transformer.get_embedding_dimension(), pooling_mode=pooling_mode)
+        SentenceTransformer(modules=[transformer, pooling, Normalize()], device="cpu").save(str(folder))
+    return folder
 
 
 def gpt2(folder: Path, tokenizer: PreTrainedTokenizerFast | None = None) -> Path:

@@ -3,15 +3,22 @@ or a .tar, checked when the job is submitted and unpacked on the slot that runs 
 
 The check reads the archive's index and a few small files, never the weights themselves:
 - every member stays inside the folder: no absolute path or `..`, no link or device, at most
-  E31_MODEL_MAX_FILES files and E31_MAX_MODEL_BYTES once expanded, no zip member that expands
-  like a bomb;
+  E31_MODEL_MAX_FILES files, no zip member that expands like a bomb;
+- the files unpacked on a slot come to at most E31_MAX_MODEL_BYTES;
+- what macOS adds when it archives a folder (__MACOSX/, ._ files, .DS_Store) is passed over, never
+  read nor unpacked;
 - the weights are safetensors: pickle files (.bin, .pt, ...) are never read, so a model with only
   those is refused;
-- no code of its own: a .py file, or an `auto_map` in its config, asks for trust_remote_code, which
-  is never given;
+- no code of its own: an `auto_map` in its config, its tokenizer's or its processor's asks for
+  trust_remote_code, which is never given. A .py file nothing asks for (a Hub snapshot's
+  train_script.py) cannot run without it, and is left out when unpacked;
 - its architecture is one transformers knows, looked up in transformers' own tables by name (nothing
-  from the folder is imported), and one the work kind runs;
+  from the folder is imported), and one the work kind runs. A config that names none gets the class
+  transformers builds for its model_type, and a classifier then needs its head in the weights;
 - a tokenizer is there;
+- a sentence-transformers folder holds only the modules embed runs itself: its encoder, a pooling by
+  one mode (cls, mean or lasttoken), and unit length. Its Pooling config is read in either form:
+  sentence-transformers 6's pooling_mode, or the flag per mode of the versions before it;
 - the config tells the truth: its vocabulary, width and layer count match the tensor shapes the
   safetensors headers give.
 """
@@ -34,6 +41,9 @@ from jobs.processors.base import ParamError
 from portal import units
 
 PICKLE_SUFFIXES = frozenset({".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".h5", ".msgpack"})
+NOT_UNPACKED = PICKLE_SUFFIXES | {".py"}  # a pickle runs code when loaded, and a slot imports no .py file
+# The settings files where an auto_map may name the folder's own classes for transformers' Auto classes.
+CODE_SETTINGS = ("config.json", "tokenizer_config.json", "processor_config.json", "preprocessor_config.json")
 # The files that make a tokenizer transformers can load without code, any one set of them.
 TOKENIZER_SETS = (
     {"tokenizer.json"},
@@ -50,8 +60,22 @@ DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16
 DTYPE_BYTES |= {"F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "U32": 4, "U64": 8}
 EMBEDDING_NAMES = ("word_embeddings.weight", "wte.weight", "embed_tokens.weight", "shared.weight", "embed_in.weight")
 LAYER_INDEX = re.compile(r"\.(?:layer|layers|h|blocks)\.(\d+)\.")
+# The modules transformers' sequence classifiers put on their model, as their weights' names give them.
+CLASSIFIER_HEADS = {"classifier", "score", "classification_head", "logits_proj", "sequence_summary"}
+TASK_MODELS = {"classify": "sequence-classification", "generate": "causal language"}
 # Sentence-transformers modules this runs itself: the encoder, its pooling, and unit length.
 SENTENCE_MODULES = {"Transformer", "Pooling", "Normalize"}
+# sentence-transformers' pooling modes that embed runs (pool() in partner_model.py), by embed's names for them.
+POOLING_MODES = {"cls": "cls", "mean": "mean", "lasttoken": "last"}
+# Before sentence-transformers 6 its Pooling config set a flag per mode; it reads them in this order.
+POOLING_FLAGS = {
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens": "weightedmean",
+    "pooling_mode_lasttoken": "lasttoken",
+}
 
 
 @dataclass(frozen=True)
@@ -77,8 +101,8 @@ class _Archive:
         self.files = self._files()
 
     def _files(self) -> list[tuple[str, str, int]]:
-        """(path in the folder's terms, path as archived, size) of each file."""
-        found, total = [], 0
+        """(path in the folder's terms, path as archived, size) of each file but macOS's metadata."""
+        found = []
         entries = self.zip.infolist() if self.zip else self.tar.getmembers()
         for entry in entries:
             name = entry.filename if self.zip else entry.name
@@ -89,7 +113,7 @@ class _Archive:
                 raise ParamError(f"the archive holds {name!r}, a link")
             if self.tar and not (entry.isfile() or entry.isdir()):
                 raise ParamError(f"the archive holds {name!r}, which is not a file")
-            if (self.zip and entry.is_dir()) or (self.tar and entry.isdir()):
+            if (self.zip and entry.is_dir()) or (self.tar and entry.isdir()) or _is_macos_metadata(path):
                 continue
             size = entry.file_size if self.zip else entry.size
             if self.zip and size > 1024 * 1024 and size > MAX_RATIO * max(1, entry.compress_size):
@@ -97,12 +121,8 @@ class _Archive:
                     f"the archive's {name!r} expands {size // max(1, entry.compress_size):,} times: a bomb"
                 )
             found.append((str(path), name, size))
-            total += size
             if len(found) > settings.E31_MODEL_MAX_FILES:
                 raise ParamError(f"the archive holds more than {settings.E31_MODEL_MAX_FILES:,} files")
-            if total > settings.E31_MAX_MODEL_BYTES:
-                limit = units.limit(settings.E31_MAX_MODEL_BYTES)
-                raise ParamError(f"the model expands to more than the {limit} limit (at {name!r})")
         return found
 
     def _is_link(self, entry) -> bool:
@@ -114,14 +134,33 @@ class _Archive:
         return self.zip.open(archived) if self.zip else self.tar.extractfile(archived)
 
 
+def _is_macos_metadata(path: PurePosixPath) -> bool:
+    """Whether the path is one macOS adds to a folder it archives, never part of the model: Finder's zip
+    keeps each file's attributes under __MACOSX/, bsdtar in a ._ file (AppleDouble) beside it, and Finder
+    leaves a .DS_Store in a folder it has shown."""
+    return path.parts[:1] == ("__MACOSX",) or path.name.startswith("._") or path.name == ".DS_Store"
+
+
+def _unpacks(member: Member) -> bool:
+    return PurePosixPath(member.name).suffix not in NOT_UNPACKED
+
+
 def _folder(files: list[tuple[str, str, int]]) -> list[Member]:
-    """The members of the model folder: those beside the shallowest config.json, the folder's root."""
+    """The members of the model folder: those beside the shallowest config.json, the folder's root. Those
+    unpacked come to at most E31_MAX_MODEL_BYTES; the rest are never written, and count for nothing."""
     configs = [name for name, _, _ in files if PurePosixPath(name).name == "config.json"]
     if not configs:
         raise ParamError("the archive holds no config.json: it is not a Hugging Face model folder")
     root = min((PurePosixPath(name).parent for name in configs), key=lambda parent: len(parent.parts))
     prefix = "" if str(root) == "." else f"{root}/"
-    return [Member(name[len(prefix) :], archived, size) for name, archived, size in files if name.startswith(prefix)]
+    members = [Member(name[len(prefix) :], archived, size) for name, archived, size in files if name.startswith(prefix)]
+    total = 0
+    for member in filter(_unpacks, members):
+        total += member.size
+        if total > settings.E31_MAX_MODEL_BYTES:
+            limit = units.limit(settings.E31_MAX_MODEL_BYTES)
+            raise ParamError(f"the model expands to more than the {limit} limit (at {member.archived!r})")
+    return members
 
 
 def _read_json(archive: _Archive, member: Member) -> dict:
@@ -184,16 +223,24 @@ def _architectures() -> dict[str, set[str]]:
         "types": set(configuration_auto.CONFIG_MAPPING_NAMES),
         "any": every,
         "encoder": set(modeling_auto.MODEL_MAPPING_NAMES),
-        "classify": names(modeling_auto.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES),
-        "generate": names(modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES),
+        **{task: names(table) for task, table in _auto_classes().items()},
+    }
+
+
+@cache
+def _auto_classes() -> dict[str, dict[str, str]]:
+    """For each task, the class its transformers auto class (AutoModelForSequenceClassification,
+    AutoModelForCausalLM) builds for a model_type: what it builds from a config that names no architectures."""
+    from transformers.models.auto import modeling_auto  # noqa: PLC0415 (names only, as in _architectures)
+
+    return {
+        "classify": modeling_auto.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES,
+        "generate": modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
     }
 
 
 def _check_code(archive: _Archive, members: dict[str, Member], config: dict) -> None:
-    code = sorted(name for name in members if name.endswith(".py"))
-    if code:
-        raise ParamError(f"the model brings its own code ({code[0]}); models are never run with trust_remote_code")
-    for settings_file in ("config.json", "tokenizer_config.json"):
+    for settings_file in CODE_SETTINGS:
         found = config if settings_file == "config.json" else None
         if found is None and settings_file in members:
             found = _read_json(archive, members[settings_file])
@@ -204,7 +251,7 @@ def _check_code(archive: _Archive, members: dict[str, Member], config: dict) -> 
             )
 
 
-def _check_architecture(config: dict, task: str) -> str:
+def _check_architecture(config: dict, task: str, shapes: dict[str, list[int]]) -> str:
     """The architecture the work builds: one transformers knows, for the task."""
     known = _architectures()
     model_type = config.get("model_type")
@@ -220,12 +267,32 @@ def _check_architecture(config: dict, task: str) -> str:
         if model_type not in known["encoder"]:
             raise ParamError(f"transformers has no encoder for model_type {model_type!r}")
         return architectures[0] if architectures else model_type
+    if not architectures:
+        return _architecture_by_type(model_type, task, shapes)
     fitting = [name for name in architectures if name in known[task]]
     if not fitting:
-        what = {"classify": "sequence-classification", "generate": "causal language"}[task]
-        named = ", ".join(architectures) or "none"
-        raise ParamError(f"the model is not a {what} model: its architectures are {named}")
+        raise ParamError(
+            f"the model is not a {TASK_MODELS[task]} model: its architectures are {', '.join(architectures)}"
+        )
     return fitting[0]
+
+
+def _architecture_by_type(model_type: str, task: str, shapes: dict[str, list[int]]) -> str:
+    """The architecture for a config that names none: the class transformers' auto class for the task
+    builds for its model_type. A classifier's head must be in the weights, else transformers would make
+    one up at random."""
+    architecture = _auto_classes()[task].get(model_type)
+    if architecture is None:
+        raise ParamError(
+            f"config.json names no architectures, and transformers has no {TASK_MODELS[task]} model "
+            f"for model_type {model_type!r}"
+        )
+    if task == "classify" and not any(CLASSIFIER_HEADS & set(name.split(".")) for name in shapes):
+        raise ParamError(
+            "the model is not a sequence-classification model: config.json names no architectures, and "
+            "its weights hold no classification head (classifier, score, ...)"
+        )
+    return architecture
 
 
 def _first(config: dict, *keys: str):
@@ -283,14 +350,26 @@ def _sentence_modules(archive: _Archive, members: dict[str, Member]) -> dict:
     if pooling is not None:
         path = f"{pooling.get('path', '')}/config.json".lstrip("/")
         if path in members:
-            settings_found = _read_json(archive, members[path])
-            modes = {
-                "cls": "pooling_mode_cls_token",
-                "mean": "pooling_mode_mean_tokens",
-                "last": "pooling_mode_lasttoken",
-            }
-            found["pooling"] = next((mode for mode, key in modes.items() if settings_found.get(key)), "mean")
+            found["pooling"] = _pooling(_read_json(archive, members[path]), path)
     return found
+
+
+def _pooling(config: dict, path: str) -> str:
+    """The pooling embed runs for a sentence-transformers Pooling config: its pooling_mode, a mode or a list
+    of them (version 6), else the flags set (mean where none is, as sentence-transformers reads them)."""
+    if "pooling_mode" in config:
+        modes = config["pooling_mode"]
+        modes = [modes] if isinstance(modes, str) else modes
+    else:
+        modes = [mode for flag, mode in POOLING_FLAGS.items() if config.get(flag)] or ["mean"]
+    if not isinstance(modes, list) or not modes or not all(isinstance(mode, str) for mode in modes):
+        raise ParamError(f"{path}'s pooling_mode is not a pooling mode or a list of them")
+    runs = ", ".join(POOLING_MODES)
+    if len(modes) > 1:
+        raise ParamError(f"{path} pools by {' and '.join(modes)} at once; embed pools by one of {runs}")
+    if modes[0] not in POOLING_MODES:
+        raise ParamError(f"{path} pools by {modes[0]}, which embed does not run (it runs {runs})")
+    return POOLING_MODES[modes[0]]
 
 
 def check(path: str, task: str) -> dict:
@@ -317,14 +396,15 @@ def check(path: str, task: str) -> dict:
                     "save them as safetensors"
                 )
             raise ParamError("the model folder holds no weights (.safetensors)")
-        architecture = _check_architecture(config, task)
         if not any(wanted <= set(members) for wanted in TOKENIZER_SETS):
             raise ParamError("the model folder holds no tokenizer (tokenizer.json, vocab.txt, ...)")
         shapes = {}
         for name in weights:
             shapes |= _tensors(archive, members[name])
+        architecture = _check_architecture(config, task, shapes)
         width, vocab = _check_sizes(config, shapes)
         sentence = _sentence_modules(archive, members)
+    unpacked_members = [member for member in members.values() if _unpacks(member)]
     facts = {
         "sha256": digest.hexdigest(),
         "model_type": config["model_type"],
@@ -332,8 +412,8 @@ def check(path: str, task: str) -> dict:
         "hidden_size": width,
         "vocab_size": vocab,
         "parameters": sum(_count(shape) for shape in shapes.values()),
-        "bytes": sum(member.size for member in members.values()),
-        "files": len(members),
+        "bytes": sum(member.size for member in unpacked_members),
+        "files": len(unpacked_members),
         **sentence,
     }
     if task == "classify":
@@ -357,13 +437,13 @@ def _labels(config: dict) -> list[str]:
 
 @lru_cache(maxsize=2)
 def unpacked(path: str) -> tempfile.TemporaryDirectory:
-    """The model archive at `path` unpacked into a folder of its own, checked again first; its pickle
-    files are left out. Kept for the next batches of the job; removed once dropped or at exit."""
+    """The model archive at `path` unpacked into a folder of its own, checked again first; its pickle and
+    .py files are left out. Kept for the next batches of the job; removed once dropped or at exit."""
     folder = tempfile.TemporaryDirectory(prefix="e31-model-")
     with open(path, "rb") as stream:
         archive = _Archive(stream)
         for member in _folder(archive.files):
-            if PurePosixPath(member.name).suffix in PICKLE_SUFFIXES:
+            if not _unpacks(member):
                 continue
             target = Path(folder.name, member.name)
             target.parent.mkdir(parents=True, exist_ok=True)

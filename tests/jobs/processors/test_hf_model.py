@@ -1,15 +1,24 @@
 """The checks a partner's Hugging Face model passes on submit (jobs/processors/hf_model.py), over tiny
-folders built here: none needs torch, none loads the weights."""
+folders built here: none loads the weights, and only those that the real libraries save need torch."""
 
 import io
+import json
+import re
 import tarfile
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
+from safetensors.numpy import load_file, save_file
 
 from jobs.processors import ParamError, hf_model
+from jobs.processors.partner_model import Embed
+from tests import hf_models
 from tests.hf_models import checkable_bert, edit_json, tarred_folder, zipped_folder
+from tests.support import needs_libraries_of
+
+needs_torch = needs_libraries_of(Embed())
 
 
 def archive(tmp_path, folder, name: str = "model.zip") -> str:
@@ -47,7 +56,17 @@ def truncated(folder):
 
 BAD_FOLDERS = {
     "pickle weights only": (pickle_only, "the weights are pickle files (pytorch_model.bin), which can run code"),
-    "remote code": (write("modeling_fancy.py", b"import os\n"), "brings its own code (modeling_fancy.py)"),
+    "remote code": (
+        lambda folder: (
+            (folder / "tokenization_fancy.py").write_bytes(b"import os\n"),
+            edit_json(folder / "tokenizer_config.json", auto_map={"AutoTokenizer": ["tokenization_fancy.Fancy", None]}),
+        ),
+        "tokenizer_config.json asks for its own code (auto_map); models are never run with trust_remote_code",
+    ),
+    "processor code": (
+        write("preprocessor_config.json", b'{"auto_map": {"AutoImageProcessor": "fancy.FancyProcessor"}}'),
+        "preprocessor_config.json asks for its own code (auto_map)",
+    ),
     "auto_map": (
         lambda folder: edit_json(folder / "config.json", auto_map={"AutoModel": "fancy.FancyModel"}),
         "config.json asks for its own code (auto_map); models are never run with trust_remote_code",
@@ -142,3 +161,154 @@ def test_the_kind_must_fit_the_architecture(tmp_path):
         hf_model.check(path, "classify")
     with pytest.raises(ParamError, match="the model is not a causal language model: its architectures are BertModel"):
         hf_model.check(path, "generate")
+
+
+APPLE_DOUBLE = b"\x00\x05\x16\x07\x00\x02\x00\x00Mac OS X        "
+
+
+def test_what_macos_adds_to_an_archive_is_passed_over(tmp_path):
+    """Finder's zip (its __MACOSX folder and .DS_Store) and bsdtar's ._ files, of the files selected and
+    of the folder zipped: the model is checked and unpacked as if they were not there."""
+    folder = checkable_bert(tmp_path / "bert")
+    files = {path.name: path.read_bytes() for path in folder.iterdir()}
+    litter = {".DS_Store": b"\x00\x00\x00\x01Bud1", **{f"._{name}": APPLE_DOUBLE for name in files}}
+    layouts = {
+        "selected.zip": {**files, **litter, **{f"__MACOSX/._{name}": APPLE_DOUBLE for name in files}},
+        "zipped.zip": {
+            **{f"bert/{name}": content for name, content in {**files, **litter}.items()},
+            **{f"__MACOSX/bert/._{name}": APPLE_DOUBLE for name in files},
+        },
+    }
+    for name, members in layouts.items():
+        path = tmp_path / name
+        path.write_bytes(zip_of(members))
+        assert hf_model.check(str(path), "encoder")["files"] == len(files) == 4, name
+        unpacked = Path(hf_model.unpacked(str(path)).name)
+        assert sorted(item.name for item in unpacked.rglob("*")) == sorted(files), name
+
+
+def test_a_py_file_nothing_asks_for_passes_and_is_left_out_when_unpacked(tmp_path):
+    """A Hub snapshot of all-MiniLM-L6-v2 ships the train_script.py it was trained with: without an
+    auto_map nothing imports it, and models are never run with trust_remote_code."""
+    folder = checkable_bert(tmp_path / "bert")
+    (folder / "train_script.py").write_bytes(b"import os\n")
+    (folder / "scripts").mkdir()
+    (folder / "scripts" / "convert.py").write_bytes(b"import sys\n")
+    path = archive(tmp_path, folder)
+    assert hf_model.check(path, "encoder")["model_type"] == "bert"
+    unpacked = Path(hf_model.unpacked(path).name)
+    assert not list(unpacked.rglob("*.py")) and (unpacked / "model.safetensors").exists()
+
+
+def test_the_size_limit_counts_only_the_files_unpacked(tmp_path, settings):
+    """Pickle weights beside the safetensors, a .py file, and a file outside the model folder are never
+    unpacked: the model is within the limit whatever their size."""
+    settings.E31_MAX_MODEL_BYTES = 500_000
+    folder = checkable_bert(tmp_path / "bert")
+    files = {f"bert/{path.name}": path.read_bytes() for path in folder.iterdir()}
+    large = bytes(600_000)
+    never_unpacked = {"bert/pytorch_model.bin": large, "bert/train_script.py": large, "notes/large.txt": large}
+    path = tmp_path / "model.zip"
+    path.write_bytes(zip_of({**files, **never_unpacked}))
+    facts = hf_model.check(str(path), "encoder")
+    assert (facts["files"], facts["bytes"]) == (4, sum(len(content) for content in files.values()))
+    assert sorted(item.name for item in Path(hf_model.unpacked(str(path)).name).iterdir()) == sorted(
+        name.removeprefix("bert/") for name in files
+    )
+
+
+@needs_torch
+def test_a_sentence_transformers_folder_gives_its_pooling_as_the_pinned_library_saves_it(tmp_path):
+    """sentence-transformers 6 saves its Pooling's mode as pooling_mode: a mode embed runs is taken, one it
+    does not is refused rather than run as mean."""
+    folder = hf_models.sentence_bert(tmp_path / "cls", "cls")
+    facts = hf_model.check(archive(tmp_path, folder, "cls.zip"), "encoder")
+    assert (facts["pooling"], facts["normalize"], facts["hidden_size"]) == ("cls", True, 32)
+    folder = hf_models.sentence_bert(tmp_path / "max", "max")
+    with pytest.raises(ParamError, match=r"^1_Pooling/config.json pools by max, which embed does not run"):
+        hf_model.check(archive(tmp_path, folder, "max.zip"), "encoder")
+
+
+def sentence_folder(folder, pooling: dict):
+    """The checkable BERT as a sentence-transformers folder whose Pooling config is `pooling`."""
+    checkable_bert(folder)
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    ]
+    (folder / "modules.json").write_text(json.dumps(modules))
+    (folder / "1_Pooling").mkdir()
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 32, **pooling}))
+    return folder
+
+
+def test_a_sentence_transformers_pooling_is_read_in_either_form_and_one_embed_cannot_run_is_refused(tmp_path):
+    """The pooling_mode of sentence-transformers 6, or the flags of the versions before it (all-MiniLM-L6-v2's
+    folder sets them): cls, mean and lasttoken are run, any other mode or several at once are refused."""
+    taken = [
+        ({"pooling_mode": "cls"}, "cls"),
+        ({"pooling_mode": ["lasttoken"]}, "last"),
+        ({"pooling_mode": "mean", "pooling_mode_cls_token": True}, "mean"),
+        ({"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}, "cls"),
+        ({"pooling_mode_lasttoken": True}, "last"),
+        ({"pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": False}, "mean"),
+        ({}, "mean"),
+    ]
+    for number, (pooling, mode) in enumerate(taken):
+        path = archive(tmp_path, sentence_folder(tmp_path / f"taken-{number}", pooling), f"taken-{number}.zip")
+        assert hf_model.check(path, "encoder")["pooling"] == mode, pooling
+    refused = [
+        ({"pooling_mode": "max"}, "pools by max, which embed does not run (it runs cls, mean, lasttoken)"),
+        ({"pooling_mode": ["cls", "mean"]}, "pools by cls and mean at once; embed pools by one of cls, mean"),
+        ({"pooling_mode": 3}, "pooling_mode is not a pooling mode or a list of them"),
+        ({"pooling_mode_max_tokens": True}, "pools by max, which"),
+        ({"pooling_mode_weightedmean_tokens": True}, "pools by weightedmean, which"),
+        ({"pooling_mode_mean_sqrt_len_tokens": True}, "pools by mean_sqrt_len_tokens, which"),
+        ({"pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": True}, "pools by max and mean at once"),
+    ]
+    for number, (pooling, message) in enumerate(refused):
+        path = archive(tmp_path, sentence_folder(tmp_path / f"refused-{number}", pooling), f"refused-{number}.zip")
+        with pytest.raises(ParamError, match=re.escape(message)):
+            hf_model.check(path, "encoder")
+
+
+def without_architectures(folder):
+    config = json.loads((folder / "config.json").read_text())
+    del config["architectures"]
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_a_config_without_architectures_is_built_as_transformers_builds_it_for_its_model_type(tmp_path):
+    """transformers' auto classes build a config that names no architectures from its model_type; a classifier
+    is taken only with its head in the weights, which would otherwise be made up at random."""
+    folder = without_architectures(checkable_bert(tmp_path / "bert"))
+    path = archive(tmp_path, folder, "headless.zip")
+    assert hf_model.check(path, "encoder")["architecture"] == "bert"
+    with pytest.raises(
+        ParamError, match=r"config\.json names no architectures, and its weights hold no classification"
+    ):
+        hf_model.check(path, "classify")
+    weights = load_file(folder / "model.safetensors")
+    weights |= {"classifier.weight": np.zeros((3, 32), np.float32), "classifier.bias": np.zeros(3, np.float32)}
+    save_file(weights, folder / "model.safetensors")
+    edit_json(folder / "config.json", id2label={"0": "no", "1": "maybe", "2": "yes"})
+    facts = hf_model.check(archive(tmp_path, folder, "classifier.zip"), "classify")
+    assert (facts["architecture"], facts["labels"]) == ("BertForSequenceClassification", ["no", "maybe", "yes"])
+    edit_json(folder / "config.json", model_type="distilbert")
+    with pytest.raises(ParamError, match="transformers has no causal language model for model_type 'distilbert'"):
+        hf_model.check(archive(tmp_path, folder, "distilbert.zip"), "generate")
+
+
+@needs_torch
+def test_a_model_without_architectures_passes_as_the_class_transformers_loads_it_as(tmp_path):
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification  # noqa: PLC0415
+
+    generator = without_architectures(hf_models.gpt2(tmp_path / "gpt2"))
+    classifier = without_architectures(hf_models.bert(tmp_path / "classifier", labels=["bad", "good"]))
+    for folder, task, auto_class in [
+        (generator, "generate", AutoModelForCausalLM),
+        (classifier, "classify", AutoModelForSequenceClassification),
+    ]:
+        architecture = hf_model.check(archive(tmp_path, folder, f"{folder.name}.zip"), task)["architecture"]
+        assert architecture == type(auto_class.from_pretrained(folder)).__name__, task
