@@ -179,6 +179,23 @@ def sentence_bert(folder: Path, pooling_mode: str) -> Path:
     return folder
 
 
+def sentencepiece_file(folder: Path) -> Path:
+    """A SentencePiece BPE model trained on the word list, saved as a Llama folder's tokenizer is when it
+    comes without tokenizer.json: tokenizer.model and the class that reads it."""
+    import sentencepiece  # noqa: PLC0415 (requirements-gpu.txt; the tests that call this skip without it)
+
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = [" ".join(WORDS[start : start + 6]) for start in range(0, len(WORDS), 3)] * 20
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines), model_prefix=str(folder / "tokenizer"), vocab_size=80, model_type="bpe",
+        unk_id=0, bos_id=1, eos_id=2, pad_id=-1, minloglevel=2,
+    )  # fmt: skip
+    (folder / "tokenizer.vocab").unlink()
+    settings = {"tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
+    (folder / "tokenizer_config.json").write_text(json.dumps(settings))
+    return folder
+
+
 def gpt2(folder: Path, tokenizer: PreTrainedTokenizerFast | None = None) -> Path:
     """A real random 2-layer GPT-2 whose end-of-text token is word 0, with gpt2_tokenizer() unless given."""
     import torch  # noqa: PLC0415 (requirements-gpu.txt; the tests that call this skip without it)

@@ -284,6 +284,28 @@ def test_a_long_text_is_cut_where_a_robertas_positions_end_its_padding_row_left_
 
 
 @needs_torch
+def test_a_tokenizer_that_comes_as_a_sentencepiece_file_alone_is_read(tmp_path):
+    """A Llama-style folder whose tokenizer is tokenizer.model, without tokenizer.json: the slot reads it
+    (sentencepiece, requirements-gpu.txt) and embeds as the model run directly does."""
+    import torch  # noqa: PLC0415 (requirements-gpu.txt: this test skips without it)
+    from transformers import AutoTokenizer, BertModel  # noqa: PLC0415
+
+    folder = hf_models.sentencepiece_file(tmp_path / "spiece")
+    torch.manual_seed(0)
+    BertModel(hf_models.bert_config(vocab_size=80)).save_pretrained(folder)
+    assert not (folder / "tokenizer.json").exists()
+    batch = Embed().run_batch(records_of(TEXTS), context_of(Embed(), folder, {}))
+    tokenizer, model = AutoTokenizer.from_pretrained(folder), BertModel.from_pretrained(folder).eval()
+    tokenizer.pad_token, tokenizer.padding_side = tokenizer.eos_token, "right"  # Llama's pads on the left
+    inputs = tokenizer(TEXTS, padding=True, truncation=True, max_length=64, return_tensors="pt")
+    with torch.no_grad():
+        states = model(**inputs).last_hidden_state
+    mask = inputs["attention_mask"].unsqueeze(-1).float()
+    expected = ((states * mask).sum(1) / mask.sum(1)).numpy()
+    assert np.allclose(np.array(batch.table.column("embedding").to_pylist(), np.float32), expected, atol=1e-5)
+
+
+@needs_torch
 @pytest.mark.parametrize("problem", ["single output", "regression"])
 def test_classify_scores_a_single_output_model_on_its_own(tmp_path, problem):
     """A reranker's or a reward model's one output: its sigmoid (a softmax over one label is 1.0 for every
