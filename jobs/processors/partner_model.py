@@ -5,22 +5,25 @@ staged (hf_model.py), and unpacked once on each slot that runs it. Its libraries
 transformers) are imported only in a slot.
 
 Throughput: a slot's batch is cut into model batches of texts of similar length (fewer pad tokens),
-the next one tokenized in a thread while the model runs the current one; on a GPU the model runs
-in bfloat16 (float16 where bfloat16 is not supported). A model batch's size, unless the partner gives
-one, is what fits the GPU's free memory: measured once per model by a forward pass over a few rows of
-the longest input it takes, its keys and values cached (CPU_BATCH on a CPU slot). `generate` runs on
-vLLM on a GPU slot where it is installed, and transformers' `generate` everywhere else.
+the next one tokenized in a thread while the model runs the current one; on a GPU the model runs in
+bfloat16 (where the GPU lacks it, float16 for a model saved so, else float32). A model batch's size,
+unless the partner gives one, is what fits the GPU's free memory: measured once per model and length by
+a forward pass over a few rows of the longest input they reach, its keys and values cached (CPU_BATCH
+on a CPU slot). `generate` runs on vLLM on a GPU slot where it is installed, and transformers'
+`generate` everywhere else. A record whose output is not a number (NaN) is rejected, not written.
 """
 
 import gc
 import importlib.util
 import inspect
+import json
 import os
 import string
 import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -158,13 +161,23 @@ def _load(model: str, device: str, task: str):
     folder = hf_model.unpacked(local_model(model)).name
     dtype = torch.float32
     if device == "cuda":
-        dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        saved = json.loads(Path(folder, "config.json").read_text())
+        saved = saved.get("dtype") or saved.get("torch_dtype")
+        dtype = getattr(torch, gpu_dtype(torch.cuda.is_bf16_supported(), saved))
     builder = {"encoder": AutoModel, "classify": AutoModelForSequenceClassification, "generate": AutoModelForCausalLM}
     options = {"local_files_only": True, "trust_remote_code": False}
     network = builder[task].from_pretrained(folder, use_safetensors=True, dtype=dtype, **options)
     if task == "generate":
         network.generation_config = own_tokens_only(network.generation_config)
     return _tokenizer(model, task), network.to(device).eval()
+
+
+def gpu_dtype(bf16: bool, saved: str | None) -> str:
+    """The type a model runs in on a GPU: bfloat16 where the GPU has it; else float16 for a model saved in
+    float16, and float32 for one saved in bfloat16 or float32, whose values may pass float16's range."""
+    if bf16:
+        return "bfloat16"
+    return "float16" if saved == "float16" else "float32"
 
 
 def own_tokens_only(settings):
@@ -307,9 +320,24 @@ class Embed(PartnerModel):
         vectors = np.stack(
             self.encoded(texts, context, lambda network, inputs: pool(network, inputs, pooling, normalise))
         )
-        values = pa.array(vectors.astype(schema.field("embedding").type.value_type.to_pandas_dtype()).reshape(-1))
-        column = pa.FixedSizeListArray.from_arrays(values, context.plan["dimension"])
+        vectors = vectors.astype(schema.field("embedding").type.value_type.to_pandas_dtype())
+        vectors, kept = numbers_only(vectors, kept, records, rejects, "a vector")
+        column = pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), context.plan["dimension"])
         return Batch(table=pa.table([column], schema=schema), kept=kept, rejects=rejects)
+
+
+def numbers_only(values: np.ndarray, kept: list[int], records: list[Record], rejects: list, what: str):
+    """The rows of `values` (one a kept record) that are numbers throughout, and their records' positions;
+    each other record rejected with why. A model whose weights hold NaN, or one run in float16 past its
+    range, gives such rows, and they are nobody's output."""
+    fine = np.isfinite(values.reshape(len(values), -1)).all(axis=1)
+    if fine.all():
+        return values, kept
+    by_position = {record.position: record for record in records}
+    for position, number in zip(kept, fine, strict=True):
+        if not number:
+            rejects.append((by_position[position], f"the model gave {what} that is not a number (NaN or infinite)"))
+    return values[fine], [position for position, number in zip(kept, fine, strict=True) if number]
 
 
 def pool(network, inputs, pooling: str, normalise: bool) -> np.ndarray:
@@ -367,6 +395,7 @@ class Classify(PartnerModel):
         if not texts:
             return Batch(table=schema.empty_table(), kept=kept, rejects=rejects)
         scores = np.stack(self.encoded(texts, context, probabilities))
+        scores, kept = numbers_only(scores, kept, records, rejects, "scores")
         labels = context.plan["labels"]
         best = scores.argmax(axis=1)
         columns = [pa.array([labels[index] for index in best]), pa.array(scores.max(axis=1), pa.float32())]

@@ -28,6 +28,7 @@ from jobs.processors.partner_model import (
     Generate,
     batch_size,
     fitting_batch,
+    gpu_dtype,
     kept,
     probe,
     reach,
@@ -281,6 +282,32 @@ def test_a_long_text_is_cut_where_a_robertas_positions_end_its_padding_row_left_
     with torch.no_grad():
         expected = model(**inputs).last_hidden_state[:, 0].numpy()
     assert np.allclose(np.array(batch.table.column("embedding").to_pylist(), np.float32), expected, atol=1e-5)
+
+
+def test_a_gpu_without_bfloat16_runs_a_model_in_float16_only_if_it_was_saved_so():
+    assert gpu_dtype(bf16=True, saved="float32") == "bfloat16"
+    assert gpu_dtype(bf16=False, saved="float16") == "float16"
+    assert gpu_dtype(bf16=False, saved="bfloat16") == "float32", "its values may pass float16's range"
+    assert gpu_dtype(bf16=False, saved=None) == "float32"
+
+
+@needs_torch
+@pytest.mark.parametrize("kind", [Embed, Classify])
+def test_a_record_whose_output_is_not_a_number_is_rejected_not_written(tmp_path, kind):
+    """A model whose weights hold NaN where one word's embedding is: the records with that word."""
+    from safetensors.torch import load_file, save_file  # noqa: PLC0415 (requirements-gpu.txt)
+
+    folder = hf_models.bert(tmp_path / "bert", labels=["bad", "good"] if kind is Classify else None)
+    weights = load_file(folder / "model.safetensors")
+    [name] = [name for name in weights if name.endswith("word_embeddings.weight")]
+    weights[name][hf_models.bert_tokenizer().convert_tokens_to_ids("coffee")] = float("nan")
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    batch = kind().run_batch(records_of(TEXTS), context_of(kind(), folder, {}))
+    what = "a vector" if kind is Embed else "scores"
+    assert [(record.position, reason) for record, reason in batch.rejects] == [
+        (6, f"the model gave {what} that is not a number (NaN or infinite)")
+    ]
+    assert batch.kept == [1, 2, 3, 4, 5, 7] and batch.table.num_rows == 6
 
 
 @needs_torch
