@@ -201,7 +201,7 @@ def bare_loop(job_id: int, part: int = 0, parts: int = 1) -> tuple[int, float]:
     with pq.ParquetWriter(scratch.SCRATCH / f"bare-{job.pk}-{part}.parquet", schema) as writer:
         for shard in shards:
             records, _ = read_shard(job, shard)
-            for batch in batched(records, processor.batch_size):
+            for batch in batched(records, processor.records_per_batch(device)):
                 result = processor.run_batch(batch, context)  # as the slot runs it
                 kept = pa.array(result.kept, pa.int64())
                 writer.write_table(result.table.add_column(0, schema.field(RECORD_COLUMN), kept))
@@ -252,7 +252,7 @@ def bare_transformers(job_id: int, part: int = 0, parts: int = 1) -> tuple[int, 
     with torch.inference_mode():
         for shard in shares(job, part, parts):
             records, _ = read_shard(job, shard)
-            for batch in batched(records, processor.batch_size):
+            for batch in batched(records, processor.records_per_batch(device)):
                 texts = [record.value["text"] for record in batch]
                 began = time.perf_counter()
                 for chunk in by_length(texts, size):

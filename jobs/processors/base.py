@@ -120,6 +120,9 @@ class Processor:
     input_formats: tuple[str, ...] = ()
     params: tuple[Param, ...] = ()
     batch_size: int = 5000
+    # Records a GPU slot hands run_batch at once, where more than batch_size keep a GPU busy (a model's
+    # batches of thousands, vLLM's continuous batching); None: batch_size on every slot.
+    gpu_batch_size: int | None = None
     # Records between the points where staging may cut the data, and the fewest a shard holds. Work that
     # takes a second or more per hundred records (a model's) cuts finer, so a small dataset still gives
     # every slot shards of its own and the slots end together.
@@ -167,6 +170,10 @@ class Processor:
 
     def output_schema(self, context: Context) -> pa.Schema:
         raise NotImplementedError
+
+    def records_per_batch(self, device: str) -> int:
+        """The records a slot on `device` ("cpu" or "cuda") hands run_batch at once."""
+        return (self.gpu_batch_size or self.batch_size) if device == "cuda" else self.batch_size
 
     def process_batch(self, records: list[Record], context: Context) -> Batch:
         """The batch's readable records (never none) processed: each one kept or rejected."""

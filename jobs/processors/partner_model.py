@@ -237,6 +237,7 @@ class PartnerModel(Processor):
     version = "1"
     input_formats = ("csv", "jsonl", "parquet")
     batch_size = 256  # records between two renewals of the shard's lease
+    gpu_batch_size = 4096  # as many as an auto batch may be: a GPU's batches are not cut at 256
     grain = 32
     requires = ("torch", "transformers")
     model_file = MODEL_FILE
@@ -451,6 +452,7 @@ class Generate(PartnerModel):
         BATCH_SIZE,
     )
     batch_size = 64
+    gpu_batch_size = 1024  # vLLM keeps hundreds of sequences going at once, transformers batches them
     grain = 16
     schema = pa.schema(
         [

@@ -282,7 +282,7 @@ def _work(job: Job, shard: Shard, token: str, gpu: Gpu, keeper: LeaseKeeper) -> 
     with tempfile.TemporaryDirectory(prefix="e31-shard-", dir=settings.FILE_UPLOAD_TEMP_DIR) as scratch:
         part = os.path.join(scratch, "part.parquet")
         with pq.ParquetWriter(part, schema) as writer:
-            for batch in batched(records, processor.batch_size):
+            for batch in batched(records, processor.records_per_batch(context.device)):
                 result = processor.run_batch(batch, context)
                 keeper.moved_on()
                 # A reducing processor's table is a partial summary: its rows are not the kept records.

@@ -6,6 +6,7 @@ import json
 import os
 
 import pytest
+from django.conf import settings
 
 from jobs.models import Job, State
 from tests import hf_models
@@ -16,14 +17,16 @@ from tests.settings import PLUGIN_PATH, ROOT
 from tests.support import Worker, job_form, wait_for_end, wait_for_slots
 
 FAKE_VLLM = ROOT / "tests" / "fakes" / "gpu_libraries"
+CALLS = settings.VAR_DIR / "fake-vllm-calls.txt"  # the prompts of each call to generate, a line each
 
 
 @pytest.fixture(scope="module")
 def gpu_node(django_db_setup, redis_server):
     """A gpuworker on two fake GPUs that has the fake vLLM."""
     worker = Worker(
-        f"vllm-{os.getpid()}", slots=2, gpus=True, PYTHONPATH=os.pathsep.join(map(str, (ROOT, PLUGIN_PATH, FAKE_VLLM)))
-    )
+        f"vllm-{os.getpid()}", slots=2, gpus=True, PYTHONPATH=os.pathsep.join(map(str, (ROOT, PLUGIN_PATH, FAKE_VLLM))),
+        E31_FAKE_VLLM_CALLS=str(CALLS),
+    )  # fmt: skip
     yield worker
     worker.stop()
 
@@ -88,3 +91,23 @@ def test_the_next_model_on_a_slot_that_ran_vllm_gets_a_fresh_process(gpu_node, p
     assert all(shard.attempts == 1 for shard in jobs[1].shards.all()), "a shard given back is not counted"
     rows, _, _ = output_of(partner_client, jobs[1])
     assert rows[0] == {"_record": 1, **hf_models.completion(models[1], "the tea is", 4, 0, 0, 1.0)}
+
+
+@needs_torch
+@pytest.mark.django_db(transaction=True)
+def test_a_gpu_slot_hands_vllm_a_shards_prompts_at_once_not_a_cpu_batch_of_them(gpu_node, partner_client, tmp_path):
+    """vLLM keeps hundreds of sequences going at once: a GPU slot's batches of prompts are not cut at the
+    64 of a CPU slot's."""
+    wait_for_slots(gpu_node)
+    CALLS.unlink(missing_ok=True)
+    lines = "".join(json.dumps({"topic": topic}) + "\n" for topic in ["tea", "refund", "coffee", "parcel"] * 100)
+    form = job_form(
+        lines.encode(), name="topics.jsonl", work="generate", gpus="1",
+        model=upload("gpt2.zip", zipped_folder(hf_models.gpt2(tmp_path / "gpt2"))),
+        **{"param-generate-template": "the {topic} is", "param-generate-max_new_tokens": "2"},
+    )  # fmt: skip
+    assert partner_client.post("/jobs/new/", form).status_code == 302
+    job = wait_for_end(Job.objects.get(), timeout=180)
+    assert job.state == State.SUCCEEDED, job.error
+    calls = [int(line) for line in CALLS.read_text().split()]
+    assert sum(calls) == 400 and max(calls) == max(shard.record_count for shard in job.shards.all()) > 64

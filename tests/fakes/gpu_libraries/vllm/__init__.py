@@ -56,6 +56,9 @@ class LLM:
         self.options = options
 
     def generate(self, prompts: list[str], sampling: list[SamplingParams], use_tqdm: bool = True) -> list:
+        if calls := os.environ.get("E31_FAKE_VLLM_CALLS"):  # where a test reads how many prompts each call had
+            with open(calls, "a") as log:
+                log.write(f"{len(prompts)}\n")
         return [self._one(prompt, params) for prompt, params in zip(prompts, sampling, strict=True)]
 
     def _one(self, prompt: str, params: SamplingParams):
