@@ -492,6 +492,8 @@ class Generate(PartnerModel):
                 written.append((record, self.prompt(record, context)))
             except ValueError as error:
                 rejects.append((record, str(error)))
+        if not written:
+            return Batch(table=self.schema.empty_table(), kept=[], rejects=rejects)
         engine = Engine.of(context)
         prompts, counts, kept = [], [], []
         for (record, prompt), count in zip(written, engine.counts([prompt for _, prompt in written]), strict=True):
