@@ -109,8 +109,13 @@ def reach(counts: list[int], new_tokens: int, limit: int) -> int:
     return min(limit, 1 << (max(counts) + new_tokens - 1).bit_length())
 
 
+YES_NO = {"true": "yes", "false": "no"}  # JSON's true and false (the API takes them), as yes and no
+
+
 def _choice(params: dict, name: str) -> str:
     value = params[name].strip().lower()
+    if "yes" in CHOICES[name]:
+        value = YES_NO.get(value, value)
     if value not in CHOICES[name]:
         raise ParamError(f"{name} must be one of {', '.join(CHOICES[name])}, not {params[name]!r}")
     return value

@@ -19,7 +19,7 @@ from django.core.management import call_command
 
 from jobs import processors, services
 from jobs.models import Allocation, Job, Node, State
-from jobs.processors import Context, Record
+from jobs.processors import Context, ParamError, Record
 from jobs.processors.partner_model import (
     CPU_BATCH,
     PROBE_ROWS,
@@ -101,6 +101,14 @@ def test_the_kinds_refuse_bad_parameters(organisation, online_slots, tmp_path):
             JobSpec(Work("embed"), Data(file=NamedFile(io.BytesIO(b"text\na\n"), "a.csv")), Request(1, 1)),
         )
     assert not Job.objects.exists()
+
+
+def test_a_yes_or_no_parameter_takes_true_and_false_as_json_gives_them():
+    assert Classify().validate_params({"all_scores": True})["all_scores"] == "yes"
+    assert Classify().validate_params({"all_scores": "False"})["all_scores"] == "no"
+    assert Embed().validate_params({"normalise": True, "pooling": "CLS"})["normalise"] == "yes"
+    with pytest.raises(ParamError, match="pooling must be one of auto, mean, cls, last, not 'True'"):
+        Embed().validate_params({"pooling": True})
 
 
 def test_the_batch_size_is_auto_unless_given_and_fills_the_gpus_free_memory():
