@@ -59,6 +59,8 @@ def exception_handler(exc, context):
     if isinstance(exc, exceptions.Throttled):
         wait = response.get("Retry-After", "1")
         message = f"Too many requests: try again in {wait} second{'s' * (wait != '1')}."
+        if limit := getattr(context.get("request"), "e31_limit", ""):
+            message = f"Too many {limit}: try again in {wait} second{'s' * (wait != '1')}."
     response.data = body(CODES.get(response.status_code, "error"), message, field)
     return response
 

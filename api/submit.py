@@ -223,13 +223,14 @@ def _work_field(message: str, work: Work | None) -> str:
     return "work.kind"
 
 
-def _created(job: Job, unsent: list[str], webhook_url: str, user) -> Response:
+def _created(request, job: Job, unsent: list[str], webhook_url: str) -> Response:
     """201 with the job as GET shows it, where it is, whether the task queue took it, and its own webhook's
-    secret."""
+    secret; the job counted against its token's rate of jobs made."""
+    SubmitRate().made(request)
     job.refresh_from_db()
     answer = job_json(job)
     if webhook_url:
-        _, answer["webhook_secret"] = endpoints.make(job.organisation, webhook_url, user, job=job)
+        _, answer["webhook_secret"] = endpoints.make(job.organisation, webhook_url, request.user, job=job)
     if unsent:
         answer["task_queue"] = "unreachable"
     return Response(answer, status=status.HTTP_201_CREATED, headers={"Location": reverse("api:job", args=[job.pk])})
@@ -263,7 +264,7 @@ def create(request) -> Response:
             raise refused(error, spec) from None
     if model_upload is not None:
         resumable.discard(model_upload)  # the model was copied into storage with the job
-    return _created(job, unsent, webhook_url, request.user)
+    return _created(request, job, unsent, webhook_url)
 
 
 def _sample_for(request, pk: int) -> JobFacts:
@@ -322,4 +323,4 @@ def job_pass(request, pk: int):
         if error.field == "sample":
             raise Conflict(str(error)) from None
         raise refused(error) from None
-    return _created(job, unsent, webhook_url, request.user)
+    return _created(request, job, unsent, webhook_url)

@@ -26,13 +26,33 @@ class TokenRate(SimpleRateThrottle):
 
 class SubmitRate(TokenRate):
     """For the views that create a job (the create and pass routes), in their throttle_classes beside TokenRate.
-    A reading (GET, HEAD, OPTIONS) is not counted: the list of jobs and their creation share a route."""
+    A reading (GET, HEAD, OPTIONS) is not counted: the list of jobs and their creation share a route. Only a job
+    made counts (the view calls `made` once it is): a submission refused for what it says costs nothing, so
+    that a partner correcting a typo is not locked out. Past the rate, the 429 names it (errors.py)."""
 
     scope = "api-submit"
     setting = "E31_API_SUBMIT_RATE"
 
     def allow_request(self, request, view) -> bool:
-        return request.method in SAFE_METHODS or super().allow_request(request, view)
+        if request.method in SAFE_METHODS or super().allow_request(request, view):
+            return True
+        count, period = self.get_rate().split("/")
+        unit = {"s": "second", "m": "minute", "h": "hour", "d": "day"}[period[0]]
+        request.e31_limit = f"jobs made with one token (E31_API_SUBMIT_RATE is {count} per {unit})"
+        return False
+
+    def throttle_success(self) -> bool:
+        return True  # not counted yet: `made` counts the job once it is made
+
+    def made(self, request) -> None:
+        """Count the job the request made against its token's rate."""
+        self.key = self.get_cache_key(request, None)
+        if self.key is None:
+            return
+        self.now = self.timer()
+        self.history = [moment for moment in self.cache.get(self.key, []) if moment > self.now - self.duration]
+        self.history.insert(0, self.now)
+        self.cache.set(self.key, self.history, self.duration)
 
 
 class AddressRate(TokenRate):

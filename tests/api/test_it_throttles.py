@@ -47,10 +47,13 @@ def test_creating_jobs_has_a_rate_of_its_own(partner, settings):
     settings.E31_API_RATE, settings.E31_API_SUBMIT_RATE = "100/min", "2/hour"
     token_for(partner)
     request = SimpleNamespace(auth=ApiToken.objects.get(), user=partner, META={}, method="POST")
-    assert [SubmitRate().allow_request(request, None) for _ in range(3)] == [True, True, False]
+    assert all(SubmitRate().allow_request(request, None) for _ in range(5)), "asking is not making a job"
+    for _ in range(2):
+        SubmitRate().made(request)
     refused = SubmitRate()
-    refused.allow_request(request, None)
+    assert not refused.allow_request(request, None)
     assert 3500 < refused.wait() <= 3600
+    assert request.e31_limit == "jobs made with one token (E31_API_SUBMIT_RATE is 2 per hour)"
     assert TokenRate().allow_request(request, None), "the rate of every route is counted apart"
 
 
