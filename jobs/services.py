@@ -169,12 +169,25 @@ def _model_of(processor, organisation: Organisation, work, s3_credentials: dict 
     if work.model_from_job:
         kept = kept_models(organisation).filter(pk=work.model_from_job).first()
         if kept is None or not default_storage.exists(kept.model_path):
-            raise SubmitError(
-                "model", f"Job {work.model_from_job} has no model kept for you: it brought none, or it is purged."
-            )
+            raise SubmitError("model", _not_kept(organisation, work.model_from_job))
         model = NamedFile(files.enter_context(default_storage.open(kept.model_path, "rb")), kept.model_name)
-        return model, kept, kept.model_source or f"job {kept.pk}"
+        return model, kept, kept.model_source if kept.model_source not in ("", "upload") else f"job {kept.pk}"
     return work.model, None, "upload" if work.model else ""
+
+
+def _not_kept(organisation: Organisation, pk: int) -> str:
+    """Why the organisation cannot choose job `pk`'s model again: there is no such job of theirs, it brought
+    none, or it is no longer kept, and what to do then."""
+    job = Job.objects.filter(organisation=organisation, pk=pk).first()
+    if job is None:
+        return f"There is no job {pk} in your organisation to take a model from."
+    if not job.model_path:
+        return f"Job {pk} brought no model."
+    return (
+        f"Job {pk}'s model is no longer kept: a model is kept while its job's staged copy is, and job {pk}'s "
+        "was deleted. Send the model again; to choose a model again later, keep the staged copy of the job "
+        "that brings it (its retention)."
+    )
 
 
 def _check_model(processor, model: NamedFile | None) -> str:

@@ -232,13 +232,19 @@ def test_a_model_used_before_is_chosen_again_while_it_is_kept(
     assert list(services.kept_models(organisation)) == [first]
     again = submit(organisation, model_from_job=first.pk)
     assert (again.model_path, again.model_name) == (first.model_path, "encoder.zip"), "the same stored model"
-    with pytest.raises(services.SubmitError, match=f"Job {first.pk} has no model kept for you"):
+    with pytest.raises(services.SubmitError, match=f"^There is no job {first.pk} in your organisation to take"):
         submit(other_organisation, model_from_job=first.pk)
+    with pytest.raises(services.SubmitError, match=f"^There is no job {first.pk + 99} in your organisation"):
+        submit(organisation, model_from_job=first.pk + 99)
     with pytest.raises(services.SubmitError, match="the model is not a sequence-classification model"):
         submit(organisation, "classify", model_from_job=first.pk)
     Job.objects.filter(pk__in=[first.pk, again.pk]).update(state=State.FAILED, staged_path="")
     assert not services.kept_models(organisation).exists(), "retention no longer keeps it"
-    with pytest.raises(services.SubmitError, match=f"Job {first.pk} has no model kept for you"):
+    with pytest.raises(services.SubmitError, match=rf"^Job {first.pk}'s model is no longer kept: .* Send the model"):
+        submit(organisation, model_from_job=first.pk)
+    assert again.model_source == f"job {first.pk}", "an uploaded model chosen again says from which job"
+    Job.objects.filter(pk=first.pk).update(model_path="")
+    with pytest.raises(services.SubmitError, match=rf"^Job {first.pk} brought no model\.$"):
         submit(organisation, model_from_job=first.pk)
 
 
