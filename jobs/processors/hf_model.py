@@ -40,6 +40,7 @@ from django.conf import settings
 from jobs.processors.base import ParamError
 from portal import units
 
+COMPRESSED = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00", b"\x28\xb5\x2f\xfd")  # gzip, bzip2, xz, zstd
 PICKLE_SUFFIXES = frozenset({".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".h5", ".msgpack"})
 NOT_UNPACKED = PICKLE_SUFFIXES | {".py"}  # a pickle runs code when loaded, and a slot imports no .py file
 # The settings files where an auto_map may name the folder's own classes for transformers' Auto classes.
@@ -96,6 +97,11 @@ class _Archive:
         elif head[257:262] == b"ustar":
             # Read within the caller's `with` on the stream, which outlives it.
             self.zip, self.tar = None, tarfile.open(fileobj=stream, mode="r:")  # noqa: SIM115
+        elif head.startswith(COMPRESSED):
+            raise ParamError(
+                "a compressed archive (.tar.gz, .tgz, .tar.bz2, .tar.xz, .tar.zst) is not read: send the folder as a "
+                "plain .tar or a .zip (e31 submit --model FOLDER packs it)"
+            )
         else:
             raise ParamError("a model is its Hugging Face folder as a .zip or a .tar, and this is neither")
         self.files = self._files()

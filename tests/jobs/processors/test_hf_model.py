@@ -1,8 +1,11 @@
 """The checks a partner's Hugging Face model passes on submit (jobs/processors/hf_model.py), over tiny
 folders built here: none loads the weights, and only those that the real libraries save need torch."""
 
+import bz2
+import gzip
 import io
 import json
+import lzma
 import re
 import tarfile
 import zipfile
@@ -134,6 +137,9 @@ def test_an_archive_bomb_is_refused_before_anything_is_read(tmp_path, settings):
         (tar_with_link(folder), "'bert/secrets', a link"),
         (zip_of({**files, **{f"bert/extra/{n}.txt": b"" for n in range(300)}}), "holds more than 200 files"),
         (b"neither zip nor tar", "a model is its Hugging Face folder as a .zip or a .tar, and this is neither"),
+        (gzip.compress(tarred_folder(folder)), "a compressed archive (.tar.gz, .tgz, .tar.bz2, .tar.xz, .tar.zst)"),
+        (bz2.compress(tarred_folder(folder)), "is not read: send the folder as a plain .tar or a .zip"),
+        (lzma.compress(tarred_folder(folder)), "is not read: send the folder as a plain .tar or a .zip"),
     ]
     for content, message in cases:
         path = tmp_path / "bomb"
