@@ -427,14 +427,16 @@ def probabilities(network, inputs) -> np.ndarray:
 
 def template_fields(template: str) -> list[str]:
     """The column names a prompt template reads, each as {column}; ParamError for anything else."""
+    braces = "write {{ and }} for a brace of its own"
     try:
         parts = list(string.Formatter().parse(template))
     except ValueError as error:
-        raise ParamError(f"template is not a template: {error}") from None
+        raise ParamError(f"template is not a template: {error}; {braces}") from None
     fields = [name for _, name, _, _ in parts if name is not None]
     for _, name, spec, conversion in parts:
         if name is not None and (not name or spec or conversion or "." in name or "[" in name):
-            raise ParamError(f"template fields are {{column}}, a column's name alone, not {{{name}}}")
+            written = "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+            raise ParamError(f"template fields are {{column}}, a column's name alone, not {written}; {braces}")
     if not fields:
         raise ParamError("template names no column: write it with {column} where a record's value goes")
     return fields

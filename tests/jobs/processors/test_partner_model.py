@@ -85,6 +85,9 @@ def test_the_kinds_refuse_bad_parameters(organisation, online_slots, tmp_path):
         ("embed", {"dtype": "int8"}, "dtype must be one of float32, float16, not 'int8'"),
         ("classify", {"all_scores": "maybe"}, "all_scores must be one of no, yes, not 'maybe'"),
         ("generate", {"template": "Say {text.upper}"}, "template fields are {column}, a column's name alone"),
+        ("generate", {"template": "{text!r}"}, "a column's name alone, not {text!r}; write {{ and }} for a brace"),
+        ("generate", {"template": '{"q": "{text}"}'}, 'alone, not {"q": "{text}"}; write {{ and }} for a brace'),
+        ("generate", {"template": "a } {text}"}, "template is not a template: Single '}' encountered in format"),
         ("generate", {"template": "no fields"}, "template names no column"),
         ("generate", {"temperature": "-1"}, "temperature must be at least 0"),
         *(
