@@ -276,6 +276,9 @@ class Job(TimeStamped):
 
     @property
     def staging_percent(self) -> int | None:
+        """How far staging has got: 100 once the job is queued (its data staged, or a sample's taken over)."""
+        if self.queued_at is not None:
+            return 100
         if not self.staging_total:
             return None
         return min(100, int(100 * self.staging_done / self.staging_total))
