@@ -5,6 +5,8 @@ from django.http import Http404, JsonResponse
 from rest_framework import exceptions, status
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from jobs import services
+
 CODES = {
     status.HTTP_400_BAD_REQUEST: "invalid",
     status.HTTP_401_UNAUTHORIZED: "unauthenticated",
@@ -55,7 +57,7 @@ def exception_handler(exc, context):
         return None
     field, message = _first(response.data)
     if isinstance(exc, Http404):  # Django's sentences name models and queries: not for a partner
-        message = NOT_FOUND
+        message = str(exc) if isinstance(exc, services.Missing) else NOT_FOUND
     if isinstance(exc, exceptions.Throttled):
         wait = response.get("Retry-After", "1")
         message = f"Too many requests: try again in {wait} second{'s' * (wait != '1')}."

@@ -13,7 +13,6 @@ from django.core.files.storage import default_storage
 from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.http import Http404
-from django.shortcuts import get_object_or_404
 from django.utils import timezone
 
 from billing.models import RetentionPolicy
@@ -41,6 +40,10 @@ def jobs_for_user(user):
     return Job.objects.filter(organisation=organisation) if organisation else Job.objects.none()
 
 
+class Missing(Http404):
+    """A 404 whose sentence may be shown to the partner as it is (the API's answer names the job)."""
+
+
 def get_job_for_user(request, pk: int, jobs: QuerySet | None = None) -> Job:
     """The job if it belongs to the user's organisation; 404 otherwise, whoever asks. From `jobs` when
     given: the jobs with what the caller reads of them in the same query."""
@@ -48,7 +51,10 @@ def get_job_for_user(request, pk: int, jobs: QuerySet | None = None) -> Job:
         raise Http404
     # One query: the job, joined to the user's membership of its organisation.
     jobs = (Job.objects.all() if jobs is None else jobs).filter(organisation__memberships__user=request.user)
-    return get_object_or_404(jobs.select_related("organisation"), pk=pk)
+    job = jobs.select_related("organisation").filter(pk=pk).first()
+    if job is None:
+        raise Missing(f"There is no job {pk} in your organisation.")
+    return job
 
 
 def submit_job(organisation: Organisation, user, spec: JobSpec) -> Job:

@@ -45,7 +45,10 @@ def test_an_object_of_another_organisation_is_404(route, finished_job, outsider_
     path = path.format(pk=finished_job.pk)
     answer = getattr(outsider_api, method)(path)
     assert answer.status_code == 404, answer.content
-    assert answer.json()["error"]["code"] == "not_found"
+    assert answer.json()["error"] == {
+        "code": "not_found",
+        "message": f"There is no job {finished_job.pk} in your organisation.",
+    }, "as for a job that does not exist"
     owner = getattr(api_client(token_for(teammate)), method)(path)
     assert owner.status_code in (200, 409), f"the organisation reaches it: {owner.status_code}"
 
@@ -55,7 +58,7 @@ def test_an_object_that_does_not_exist_is_404(route, partner_api):
     method, path = ROUTES[route]
     answer = getattr(partner_api, method)(path.format(pk=999_999))
     assert answer.status_code == 404
-    assert answer.json() == {"error": {"code": "not_found", "message": "There is no such object in your organisation."}}
+    assert answer.json() == {"error": {"code": "not_found", "message": "There is no job 999999 in your organisation."}}
 
 
 @pytest.mark.parametrize("route", sorted(ROUTES) + sorted(LISTS))
