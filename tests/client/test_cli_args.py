@@ -1,6 +1,9 @@
 """The command line's own refusals, before it asks the portal anything: one line each, and the exit
 status that says which kind of failure it was."""
 
+import subprocess
+import sys
+
 import pytest
 from e31 import cli
 
@@ -134,3 +137,14 @@ def test_it_refuses_an_output_name_that_leaves_the_folder():
         with pytest.raises(cli.Failure, match="refusing to write it"):
             cli.safe_name(name)
     assert cli.safe_name("output.parquet") == "output.parquet"
+
+
+def test_it_ends_quietly_when_what_reads_its_output_closes_it():
+    """`e31 ledger | head -5`: the pipe closes while e31 writes; it says nothing of it."""
+    script = (
+        "import sys\nfrom e31 import cli\n"
+        "def closed_pipe(args):\n    raise BrokenPipeError(32, 'Broken pipe')\n"
+        "cli.cmd_ledger = closed_pipe\nsys.argv = ['e31', 'ledger']\ncli.main()\n"
+    )
+    ended = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=60)
+    assert (ended.returncode, ended.stderr) == (1, "")

@@ -744,6 +744,8 @@ def run(argv: Sequence[str] | None = None, stderr: TextIO | None = None) -> int:
     except KeyboardInterrupt:
         print("e31: stopped.", file=stderr)
         return INTERRUPTED
+    except BrokenPipeError:
+        raise  # what reads the output has closed it: main ends quietly
     except (Failure, APIError, DownloadError, httpx.HTTPError, OSError) as error:
         print(error_line(error), file=stderr)
         return 1
