@@ -5,7 +5,7 @@ import json
 import re
 
 from jobs.models import Job, State
-from tests.factories import make_job
+from tests.factories import finished_sample, make_job
 
 
 def test_it_lists_shows_and_cancels_a_job(e31, organisation, other_organisation):
@@ -39,3 +39,17 @@ def test_it_says_not_found_in_one_line_for_a_job_of_another_organisation(e31, ot
         assert (refused.returncode, refused.stdout) == (1, ""), argv
         assert refused.stderr.startswith("e31: ") and refused.stderr.count("\n") == 1, refused.stderr
     assert Job.objects.get(pk=theirs.pk).state == State.QUEUED
+
+
+def test_a_pass_takes_its_time_limit_from_the_samples_estimate_unless_given(e31, organisation, online_slots):
+    sample = finished_sample(organisation)
+    made = e31("pass", str(sample.pk), "--gpus", "2")
+    assert made.returncode == 0, made.stderr
+    estimate = e31("estimate", str(sample.pk), "--gpus", "2")
+    hours = json.loads(estimate.stdout)["estimate"]["hours"]
+    assert f"The time limit is the sample's estimate for 2: {hours} h." in made.stderr
+    full = Job.objects.get(pk=int(made.stdout))
+    assert (full.kind, full.gpus, str(full.hours.normalize())) == (Job.Kind.PASS, 2, hours)
+    given = e31("pass", str(sample.pk), "--gpus", "1", "--hours", "3")
+    assert given.returncode == 0, given.stderr
+    assert Job.objects.get(pk=int(given.stdout)).hours == 3

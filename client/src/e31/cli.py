@@ -602,9 +602,13 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 def cmd_pass(args: argparse.Namespace) -> int:
     if args.output and not args.wait:
         raise Failure("-o needs --wait (or run e31 download later).")
-    request = request_spec(args.gpus, args.hours, args.shape, args.deadline, args.allow_partial)
     retention = {"staged_days": args.keep_days, "output_days": args.keep_output_days}
     with connect() as portal:
+        hours = args.hours
+        if hours is None:  # the sample's estimate for these GPUs, with its margin, as the page's form fills in
+            hours = portal.estimate(args.id, args.gpus)["estimate"]["hours"]
+            say(f"The time limit is the sample's estimate for {args.gpus}: {hours} h.")
+        request = request_spec(args.gpus, hours, args.shape, args.deadline, args.allow_partial)
         job = portal.start_pass(args.id, request, retention)
         say(f"Job {job['id']} submitted: the full pass of sample {args.id}")
         if not args.wait:
@@ -624,7 +628,11 @@ def cmd_receipt(args: argparse.Namespace) -> int:
 
 def add_request(parser: argparse.ArgumentParser, hours_required: bool = True) -> None:
     parser.add_argument("--gpus", type=int, required=True, help="GPUs held at once")
-    parser.add_argument("--hours", required=hours_required, help="the time limit, e.g. 4 or 1.5")
+    parser.add_argument(
+        "--hours",
+        required=hours_required,
+        help="the time limit, e.g. 4 or 1.5" + ("" if hours_required else " (default: the sample's estimate)"),
+    )
     parser.add_argument("--shape", default="short-wide", help="short-wide (the default) or long-narrow")
     parser.add_argument("--deadline", metavar="ISO", help="done by then, e.g. 2026-12-01T18:00 (UTC unless it says)")
     parser.add_argument("--allow-partial", action="store_true", help="finish without a shard that keeps failing")
@@ -720,7 +728,7 @@ def build_parser() -> Parser:
 
     full_pass = commands.add_parser("pass", help="run the full pass a finished sample sized")
     full_pass.add_argument("id", type=int, help="the sample")
-    add_request(full_pass)
+    add_request(full_pass, hours_required=False)
     add_wait(full_pass)
     full_pass.set_defaults(run=cmd_pass)
 
