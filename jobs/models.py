@@ -275,6 +275,12 @@ class Job(TimeStamped):
         return self.staging_done / elapsed if elapsed > 0 else None
 
     @property
+    def sample_was_whole(self) -> bool:
+        """A sample that ran over every record: its output is what the full pass would give."""
+        result = self.sample_result or {}
+        return bool(result.get("records_total")) and result.get("records", 0) >= result["records_total"]
+
+    @property
     def staging_percent(self) -> int | None:
         """How far staging has got: 100 once the job is queued (its data staged, or a sample's taken over)."""
         if self.queued_at is not None:

@@ -148,3 +148,13 @@ def test_it_ends_quietly_when_what_reads_its_output_closes_it():
     )
     ended = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=60)
     assert (ended.returncode, ended.stderr) == (1, "")
+
+
+def test_after_a_sample_it_says_to_run_the_pass_unless_the_sample_ran_over_every_record():
+    measured = {"records": 600, "records_total": 36_000}
+    assert cli.sample_hint({"id": 9, "sample": {"result": measured}}) == (
+        "Sample 9 sized the full pass: e31 estimate 9, then e31 pass 9 --gpus N."
+    )
+    assert cli.sample_hint({"id": 9, "sample": {"result": {**measured, "records": 36_000}}}) == (
+        "Sample 9 ran over all 36,000 records: its output is the whole result; no pass is needed."
+    )

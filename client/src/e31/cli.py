@@ -396,7 +396,7 @@ def follow(portal: Client, job_id: int, folder: Path | None) -> int:
         say(f"Output written to {folder}/ ({', '.join(path.name for path in written)})")
     print_receipt(portal, job_id)
     if job.get("kind") == "sample":
-        say(f"Sample {job_id} sized the full pass: e31 estimate {job_id}, then e31 pass {job_id} --gpus N --hours H.")
+        say(sample_hint(job))
     return 0
 
 
@@ -615,6 +615,15 @@ def cmd_pass(args: argparse.Namespace) -> int:
             print(job["id"])
             return 0
         return follow(portal, job["id"], args.output)
+
+
+def sample_hint(job: dict[str, Any]) -> str:
+    """What to do after a finished sample: its full pass, or nothing when it ran over every record."""
+    result = (job.get("sample") or {}).get("result") or {}
+    total = result.get("records_total")
+    if total and result.get("records", 0) >= total:
+        return f"Sample {job['id']} ran over all {total:,} records: its output is the whole result; no pass is needed."
+    return f"Sample {job['id']} sized the full pass: e31 estimate {job['id']}, then e31 pass {job['id']} --gpus N."
 
 
 def cmd_receipt(args: argparse.Namespace) -> int:

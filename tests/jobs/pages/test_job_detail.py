@@ -10,7 +10,7 @@ from django.utils import timezone
 from jobs import lifecycle, scheduling
 from jobs.models import Job, Shard, State
 from jobs.templatetags.jobs_extras import duration
-from tests.factories import make_job
+from tests.factories import finished_sample, make_job
 from tests.support import client_for
 
 pytestmark = pytest.mark.django_db
@@ -165,3 +165,13 @@ def test_without_javascript_a_live_job_page_reloads_itself_and_an_ended_one_does
     assert refresh in queued and "Without JavaScript this page reloads itself every 10 s." in queued
     ended = partner_client.get(f"/jobs/{make_job(organisation, State.SUCCEEDED).pk}/").content.decode()
     assert refresh not in ended and "reloads itself" not in ended
+
+
+def test_a_sample_that_ran_over_every_record_says_its_output_is_the_whole_result(organisation, partner, online_slots):
+    whole = "The sample ran over every record: its output is the whole result."
+    part = finished_sample(organisation)
+    assert whole not in client_for(partner).get(f"/jobs/{part.pk}/").content.decode()
+    result = {**part.sample_result, "records": 36_000}
+    complete = finished_sample(organisation, sample_result=result)
+    page = client_for(partner).get(f"/jobs/{complete.pk}/").content.decode()
+    assert whole in page and "Run the full pass" in page, "said, and the pass still offered"
