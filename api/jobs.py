@@ -158,7 +158,7 @@ def job_cancel(request, pk: int):
         cancelled = lifecycle.cancel(job, by=request.user)
     job.refresh_from_db()
     if not cancelled:
-        raise Conflict(f"Job {job.pk} is {job.get_state_display().lower()} and can no longer be cancelled.")
+        raise Conflict(f"Job {job.pk} has ended ({job.get_state_display().lower()}) and can no longer be cancelled.")
     answer = job_json(job)
     if unsent:
         answer["task_queue"] = "unreachable"

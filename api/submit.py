@@ -27,7 +27,7 @@ from jobs.uploads import resumable
 from portal.models import organisation_for
 from portal.text import ascii_count, clean_name, shown
 
-NO_SAMPLE = "This job is no finished sample."
+NO_SAMPLE = "This job is not a finished sample, so it sized no pass."
 
 
 class Strict(serializers.Serializer):

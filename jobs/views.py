@@ -219,7 +219,7 @@ def job_estimate(request, pk: int):
     job = services.get_job_for_user(request, pk)
     facts = JobFacts(job)
     if not facts.measured:
-        raise Http404("This job is no finished sample.")
+        raise Http404("This job is not a finished sample, so it sized no pass.")
     policy = RetentionPolicy.in_force(job.organisation)
     form = RequestForm(request.GET, policy=policy)
     found = _pass_estimate(facts, form)
@@ -281,7 +281,8 @@ def job_cancel(request, pk: int):
             messages.warning(request, f"{enqueue.UNREACHABLE}; the cancel stands.")
     else:
         job.refresh_from_db()
-        messages.info(request, f"Job #{job.pk} is {job.get_state_display().lower()} and can no longer be cancelled.")
+        state = job.get_state_display().lower()
+        messages.info(request, f"Job #{job.pk} has ended ({state}) and can no longer be cancelled.")
     return redirect("jobs:detail", pk=job.pk)
 
 

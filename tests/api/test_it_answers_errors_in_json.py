@@ -14,7 +14,7 @@ def error_of(exc) -> tuple[int, dict]:
 
 
 NOT_FOUND = "There is no such object in your organisation."
-CANCELLED = "Job 4 is succeeded and can no longer be cancelled."
+CANCELLED = "Job 4 has ended (succeeded) and can no longer be cancelled."
 PARSE = "JSON parse error - Expecting value: line 1 column 1 (char 0)"
 
 

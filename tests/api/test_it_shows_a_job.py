@@ -91,7 +91,7 @@ def test_an_ended_job_cannot_be_cancelled_in_the_pages_words(organisation, partn
     answer = partner_api.post(f"/api/v1/jobs/{job.pk}/cancel/")
     assert answer.status_code == 409
     assert answer.json() == {
-        "error": {"code": "conflict", "message": f"Job {job.pk} is succeeded and can no longer be cancelled."}
+        "error": {"code": "conflict", "message": f"Job {job.pk} has ended (succeeded) and can no longer be cancelled."}
     }
 
 

@@ -17,7 +17,7 @@ def test_it_lists_shows_and_cancels_a_job(e31, organisation, other_organisation)
     assert Job.objects.get(pk=waiting.pk).state == State.CANCELLED
     again = e31("cancel", str(waiting.pk))
     assert (again.returncode, again.stdout) == (1, "")
-    assert again.stderr == f"e31: Job {waiting.pk} is cancelled and can no longer be cancelled.\n"
+    assert again.stderr == f"e31: Job {waiting.pk} has ended (cancelled) and can no longer be cancelled.\n"
     listed = e31("jobs")
     assert listed.returncode == 0, listed.stderr
     lines = listed.stdout.splitlines()
