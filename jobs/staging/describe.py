@@ -14,6 +14,8 @@ from jobs.staging.formats import SAMPLE_BYTES, FormatError, detect, iter_records
 from jobs.staging.progress import StagingProgress
 from jobs.staging.shards import Cut
 
+NO_RECORDS = "The file holds no records (a header or a schema alone): a dataset needs at least one."
+
 
 def describe_and_cut(
     job: Job, path: str, progress: StagingProgress, scanned: fastcsv.Scanned | None = None
@@ -47,7 +49,7 @@ def describe_and_cut(
                     scanner = processor.scanner(job.params)  # count again from nothing, the exact way
                 else:
                     if total == 0:
-                        raise FormatError("The file has no records.")
+                        raise FormatError(NO_RECORDS)
                     layout["data_offset"] = data_offset
                     plan = scanner.plan(layout["columns"]) if scanner else {}
                     if scanner and sampled < total:
@@ -84,7 +86,7 @@ def describe_and_cut(
         if total and (not cuts or cuts[-1].records != total):
             cuts.append(last)
     if total == 0:
-        raise FormatError("The file has no records.")
+        raise FormatError(NO_RECORDS)
     if layout["format"] == "jsonl":
         layout["columns"] = list(jsonl_columns)
     layout["data_offset"] = data_offset

@@ -82,7 +82,8 @@ def test_a_job_that_is_no_finished_sample_is_a_conflict(partner_api, organisatio
     for job in (make_job(organisation, State.SUCCEEDED), make_job(organisation, State.RUNNING, kind=Job.Kind.SAMPLE)):
         estimate = partner_api.get(f"/api/v1/jobs/{job.pk}/estimate/")
         assert estimate.status_code == 409
-        assert estimate.json()["error"] == {"code": "conflict", "message": "This job is not a finished sample, so it sized no pass."}
+        refusal = "This job is not a finished sample, so it sized no pass."
+        assert estimate.json()["error"] == {"code": "conflict", "message": refusal}
         passed = post(partner_api, f"/api/v1/jobs/{job.pk}/pass/", {"request": {"gpus": 1, "hours": 1}})
         assert passed.status_code == 409
         assert passed.json()["error"] == estimate.json()["error"], "before the body is read"

@@ -4,6 +4,8 @@ import csv
 import io
 import json
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from django.core.files.storage import default_storage
 
@@ -35,6 +37,25 @@ def test_it_fails_staging_on_an_unmatched_quote_with_its_line(fleet, partner_cli
     job = wait_for_end(Job.objects.get())
     assert job.state == State.FAILED
     assert job.error.startswith("Staging failed: Line 3:")
+
+
+@pytest.mark.parametrize(
+    ("name", "error"),
+    [
+        ("header.csv", "The file holds no records (a header or a schema alone): a dataset needs at least one."),
+        ("rowless.parquet", "The Parquet file has no rows."),
+    ],
+)
+def test_it_fails_staging_of_a_file_with_no_records_saying_so(fleet, partner_client, name, error):
+    data = b"id,text\n"
+    if name.endswith(".parquet"):
+        out = io.BytesIO()
+        pq.write_table(pa.table({"id": pa.array([], pa.int64()), "text": pa.array([], pa.string())}), out)
+        data = out.getvalue()
+    partner_client.post("/jobs/new/", job_form(data, name=name))
+    job = wait_for_end(Job.objects.get())
+    assert (job.state, job.error) == (State.FAILED, f"Staging failed: {error}")
+    assert not job.allocations.exists()
 
 
 def test_it_stops_retrying_a_poison_shard_and_fails_the_job(fleet, partner_client):
