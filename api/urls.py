@@ -13,6 +13,7 @@ urlpatterns = [
     path("v1/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("v1/docs/", docs.SwaggerDocs.as_view(url_name="api:schema"), name="docs"),
     path("v1/me/", views.me, name="me"),
+    path("v1/work-kinds/", views.work_kinds, name="work_kinds"),
     path("v1/jobs/", jobs.job_list, name="jobs"),
     path("v1/jobs/<int:pk>/", jobs.job_detail, name="job"),
     path("v1/jobs/<int:pk>/events/", jobs.job_events, name="events"),

@@ -1,5 +1,5 @@
-"""The API's own routes: the index of routes and who the token belongs to. The job and ledger routes are in
-jobs.py and ledger.py beside it."""
+"""The API's own routes: the index of routes, who the token belongs to and the work kinds. The job and
+ledger routes are in jobs.py and ledger.py beside it."""
 
 from django.urls import reverse
 from drf_spectacular.utils import extend_schema
@@ -9,6 +9,7 @@ from rest_framework.response import Response
 
 from api.schema import OBJECT, answers
 from api.throttling import AddressRate
+from jobs import processors, scheduling
 from portal.models import organisation_for
 
 
@@ -31,8 +32,45 @@ def index(request):
             "contract": "docs/api.md",
             "me": reverse("api:me"),
             "jobs": reverse("api:jobs"),
+            "work_kinds": reverse("api:work_kinds"),
             "ledger": reverse("api:ledger"),
         }
+    )
+
+
+@extend_schema(
+    operation_id="work_kinds",
+    summary="The work kinds a job may name, their parameters, and whether an online node runs each",
+    responses=answers(OBJECT),
+)
+@api_view(["GET"])
+@permission_classes([IsAuthenticated])
+def work_kinds(request):
+    """What `work.kind` and `work.params` may say, for a client to check before it uploads the data."""
+    online = scheduling.fleet().work_kinds
+    return Response(
+        [
+            {
+                "name": processor.name,
+                "title": processor.title,
+                "description": processor.description,
+                "input_formats": list(processor.input_formats),
+                "model_file": processor.model_file,
+                "runs_online": processor.name in online,
+                "params": [
+                    {
+                        "name": param.name,
+                        "type": param.kind.__name__,
+                        "default": param.default,
+                        "minimum": param.minimum,
+                        "maximum": param.maximum,
+                        "help": param.help,
+                    }
+                    for param in processor.params
+                ],
+            }
+            for processor in processors.available()
+        ]
     )
 
 

@@ -40,3 +40,21 @@ def test_it_answers_an_unknown_route_in_json(db):
 def test_the_schema_is_valid_openapi_without_a_warning(tmp_path, db):
     call_command("spectacular", "--validate", "--fail-on-warn", "--file", str(tmp_path / "schema.yaml"))
     assert "/api/v1/jobs/{id}/output/{name}:" in (tmp_path / "schema.yaml").read_text()
+
+
+def test_it_lists_the_work_kinds_their_parameters_and_which_an_online_node_runs(partner_api, online_slots):
+    """A client checks a job's kind and parameters here before it uploads the data. The fake node reported
+    no kinds: it runs those that need only requirements.txt."""
+    assert Client().get("/api/v1/").json()["work_kinds"] == "/api/v1/work-kinds/"
+    assert Client().get("/api/v1/work-kinds/").status_code == 401, "for a token's holder"
+    kinds = {kind["name"]: kind for kind in partner_api.get("/api/v1/work-kinds/").json()}
+    assert {"clean-table", "embed", "generate", "onnx-infer", "test-slow-echo"} <= set(kinds)
+    assert kinds["clean-table"]["runs_online"] and not kinds["generate"]["runs_online"]
+    assert kinds["generate"]["model_file"].startswith("a Hugging Face model folder")
+    assert kinds["clean-table"]["model_file"] == ""
+    assert kinds["generate"]["input_formats"] == ["csv", "jsonl", "parquet"]
+    tokens = next(param for param in kinds["generate"]["params"] if param["name"] == "max_new_tokens")
+    assert tokens == {
+        "name": "max_new_tokens", "type": "int", "default": 64, "minimum": 1, "maximum": 8192,
+        "help": "The most tokens generated per record.",
+    }  # fmt: skip

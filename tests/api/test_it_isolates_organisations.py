@@ -29,7 +29,7 @@ LISTS = {"jobs": "/api/v1/jobs/", "webhooks": "/api/v1/webhooks/"}
 MADE = {"uploads", "upload", "webhook"}
 # Routes about no organisation's objects.
 PUBLIC = {"index", "schema", "docs", "no_such_route"}
-ANY_TOKEN = {"me"}
+ANY_TOKEN = {"me", "work_kinds"}
 
 pytestmark = pytest.mark.django_db
 
