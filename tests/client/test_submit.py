@@ -51,3 +51,15 @@ def test_it_says_the_portals_sentence_for_a_refused_value_and_keeps_the_upload(e
     job = Job.objects.get(pk=int(accepted.stdout))
     assert job.gpus == 1
     wait_for_end(job)  # before the next test: its fleet is free again
+
+
+def test_it_refuses_an_unknown_work_kind_or_parameter_before_it_uploads_anything(e31, online_slots, portal):
+    shutil.copy(EXAMPLE, e31.folder / "customers.csv")
+    mark = len(portal.lines())
+    typo = e31("submit", "customers.csv", "--work", "clean-tabel", "--gpus", "1", "--hours", "1")
+    assert (typo.returncode, typo.stdout) == (1, "")
+    assert typo.stderr.startswith("e31: There is no work kind 'clean-tabel'; the kinds are: classify, clean-table, ")
+    param = e31(*SUBMIT, "--param", "treshold=1", "--gpus", "1")
+    assert param.stderr.startswith("e31: clean-table has no parameter 'treshold' (it takes: ")
+    assert portal.requests("POST", "/api/v1/uploads/", after=mark) == [], "no upload begun"
+    assert not Job.objects.exists()

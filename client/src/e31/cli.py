@@ -444,6 +444,22 @@ def cmd_login(args: argparse.Namespace) -> int:
     return 0
 
 
+def check_work(portal: Client, work: str, params: dict[str, str]) -> None:
+    """Refuse a work kind or a parameter the portal does not know, in its words, before any byte of the
+    data is sent; a portal from before its list of work kinds (404) checks them when the job is made."""
+    try:
+        kinds = {kind["name"]: kind for kind in portal.work_kinds()}
+    except APIError as error:
+        if error.status == 404:
+            return
+        raise
+    if work not in kinds:
+        raise Failure(f"There is no work kind {work!r}; the kinds are: {', '.join(sorted(kinds))}.")
+    takes = [param["name"] for param in kinds[work]["params"]]
+    if unknown := sorted(set(params) - set(takes)):
+        raise Failure(f"{work} has no parameter {unknown[0]!r} (it takes: {', '.join(takes) or 'none'})")
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
     if args.output and not args.wait:
         raise Failure("-o needs --wait (or run e31 download later).")
@@ -465,6 +481,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         raise Failure(f"There is no file {args.data} (data is a file, an https:// URL or an s3:// location).")
     model_path = model_file(args.model) if args.model and not model_location else None
     with connect() as portal:
+        check_work(portal, args.work, dict(args.param))
         if not location:
             uploaded = upload_with_bar(portal, path, args.chunk_size, store)
         if model_path:

@@ -201,6 +201,10 @@ class Client:
     def me(self) -> dict[str, Any]:
         return self._json("GET", "me/")
 
+    def work_kinds(self) -> list[dict[str, Any]]:
+        """The work kinds a job may name, each with its parameters (docs/api.md, "Work kinds")."""
+        return self._json("GET", "work-kinds/")
+
     # Uploads (tus 1.0): the protocol's steps; upload() runs them with resume.
 
     def create_upload(self, length: int, filename: str) -> str:
