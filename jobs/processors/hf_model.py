@@ -59,8 +59,14 @@ MAX_HEADER_BYTES = 64 * 1024 * 1024  # a safetensors header lists the tensors: m
 MAX_RATIO = 1000  # a zip member that expands more than this is a bomb; weights barely compress
 DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
 DTYPE_BYTES |= {"F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "U32": 4, "U64": 8}
-EMBEDDING_NAMES = ("word_embeddings.weight", "wte.weight", "embed_tokens.weight", "shared.weight", "embed_in.weight")
-LAYER_INDEX = re.compile(r"\.(?:layer|layers|h|blocks)\.(\d+)\.")
+# The token embedding's weight, by the names transformers' models give it (ModernBERT's tok_embeddings;
+# Mamba's and RWKV's embeddings, named beside their backbone, not a position table's).
+EMBEDDING_NAMES = (
+    "word_embeddings.weight", "wte.weight", "embed_tokens.weight", "shared.weight", "embed_in.weight",
+    "tok_embeddings.weight", "backbone.embeddings.weight", "rwkv.embeddings.weight",
+)  # fmt: skip
+# A layer's index in a weight's name: the first one, so that T5's encoder.block.3.layer.1 is its block 3.
+LAYER_INDEX = re.compile(r"\.(?:block|blocks|layers|layer|h)\.(\d+)\.")
 # The modules transformers' sequence classifiers put on their model, as their weights' names give them.
 CLASSIFIER_HEADS = {"classifier", "score", "classification_head", "logits_proj", "sequence_summary"}
 TASK_MODELS = {"classify": "sequence-classification", "generate": "causal language"}
@@ -307,7 +313,7 @@ def _first(config: dict, *keys: str):
 
 def _check_sizes(config: dict, shapes: dict[str, list[int]]) -> tuple[int, int]:
     """The width and vocabulary the config gives, once the weights agree with them."""
-    width = _first(config, "hidden_size", "n_embd", "d_model", "dim")
+    width = _first(config, "hidden_size", "n_embd", "n_embed", "d_model", "dim")
     vocab = _first(config, "vocab_size")
     layers = _first(config, "num_hidden_layers", "n_layer", "num_layers")
     if not width or not vocab:
@@ -317,7 +323,8 @@ def _check_sizes(config: dict, shapes: dict[str, list[int]]) -> tuple[int, int]:
     )
     if embedding is None:
         raise ParamError("the weights hold no token embedding (word_embeddings, wte, embed_tokens)")
-    embedded = _first(config, "embedding_size") or width  # ALBERT and ELECTRA embed narrower, then project
+    # ALBERT, ELECTRA and OPT-350m embed narrower, then project.
+    embedded = _first(config, "embedding_size", "word_embed_proj_dim") or width
     if shapes[embedding] != [vocab, embedded]:
         raise ParamError(
             f"config.json says vocab_size {vocab} and hidden size {embedded}, but the weights' {embedding} "

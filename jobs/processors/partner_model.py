@@ -160,6 +160,7 @@ def load(model: str, device: str, task: str):
 def _load(model: str, device: str, task: str):
     # Only a slot runs a model: its libraries come with requirements-gpu.txt and are imported here.
     import torch  # noqa: PLC0415
+    import transformers  # noqa: PLC0415
     from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification  # noqa: PLC0415
 
     torch.set_num_threads(slot_threads())
@@ -171,10 +172,18 @@ def _load(model: str, device: str, task: str):
         dtype = getattr(torch, gpu_dtype(torch.cuda.is_bf16_supported(), saved))
     builder = {"encoder": AutoModel, "classify": AutoModelForSequenceClassification, "generate": AutoModelForCausalLM}
     options = {"local_files_only": True, "trust_remote_code": False}
+    named = (json.loads(Path(folder, "config.json").read_text()).get("architectures") or [""])[0]
+    if task == "encoder" and named.endswith("EncoderModel"):  # T5EncoderModel: AutoModel would build the whole T5
+        builder["encoder"] = getattr(transformers, named)  # a class of transformers' own, as the check found it
     network = builder[task].from_pretrained(folder, use_safetensors=True, dtype=dtype, **options)
+    if task == "encoder" and network.config.is_encoder_decoder:
+        network = network.get_encoder()  # embed reads the encoder's states (T5's, BART's)
+    tokenizer = _tokenizer(model, task)
+    if task == "classify" and network.config.pad_token_id is None:
+        network.config.pad_token_id = tokenizer.pad_token_id  # a decoder classifier reads each text's last token
     if task == "generate":
         network.generation_config = own_tokens_only(network.generation_config)
-    return _tokenizer(model, task), network.to(device).eval()
+    return tokenizer, network.to(device).eval()
 
 
 def gpu_dtype(bf16: bool, saved: str | None) -> str:

@@ -431,3 +431,70 @@ def test_embed_takes_a_sentence_transformers_folders_pooling_and_normalisation(t
     ours = np.array(Embed().run_batch(records_of(texts), context).table.column("embedding").to_pylist(), np.float32)
     theirs = SentenceTransformer(str(folder), device="cpu").encode(texts, convert_to_numpy=True)
     assert np.allclose(ours, theirs, atol=1e-5)
+
+
+def architectures() -> dict:
+    """Folders of families whose weights or configs name things their own way, each as (kind, model)."""
+    import transformers as t  # noqa: PLC0415 (requirements-gpu.txt: the tests that call this skip without it)
+
+    words, gpt = len(hf_models.bert_tokenizer()), len(hf_models.gpt2_tokenizer())
+    small = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 37}
+    modern = {**small, "vocab_size": words, "max_position_embeddings": 64, "pad_token_id": 0}
+    modern |= {"bos_token_id": 2, "eos_token_id": 3, "cls_token_id": 2, "sep_token_id": 3}
+    t5 = {"vocab_size": words, "d_model": 32, "d_kv": 16, "d_ff": 37, "num_layers": 3, "num_heads": 2}
+    t5 |= {"pad_token_id": 0, "eos_token_id": 3, "decoder_start_token_id": 0}
+    return {
+        "ModernBERT": (Embed, t.ModernBertModel(t.ModernBertConfig(**modern))),
+        "T5 encoder": (Embed, t.T5EncoderModel(t.T5Config(**t5))),
+        "GPT-2 classifier without a pad id": (Classify, t.GPT2ForSequenceClassification(
+            t.GPT2Config(vocab_size=gpt, n_embd=32, n_layer=2, n_head=2, n_positions=64, num_labels=3)
+        )),
+        "Mamba": (Generate, t.MambaForCausalLM(
+            t.MambaConfig(vocab_size=gpt, hidden_size=32, state_size=8, num_hidden_layers=2)
+        )),
+        "BLOOM, its width as n_embed": (Generate, t.BloomForCausalLM(
+            t.BloomConfig(vocab_size=gpt, hidden_size=32, n_layer=2, n_head=2, bos_token_id=0, eos_token_id=0)
+        )),
+        "OPT-350m's narrow embedding": (Generate, t.OPTForCausalLM(t.OPTConfig(
+            vocab_size=gpt, hidden_size=32, num_hidden_layers=2, ffn_dim=37, num_attention_heads=2,
+            word_embed_proj_dim=16, max_position_embeddings=64, do_layer_norm_before=False,
+            bos_token_id=0, eos_token_id=0,
+        ))),
+    }  # fmt: skip
+
+
+@needs_torch
+@pytest.mark.parametrize(
+    "family",
+    [
+        "ModernBERT", "T5 encoder", "GPT-2 classifier without a pad id", "Mamba", "BLOOM, its width as n_embed",
+        "OPT-350m's narrow embedding",
+    ],
+)  # fmt: skip
+def test_a_family_that_names_its_weights_its_own_way_passes_and_runs_as_it_does_alone(tmp_path, family):
+    import torch  # noqa: PLC0415 (requirements-gpu.txt: this test skips without it)
+
+    kind, model = architectures()[family]
+    torch.manual_seed(0)
+    folder = tmp_path / "model"
+    model.save_pretrained(folder)
+    if family.startswith("BLOOM"):  # as bigscience/bloom-*'s config.json names it
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**config, "n_embed": config.pop("hidden_size")}))
+    tokenizer = hf_models.bert_tokenizer() if kind is Embed else hf_models.gpt2_tokenizer()
+    tokenizer.save_pretrained(folder)
+    raw = {Embed: {"pooling": "mean"}, Classify: {}, Generate: {"template": "{text}", "max_new_tokens": "4"}}[kind]
+    texts = ["good tea", "the parcel arrived damaged please replace it", "cold coffee"]
+    rows = kind().run_batch(records_of(texts), context_of(kind(), folder, raw)).table.to_pylist()
+    model.eval()
+    for text, row in zip(texts, rows, strict=True):
+        inputs = tokenizer([text], return_tensors="pt")
+        with torch.no_grad():
+            if kind is Embed:
+                expected = model(**inputs).last_hidden_state[0].mean(dim=0).numpy()
+                assert np.allclose(row["embedding"], expected, atol=1e-5), text
+            elif kind is Classify:
+                expected = torch.softmax(model(**inputs).logits[0], dim=-1).max().item()
+                assert row["score"] == pytest.approx(expected, abs=1e-5), text
+            else:
+                assert row == hf_models.completion(folder, text, 4, 0, 0, 1.0), text
