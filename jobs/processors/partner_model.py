@@ -513,7 +513,7 @@ class Generate(PartnerModel):
         engine = Engine.of(context)
         prompts, counts, kept = [], [], []
         for (record, prompt), count in zip(written, engine.counts([prompt for _, prompt in written]), strict=True):
-            if reason := too_long(count, engine.limit):
+            if reason := too_long(count if prompt.strip() else 0, engine.limit):
                 rejects.append((record, reason))
                 continue
             prompts.append(prompt)
@@ -538,9 +538,10 @@ class Generate(PartnerModel):
 
 
 def too_long(count: int, limit: int) -> str | None:
-    """Why a prompt of `count` tokens cannot be completed by a model that takes `limit`, or None."""
+    """Why a prompt of `count` tokens (0 for one of blanks alone, whatever start token the tokenizer adds)
+    cannot be completed by a model that takes `limit`, or None."""
     if count == 0:
-        return "the prompt is empty: it has no tokens to complete"
+        return "the prompt is empty: there is nothing to complete"
     if count >= limit:
         return f"the prompt is {count} tokens; the model takes {limit} at most, with at least one generated"
     return None

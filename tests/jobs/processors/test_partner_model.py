@@ -322,6 +322,22 @@ def test_a_record_whose_output_is_not_a_number_is_rejected_not_written(tmp_path,
 
 
 @needs_torch
+def test_a_blank_prompt_is_rejected_even_where_the_tokenizer_starts_every_text_with_a_token(tmp_path):
+    """Llama's tokenizer gives "" its start token: the model would complete nothing from it."""
+    import torch  # noqa: PLC0415 (requirements-gpu.txt: this test skips without it)
+    from transformers import GPT2Config, GPT2LMHeadModel  # noqa: PLC0415
+
+    folder = hf_models.sentencepiece_file(tmp_path / "llama")
+    torch.manual_seed(0)
+    GPT2LMHeadModel(GPT2Config(vocab_size=80, n_embd=32, n_layer=2, n_head=2, n_positions=64)).save_pretrained(folder)
+    raw = {"template": "{text}", "max_new_tokens": "2"}
+    batch = Generate().run_batch(records_of(["", "   ", "good tea"]), context_of(Generate(), folder, raw))
+    empty = "the prompt is empty: there is nothing to complete"
+    assert [(record.position, reason) for record, reason in batch.rejects] == [(1, empty), (2, empty)]
+    assert batch.kept == [3]
+
+
+@needs_torch
 def test_a_tokenizer_that_comes_as_a_sentencepiece_file_alone_is_read(tmp_path):
     """A Llama-style folder whose tokenizer is tokenizer.model, without tokenizer.json: the slot reads it
     (sentencepiece, requirements-gpu.txt) and embeds as the model run directly does."""
@@ -378,8 +394,8 @@ def test_a_prompt_the_model_cannot_take_is_rejected_and_one_near_its_length_stop
     batch = processor.run_batch(records_of(texts), context)
     assert [(record.position, reason) for record, reason in batch.rejects] == [
         (3, "the prompt is 128 tokens; the model takes 128 at most, with at least one generated"),
-        (4, "the prompt is empty: it has no tokens to complete"),
-        (5, "the prompt is empty: it has no tokens to complete"),
+        (4, "the prompt is empty: there is nothing to complete"),
+        (5, "the prompt is empty: there is nothing to complete"),
         (6, "the prompt is 200 tokens; the model takes 128 at most, with at least one generated"),
     ]
     assert batch.kept == [1, 2, 7]
