@@ -164,6 +164,13 @@ def _folder(files: list[tuple[str, str, int]]) -> list[Member]:
     if not configs:
         raise ParamError("the archive holds no config.json: it is not a Hugging Face model folder")
     root = min((PurePosixPath(name).parent for name in configs), key=lambda parent: len(parent.parts))
+    above = [name for name, _, _ in files if PurePosixPath(name).name == "modules.json" and _above(name, root)]
+    if above:
+        raise ParamError(
+            f"the sentence-transformers folder keeps its encoder below its modules.json ({above[0]}), as the "
+            "first versions saved it: save it again with a current sentence-transformers "
+            "(SentenceTransformer(folder).save(new_folder)) and send that"
+        )
     prefix = "" if str(root) == "." else f"{root}/"
     members = [Member(name[len(prefix) :], archived, size) for name, archived, size in files if name.startswith(prefix)]
     total = 0
@@ -173,6 +180,12 @@ def _folder(files: list[tuple[str, str, int]]) -> list[Member]:
             limit = units.limit(settings.E31_MAX_MODEL_BYTES)
             raise ParamError(f"the model expands to more than the {limit} limit (at {member.archived!r})")
     return members
+
+
+def _above(name: str, root: PurePosixPath) -> bool:
+    """Whether the file `name` lies in a folder that holds `root`, not in `root` itself."""
+    folder = PurePosixPath(name).parent
+    return folder != root and (str(folder) == "." or folder in root.parents)
 
 
 def _read_json(archive: _Archive, member: Member) -> dict:
@@ -356,15 +369,37 @@ def _sentence_modules(archive: _Archive, members: dict[str, Member]) -> dict:
         )
     found = {"normalize": "Normalize" in kinds}
     if "sentence_bert_config.json" in members:  # the encoder's input limit, below its positions'
-        limit = _read_json(archive, members["sentence_bert_config.json"]).get("max_seq_length")
+        encoder = _read_json(archive, members["sentence_bert_config.json"])
+        limit = encoder.get("max_seq_length")
         if isinstance(limit, int) and limit > 0:
             found["max_length"] = limit
+        if encoder.get("do_lower_case") is True:  # sentence-transformers lowercases the text first
+            found["lowercase"] = True
     pooling = next((module for module, kind in zip(modules, kinds, strict=True) if kind == "Pooling"), None)
+    pooling_config = {}
     if pooling is not None:
         path = f"{pooling.get('path', '')}/config.json".lstrip("/")
         if path in members:
-            found["pooling"] = _pooling(_read_json(archive, members[path]), path)
+            pooling_config = _read_json(archive, members[path])
+            found["pooling"] = _pooling(pooling_config, path)
+    if prompt := _default_prompt(archive, members):
+        if pooling_config.get("include_prompt") is False:
+            raise ParamError(
+                "the sentence-transformers folder pools without its default prompt's tokens, which embed does not run"
+            )
+        found["prompt"] = prompt
     return found
+
+
+def _default_prompt(archive: _Archive, members: dict[str, Member]) -> str:
+    """The text sentence-transformers puts before each one it encodes: the prompt its settings name as the
+    default (an E5's "query: "), or ""."""
+    if "config_sentence_transformers.json" not in members:
+        return ""
+    settings_found = _read_json(archive, members["config_sentence_transformers.json"])
+    prompts, default = settings_found.get("prompts") or {}, settings_found.get("default_prompt_name")
+    prompt = prompts.get(default, "") if isinstance(prompts, dict) and isinstance(default, str) else ""
+    return prompt if isinstance(prompt, str) else ""
 
 
 def _pooling(config: dict, path: str) -> str:

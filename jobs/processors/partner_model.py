@@ -332,6 +332,7 @@ class Embed(PartnerModel):
         if not texts:
             return Batch(table=schema.empty_table(), kept=kept, rejects=rejects)
         pooling, normalise = context.plan["pooling"], context.plan["normalise"]
+        texts = as_encoded(texts, context.plan["model"])
         vectors = np.stack(
             self.encoded(texts, context, lambda network, inputs: pool(network, inputs, pooling, normalise))
         )
@@ -339,6 +340,13 @@ class Embed(PartnerModel):
         vectors, kept = numbers_only(vectors, kept, records, rejects, "a vector")
         column = pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), context.plan["dimension"])
         return Batch(table=pa.table([column], schema=schema), kept=kept, rejects=rejects)
+
+
+def as_encoded(texts: list[str], facts: dict) -> list[str]:
+    """The texts as sentence-transformers encodes them with the folder's settings: after its default
+    prompt, and lowercased where its encoder says so."""
+    prompt = facts.get("prompt", "")
+    return [(prompt + text).lower() if facts.get("lowercase") else prompt + text for text in texts]
 
 
 def numbers_only(values: np.ndarray, kept: list[int], records: list[Record], rejects: list, what: str):

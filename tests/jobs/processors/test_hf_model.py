@@ -318,3 +318,26 @@ def test_a_model_without_architectures_passes_as_the_class_transformers_loads_it
     ]:
         architecture = hf_model.check(archive(tmp_path, folder, f"{folder.name}.zip"), task)["architecture"]
         assert architecture == type(auto_class.from_pretrained(folder)).__name__, task
+
+
+def test_a_sentence_transformers_folders_prompt_and_lowercasing_are_read_and_its_first_layout_refused(tmp_path):
+    """Its default prompt (an E5's "query: ") goes before each text and its encoder's do_lower_case
+    lowercases them, as sentence-transformers encodes; a prompt left out of the pooling is refused. The
+    layout of its first versions, the encoder in 0_Transformer/ below modules.json, is refused saying how
+    to save it again (read as it was, its pooling and unit length went unseen)."""
+    folder = sentence_folder(tmp_path / "e5", {"pooling_mode": "mean"})
+    (folder / "config_sentence_transformers.json").write_text(
+        json.dumps({"prompts": {"query": "query: ", "passage": "passage: "}, "default_prompt_name": "query"})
+    )
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 48, "do_lower_case": True}))
+    facts = hf_model.check(archive(tmp_path, folder, "e5.zip"), "encoder")
+    assert (facts["prompt"], facts["lowercase"], facts["max_length"]) == ("query: ", True, 48)
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode": "mean", "include_prompt": False}))
+    with pytest.raises(ParamError, match="pools without its default prompt's tokens"):
+        hf_model.check(archive(tmp_path, folder, "e5-apart.zip"), "encoder")
+    first = tmp_path / "first"
+    checkable_bert(first / "0_Transformer")
+    modules = [{"idx": 0, "name": "0", "path": "0_Transformer", "type": "sentence_transformers.models.Transformer"}]
+    (first / "modules.json").write_text(json.dumps(modules))
+    with pytest.raises(ParamError, match=r"keeps its encoder below its modules.json \(modules.json\), as the first"):
+        hf_model.check(archive(tmp_path, first, "first.zip"), "encoder")

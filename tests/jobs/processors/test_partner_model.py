@@ -26,6 +26,7 @@ from jobs.processors.partner_model import (
     Classify,
     Embed,
     Generate,
+    as_encoded,
     batch_size,
     fitting_batch,
     gpu_dtype,
@@ -295,6 +296,12 @@ def test_a_long_text_is_cut_where_a_robertas_positions_end_its_padding_row_left_
     assert np.allclose(np.array(batch.table.column("embedding").to_pylist(), np.float32), expected, atol=1e-5)
 
 
+def test_embed_gives_the_model_each_text_as_sentence_transformers_would():
+    assert as_encoded(["Good TEA"], {"prompt": "query: ", "lowercase": True}) == ["query: good tea"]
+    assert as_encoded(["Good TEA"], {"prompt": "Query: "}) == ["Query: Good TEA"]
+    assert as_encoded(["Good TEA"], {}) == ["Good TEA"]
+
+
 def test_a_gpu_without_bfloat16_runs_a_model_in_float16_only_if_it_was_saved_so():
     assert gpu_dtype(bf16=True, saved="float32") == "bfloat16"
     assert gpu_dtype(bf16=False, saved="float16") == "float16"
@@ -514,3 +521,16 @@ def test_a_family_that_names_its_weights_its_own_way_passes_and_runs_as_it_does_
                 assert row["score"] == pytest.approx(expected, abs=1e-5), text
             else:
                 assert row == hf_models.completion(folder, text, 4, 0, 0, 1.0), text
+
+
+@needs_torch
+def test_embed_puts_a_sentence_transformers_folders_default_prompt_before_each_text_as_it_encodes(tmp_path):
+    from sentence_transformers import SentenceTransformer  # noqa: PLC0415 (requirements-gpu.txt)
+
+    folder = hf_models.sentence_bert(tmp_path / "e5", "mean")
+    settings = json.loads((folder / "config_sentence_transformers.json").read_text())
+    settings |= {"prompts": {"query": "the invoice ", "passage": ""}, "default_prompt_name": "query"}
+    (folder / "config_sentence_transformers.json").write_text(json.dumps(settings))
+    batch = Embed().run_batch(records_of(TEXTS), context_of(Embed(), folder, {}))
+    ours = np.array(batch.table.column("embedding").to_pylist(), np.float32)
+    assert np.allclose(ours, SentenceTransformer(str(folder), device="cpu").encode(TEXTS), atol=1e-5)
