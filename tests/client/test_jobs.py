@@ -53,3 +53,12 @@ def test_a_pass_takes_its_time_limit_from_the_samples_estimate_unless_given(e31,
     given = e31("pass", str(sample.pk), "--gpus", "1", "--hours", "3")
     assert given.returncode == 0, given.stderr
     assert Job.objects.get(pk=int(given.stdout)).hours == 3
+
+
+def test_the_receipt_of_a_job_that_was_never_held_says_nothing_was_charged(e31, organisation):
+    failed = make_job(organisation, state=State.FAILED, error="Staging failed: The file is empty.")
+    receipt = e31("receipt", str(failed.pk))
+    assert (receipt.returncode, receipt.stdout) == (
+        0,
+        f"Nothing was charged for job {failed.pk}: it ended before its data was staged or anything was held.\n",
+    ), receipt.stderr

@@ -274,7 +274,10 @@ def ledger_line(entry: dict[str, Any]) -> str:
 
 def print_receipt(portal: Client, job_id: int) -> None:
     receipt = portal.receipt(job_id)
-    for entry in receipt_entries(receipt):
+    entries = receipt_entries(receipt)
+    if not entries:
+        print(f"Nothing was charged for job {job_id}: it ended before its data was staged or anything was held.")
+    for entry in entries:
         print(ledger_line(entry))
     for currency, amount in receipt_totals(receipt):
         print(f"Total: {amount} {currency}")
