@@ -165,14 +165,14 @@ def _load(model: str, device: str, task: str):
 
     torch.set_num_threads(slot_threads())
     folder = hf_model.unpacked(local_model(model)).name
+    config = json.loads(Path(folder, "config.json").read_text())
     dtype = torch.float32
     if device == "cuda":
-        saved = json.loads(Path(folder, "config.json").read_text())
-        saved = saved.get("dtype") or saved.get("torch_dtype")
+        saved = config.get("dtype") or config.get("torch_dtype")
         dtype = getattr(torch, gpu_dtype(torch.cuda.is_bf16_supported(), saved))
     builder = {"encoder": AutoModel, "classify": AutoModelForSequenceClassification, "generate": AutoModelForCausalLM}
     options = {"local_files_only": True, "trust_remote_code": False}
-    named = (json.loads(Path(folder, "config.json").read_text()).get("architectures") or [""])[0]
+    named = (config.get("architectures") or [""])[0]
     if task == "encoder" and named.endswith("EncoderModel"):  # T5EncoderModel: AutoModel would build the whole T5
         builder["encoder"] = getattr(transformers, named)  # a class of transformers' own, as the check found it
     network = builder[task].from_pretrained(folder, use_safetensors=True, dtype=dtype, **options)
