@@ -36,7 +36,7 @@ def spent(error: BaseException) -> bool:
     """Whether the error leaves this process unable to run any more work: a CUDA error (a device-side
     assert, an illegal memory access) stays with the process's CUDA context, and every later call on it
     fails. Running out of GPU memory is not one."""
-    return isinstance(error, ProcessSpent) or "CUDA error" in str(error) or type(error).__name__ == "AcceleratorError"
+    return "CUDA error" in str(error) or type(error).__name__ == "AcceleratorError"
 
 
 def data_column(name: str, columns: Sequence[str]) -> str | None:

@@ -519,17 +519,17 @@ class Generate(PartnerModel):
         if not written:
             return Batch(table=self.schema.empty_table(), kept=[], rejects=rejects)
         engine = Engine.of(context)
-        prompts, counts, kept = [], [], []
-        for (record, prompt), count in zip(written, engine.counts([prompt for _, prompt in written]), strict=True):
-            if reason := too_long(count if prompt.strip() else 0, engine.limit):
+        prompts, tokens, kept = [], [], []
+        for (record, prompt), ids in zip(written, engine.token_ids([prompt for _, prompt in written]), strict=True):
+            if reason := too_long(len(ids) if prompt.strip() else 0, engine.limit):
                 rejects.append((record, reason))
                 continue
             prompts.append(prompt)
-            counts.append(count)
+            tokens.append(ids)
             kept.append(record.position)
         if not prompts:
             return Batch(table=self.schema.empty_table(), kept=kept, rejects=rejects)
-        rows = engine.generate(prompts, counts, kept, context.params)
+        rows = engine.generate(prompts, tokens, kept, context.params)
         table = pa.Table.from_pylist(rows, schema=self.schema)
         return Batch(table=table, kept=kept, rejects=rejects)
 
@@ -567,9 +567,9 @@ class Engine:
             return kept(("vllm", context.model), lambda: VllmEngine(context.model))
         return TransformersEngine(context.model, context.device)
 
-    def counts(self, prompts: list[str]) -> list[int]:
-        """Each prompt's tokens, as the model reads it."""
-        return [len(ids) for ids in self.tokenizer(prompts, verbose=False)["input_ids"]] if prompts else []
+    def token_ids(self, prompts: list[str]) -> list[list[int]]:
+        """Each prompt's tokens, as the model reads it: tokenized once, to count and to run."""
+        return self.tokenizer(prompts, verbose=False)["input_ids"] if prompts else []
 
     def room(self, count: int, params: dict) -> int:
         return min(params["max_new_tokens"], self.limit - count)
@@ -581,10 +581,11 @@ class TransformersEngine(Engine):
         self.limit = max_length(self.tokenizer, self.network.config, position_offset(self.network))
         self.device = device
 
-    def generate(self, prompts: list[str], counts: list[int], positions: list[int], params: dict) -> list[dict]:
-        """One row per prompt. Greedy decoding runs the prompts that have room for every new token asked
-        for in batches sorted by length, each other prompt alone with the room it has; sampling runs each
-        prompt alone from its own seed, so that its output does not depend on its batch."""
+    def generate(self, prompts: list[str], tokens: list[list[int]], positions: list[int], params: dict) -> list[dict]:
+        """One row per prompt (`tokens`: its token ids). Greedy decoding runs the prompts that have room for
+        every new token asked for in batches sorted by length, each other prompt alone with the room it has;
+        sampling runs each prompt alone from its own seed, so that its output does not depend on its batch."""
+        counts = [len(ids) for ids in tokens]
         rooms = [self.room(count, params) for count in counts]
         if params["temperature"] == 0:
             roomy = [index for index, room in enumerate(rooms) if room == params["max_new_tokens"]]
@@ -598,16 +599,16 @@ class TransformersEngine(Engine):
         for chunk in chunks:
             seed = params["seed"] + positions[chunk[0]]
             room = min(rooms[index] for index in chunk)
-            for index, row in zip(chunk, self._generate([prompts[i] for i in chunk], params, room, seed), strict=True):
+            for index, row in zip(chunk, self._generate([tokens[i] for i in chunk], params, room, seed), strict=True):
                 rows[index] = row
         return rows
 
-    def _generate(self, prompts: list[str], params: dict, room: int, seed: int) -> list[dict]:
-        """transformers' generate over one batch of prompts, padded on the left."""
+    def _generate(self, tokens: list[list[int]], params: dict, room: int, seed: int) -> list[dict]:
+        """transformers' generate over one batch of prompts' token ids, padded on the left."""
         import torch  # noqa: PLC0415 (a slot's library, loaded with the model)
 
         tokenizer, network = self.tokenizer, self.network
-        inputs = tokenizer(prompts, padding=True, return_tensors="pt").to(self.device)
+        inputs = tokenizer.pad({"input_ids": tokens}, padding=True, return_tensors="pt").to(self.device)
         stops = network.generation_config.eos_token_id
         stops = set(stops if isinstance(stops, list) else [stops if stops is not None else tokenizer.eos_token_id])
         sampling = {"do_sample": False}
@@ -616,14 +617,10 @@ class TransformersEngine(Engine):
         torch.manual_seed(seed)
         with torch.inference_mode():
             output = network.generate(**inputs, max_new_tokens=room, pad_token_id=tokenizer.pad_token_id, **sampling)
-        width = inputs["input_ids"].shape[1]
         rows = []
-        for ids, mask, tokens in zip(
-            inputs["input_ids"].tolist(), inputs["attention_mask"].tolist(), output[:, width:].tolist(), strict=True
-        ):
-            prompt = [token for token, real in zip(ids, mask, strict=True) if real]
-            stop = next((index for index, token in enumerate(tokens) if token in stops), None)
-            kept = tokens if stop is None else tokens[: stop + 1]
+        for prompt, new in zip(tokens, output[:, inputs["input_ids"].shape[1] :].tolist(), strict=True):
+            stop = next((index for index, token in enumerate(new) if token in stops), None)
+            kept = new if stop is None else new[: stop + 1]
             rows.append(
                 {
                     "text": completion_text(tokenizer, prompt, kept),
@@ -657,18 +654,18 @@ class VllmEngine(Engine):
             model=folder, trust_remote_code=False, dtype="auto", load_format="safetensors", max_model_len=self.limit
         )
 
-    def generate(self, prompts: list[str], counts: list[int], positions: list[int], params: dict) -> list[dict]:
+    def generate(self, prompts: list[str], tokens: list[list[int]], positions: list[int], params: dict) -> list[dict]:
         """Every prompt at once, each with its own seed (the seed and its position) and room."""
         from vllm import SamplingParams  # noqa: PLC0415 (installed only where it runs)
 
         sampling = [
             SamplingParams(
-                max_tokens=self.room(count, params),
+                max_tokens=self.room(len(ids), params),
                 temperature=params["temperature"],
                 top_p=params["top_p"],
                 seed=params["seed"] + position,
             )
-            for count, position in zip(counts, positions, strict=True)
+            for ids, position in zip(tokens, positions, strict=True)
         ]
         rows = []
         for result in self.llm.generate(prompts, sampling, use_tqdm=False):
