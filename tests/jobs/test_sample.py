@@ -167,6 +167,22 @@ def test_the_cli_runs_a_sample_then_the_pass_it_sized(fleet, organisation, partn
         call_command("submit", *common, "--from-sample", str(sample.pk), stdout=io.StringIO(), stderr=io.StringIO())
 
 
+def test_the_cli_says_a_sample_that_ran_over_every_record_needs_no_pass(fleet, organisation, partner, tmp_path):
+    data = tmp_path / "records.csv"
+    data.write_bytes(dataset(200))
+    err = io.StringIO()
+    call_command(
+        "submit", "--org", organisation.slug, "--as", "partner", "--gpus", "1", "--data", str(data),
+        "--work", "test-slow-echo", "--hours", "1", "--sample", "--param", "seconds_per_batch=0",
+        stdout=io.StringIO(), stderr=err,
+    )  # fmt: skip
+    sample = Job.objects.get()
+    assert sample.sample_was_whole
+    whole = f"Sample {sample.pk} ran over every record: its output is the whole result; no pass needed."
+    assert whole in err.getvalue()
+    assert "--from-sample" not in err.getvalue()
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

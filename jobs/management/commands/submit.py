@@ -294,10 +294,13 @@ class Command(BaseCommand):
                 f"  {online.count(found.gpus)}: expected {found.duration}, {found.gpu_hours} {online.noun}-hours, "
                 f"{cost}; ask for --hours {found.hours}"
             )
-        self.stderr.write(
-            f"Run the full pass with: submit --org {job.organisation.slug} --as {job.created_by.get_username()} "
-            f"--from-sample {job.pk} --gpus N"
-        )
+        if job.sample_was_whole:
+            self.stderr.write(f"Sample {job.pk} ran over every record: its output is the whole result; no pass needed.")
+        else:
+            self.stderr.write(
+                f"Run the full pass with: submit --org {job.organisation.slug} --as {job.created_by.get_username()} "
+                f"--from-sample {job.pk} --gpus N"
+            )
         return {
             **{name: result.get(name) for name in ("records", "records_total", "seconds", "records_per_second")},
             "startup_seconds": result.get("startup_seconds"),
