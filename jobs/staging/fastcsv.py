@@ -262,14 +262,19 @@ class ScanAlong:
         """`size`, the data's bytes when known beforehand, places the type sample: its pieces are kept as
         the scan passes them, so describing the copy does not read them from it again."""
         self.name, self.grain, self.max_cuts, self.size = name, grain, max_cuts, size
-        self.chunks: queue.Queue[bytes | None] = queue.Queue(maxsize=self.QUEUED_CHUNKS)
+        self.chunks: queue.Queue[tuple[bytes, Callable[[], None] | None] | None] = queue.Queue(
+            maxsize=self.QUEUED_CHUNKS
+        )
         self.scanned: Scanned | None = None
         self.thread = threading.Thread(target=self._run, name="e31-scan-along", daemon=True)
         self.thread.start()
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data, done: Callable[[], None] | None = None) -> None:
+        """Scan `data` next; `done` is called once the scan no longer reads it (a buffer lent, not given)."""
         if data:
-            self.chunks.put(data)
+            self.chunks.put((data, done))
+        elif done:
+            done()
 
     def finish(self) -> Scanned | None:
         """The scan's result, once the copy has handed over its last chunk."""
@@ -301,22 +306,26 @@ class ScanAlong:
 
 
 class _ChunkStream:
-    """The chunks a ScanAlong is handed, read as a stream that only goes forward."""
+    """The chunks a ScanAlong is handed, read as a stream that only goes forward; each chunk's `done`
+    is called once it is read to its end (or drained)."""
 
     def __init__(self, chunks: queue.Queue):
         self.chunks = chunks
         self.held: deque[memoryview] = deque()  # chunks taken from the queue and not yet read
+        self.dones: deque[Callable[[], None] | None] = deque()  # each held chunk's
         self.position = 0  # bytes read (or skipped) so far
         self.ended = False
 
     def _take(self) -> bool:
         if self.ended:
             return False
-        chunk = self.chunks.get()
-        if chunk is None:
+        item = self.chunks.get()
+        if item is None:
             self.ended = True
             return False
+        chunk, done = item
         self.held.append(memoryview(chunk))
+        self.dones.append(done)
         return True
 
     def head(self, size: int) -> bytes:
@@ -346,15 +355,19 @@ class _ChunkStream:
     def _consume(self, count: int) -> None:
         self.position += count
         if count == len(self.held[0]):
-            self.held.popleft()
+            self._let_go()
         else:
             self.held[0] = self.held[0][count:]
 
+    def _let_go(self) -> None:
+        self.held.popleft()
+        if done := self.dones.popleft():
+            done()
+
     def drain(self) -> None:
         """Take what is left, so the copy never waits on a scan that has stopped."""
-        self.held.clear()
-        while self._take():
-            self.held.clear()
+        while self.held or self._take():
+            self._let_go()
 
 
 def _spread(begin: int, end: int) -> tuple[int, list[int]]:

@@ -2,12 +2,15 @@
 it passes, and a CSV's records scanned along the way for describing to use."""
 
 import errno
+import functools
 import hashlib
 import io
+import mmap
 import os
 import queue
 import stat
 import threading
+from collections.abc import Callable
 
 from django.core.files import File
 from django.core.files.base import ContentFile
@@ -17,6 +20,8 @@ from jobs.models import Job
 from jobs.staging import fastcsv, shards, sources
 from jobs.staging.progress import StagingProgress
 
+DIRECT_FROM = 512 * 1024 * 1024  # a copy this large is written past the page cache (_direct)
+DIRECT_ALIGN = 4096  # what direct writes need of offsets and lengths: the largest block size of a disk
 CHANGED = "The file changed while it was staged; stage it again once it is complete."
 
 
@@ -49,16 +54,56 @@ class _Hashing(io.RawIOBase):
         a writer that takes any size; read() fills `size` from chunks joined."""
         return self._passed_on(getattr(self.source, "read1", self.source.read)(size))
 
-    def _passed_on(self, data: bytes) -> bytes:
+    def _passed_on(self, data, done: Callable[[], None] | None = None):
         if data:
             self.sha256.update(data)  # hashlib lets go of the GIL: the scan and the writes go on
-            self.along.feed(data)
+            self.along.feed(data, done)
             self.bytes += len(data)
             self.progress.advance(self.bytes)
         return data
 
+    def lent(self, ring: "_Ring"):
+        """The chunks of a file on this machine, each read into one of the ring's buffers, checksummed
+        and lent to the scan; the caller lends it on (to the writer) and each calls its `done`."""
+        while chunk := ring.fill(self.source):
+            data, done = chunk
+            yield self._passed_on(data, done), done
+
     def hexdigest(self) -> str:
         return self.sha256.hexdigest()
+
+
+class _Ring:
+    """The few buffers a file on this machine is read into in turn, each lent to the scan and the
+    writer and filled again once both have let go of it. The bytes then go from the page cache into
+    memory that stays in the processor's cache while the checksum, the scan and the write read them,
+    where a fresh buffer for each chunk was read from memory by each of them, after page faults."""
+
+    BUFFERS = 8
+    BORROWERS = 2  # the scan and the writer
+
+    def __init__(self, size: int):
+        self.buffers = [mmap.mmap(-1, size) for _ in range(self.BUFFERS)]  # page-aligned, as direct writes need
+        self.lent = [0] * self.BUFFERS
+        self.lock = threading.Lock()
+        self.free: queue.SimpleQueue[int] = queue.SimpleQueue()
+        for index in range(self.BUFFERS):
+            self.free.put(index)
+
+    def fill(self, source) -> tuple[memoryview, Callable[[], None]] | None:
+        """The next bytes of `source` in a free buffer, with what each borrower calls when done; None at its end."""
+        index = self.free.get()
+        count = source.readinto(self.buffers[index])
+        if not count:
+            return None
+        self.lent[index] = self.BORROWERS
+        return memoryview(self.buffers[index])[:count], functools.partial(self._returned, index)
+
+    def _returned(self, index: int) -> None:
+        with self.lock:
+            self.lent[index] -= 1
+            if not self.lent[index]:
+                self.free.put(index)
 
 
 class _Staged(File):
@@ -106,10 +151,18 @@ def _save_to_filesystem(hashing: _Hashing, source, target: str) -> str:
     local = _local_file(source)
     before = local and _identity(source)
     with open(default_storage.path(path), "r+b") as out:
-        writer = _Writer(out.fileno(), source.fileno() if local else None, source.tell() if local else 0)
+        direct = _direct(out.name, _size(source)) if local else None
+        if local and direct is None:
+            writer = _Writer(out.fileno(), source=source.fileno(), start=source.tell())
+        else:
+            writer = _Writer(out.fileno(), direct=direct)
         try:
-            while data := hashing.read1(_Hashing.CHUNK):
-                writer.put(data)
+            if local:
+                for data, done in hashing.lent(_Ring(_Hashing.CHUNK)):
+                    writer.put(data, done)
+            else:
+                while data := hashing.read1(_Hashing.CHUNK):
+                    writer.put(data)
         except BaseException:
             writer.close(abandon=True)  # stopped or failed: the pieces still queued are not written
             raise
@@ -120,52 +173,102 @@ def _save_to_filesystem(hashing: _Hashing, source, target: str) -> str:
     return path
 
 
+def _direct(path: str, size: int | None) -> int | None:
+    """A second descriptor of the copy at `path` that writes past the page cache (O_DIRECT), for a copy
+    of DIRECT_FROM bytes or more; None for a smaller one, or where the filesystem cannot (tmpfs).
+
+    A large copy written through the page cache fills memory with pages the pass reads once, if it
+    reads them before they are evicted, and taking that memory was the largest and least steady part
+    of staging's cost: 0.3 to 3 core-seconds per GB on this project's VMs, where the direct writes
+    cost almost nothing of this machine's (docs/benchmarks.md). A smaller copy is left in the page
+    cache, where the pass that follows soon after finds it."""
+    if size is None or size < DIRECT_FROM or not hasattr(os, "O_DIRECT"):
+        return None
+    try:
+        return os.open(path, os.O_WRONLY | os.O_DIRECT)
+    except OSError:
+        return None
+
+
 class _Writer:
     """Writes the staged copy beside the reading thread, piece by piece as they are read. From a file
-    on this machine the kernel copies each piece (copy_file_range: no byte passes through this
-    process, and a filesystem that can reflinks or copies server-side); where it cannot between these
-    two files, the bytes read are written. Writing from the reading thread had cost more than reading
-    and checksumming."""
+    on this machine (`source`) the kernel copies each piece (copy_file_range: no byte passes through
+    this process, and a filesystem that can reflinks or copies server-side); where it cannot between
+    these two files, the piece is read again and written. Otherwise the bytes read are written, past
+    the page cache through `direct` where they are aligned as it needs. Writing from the reading thread
+    had cost more than reading and checksumming."""
 
     QUEUED_PIECES = 16
 
-    def __init__(self, out: int, source: int | None, start: int):
-        self.out, self.source = out, source
+    def __init__(self, out: int, source: int | None = None, start: int = 0, direct: int | None = None):
+        self.out, self.source, self.direct = out, source, direct
         self.start = start  # where in the source the copy begins
         self.queued = 0  # bytes handed over so far: where the next piece goes in the copy
         self.by_kernel = source is not None and hasattr(os, "copy_file_range")  # Linux
-        self.pieces: queue.Queue[tuple[int, bytes] | None] = queue.Queue(maxsize=self.QUEUED_PIECES)
+        self.pieces: queue.Queue[tuple[int, bytes | int, Callable[[], None] | None] | None] = queue.Queue(
+            maxsize=self.QUEUED_PIECES
+        )
         self.error: Exception | None = None
         self.abandoned = False
         self.thread = threading.Thread(target=self._run, name="e31-write-along", daemon=True)
         self.thread.start()
 
-    def put(self, data: bytes) -> None:
-        """Write `data`, the next bytes read from the source, after those before it."""
+    def put(self, data, done: Callable[[], None] | None = None) -> None:
+        """Write `data`, the next bytes read from the source, after those before it; `done` is called
+        once `data` is no longer read (at once when the kernel copies the piece from the source)."""
         if self.error:
             raise self.error  # stop reading: the copy cannot be made
-        self.pieces.put((self.queued, data))
-        self.queued += len(data)
+        count = len(data)
+        if self.source is not None:  # copied from the source: `data` is not read
+            if done:
+                done()
+            data, done = count, None
+        self.pieces.put((self.queued, data, done))
+        self.queued += count
 
     def close(self, abandon: bool = False) -> Exception | None:
         """Once every piece is written (none more, with `abandon`): what failed, if anything did."""
         self.abandoned = abandon
         self.pieces.put(None)
         self.thread.join()
+        if self.direct is not None:
+            os.close(self.direct)
         return self.error
 
     def _run(self) -> None:
         while (piece := self.pieces.get()) is not None:
-            if self.error or self.abandoned:
-                continue  # drained, so the reading thread is never left waiting on a full queue
-            at, data = piece
+            at, data, done = piece
             try:
-                if self.by_kernel:
-                    self.by_kernel = _copy_range(self.source, self.out, self.start + at, at, len(data))
-                if not self.by_kernel:  # not between these two filesystems: write what was read
-                    _write_at(self.out, data, at)
+                if self.error or self.abandoned:
+                    continue  # drained, so the reading thread is never left waiting on a full queue
+                if isinstance(data, int):
+                    self._copy(at, data)
+                else:
+                    self._write(at, data)
             except Exception as error:  # a full disk (OSError), or a bug: either way the reading thread hears it
                 self.error = error
+            finally:
+                if done:
+                    done()
+
+    def _copy(self, at: int, count: int) -> None:
+        """Copy `count` bytes of the source, from `at` on in the copy."""
+        if self.by_kernel:
+            self.by_kernel = _copy_range(self.source, self.out, self.start + at, at, count)
+        if not self.by_kernel:  # not between these two filesystems: read and write them here
+            _write_at(self.out, os.pread(self.source, count, self.start + at), at)
+
+    def _write(self, at: int, data) -> None:
+        """Write `data` at `at` in the copy: directly where it is aligned (the last piece is not)."""
+        if self.direct is not None and not (at | len(data)) % DIRECT_ALIGN:
+            try:
+                return _write_at(self.direct, data, at)
+            except OSError as error:
+                if error.errno != errno.EINVAL:
+                    raise
+                os.close(self.direct)  # a filesystem that opened it but takes no direct writes
+                self.direct = None
+        _write_at(self.out, data, at)
 
 
 def _write_at(out: int, data: bytes, at: int) -> None:

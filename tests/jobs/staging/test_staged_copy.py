@@ -1,0 +1,133 @@
+"""The staged copy of a file on this machine: read into a few reused buffers, each lent to the scan and
+the writer; a large copy written past the page cache. Whatever the path, the copy is the data byte for
+byte, its checksum and record count are the data's, and a buffer is filled again only once both
+borrowers have let go of it."""
+
+import errno
+import hashlib
+import io
+import os
+
+import pytest
+from django.core.files.base import ContentFile
+from django.core.files.storage import default_storage
+
+from jobs.models import Job, State
+from jobs.staging import stage, staged_copy
+from tests.jobs.staging.reading import job_for
+from tests.jobs.staging.test_fastcsv import HEADER, rows
+
+pytestmark = pytest.mark.django_db
+
+# 280,000 records, about 13 MB: a dozen 1 MiB chunks through a ring of two buffers, and a last
+# piece that no block size divides.
+DATA = HEADER + rows(280_000) + b"280000,last,1.5,2026-01-01\n"
+
+
+def staged(organisation, data: bytes) -> Job:
+    job = job_for(organisation)
+    Job.objects.filter(pk=job.pk).update(
+        state=State.SUBMITTED, source_path=default_storage.save("test-staged-copy/upload.csv", ContentFile(data))
+    )
+    stage.stage(job.pk)
+    job.refresh_from_db()
+    assert job.state == State.QUEUED, job.error
+    return job
+
+
+def assert_copy_is_the_data(job: Job, data: bytes) -> None:
+    with default_storage.open(job.staged_path, "rb") as copy:
+        assert copy.read() == data
+    assert job.input_bytes == len(data)
+    assert job.input_sha256 == hashlib.sha256(data).hexdigest()
+    assert job.records_total == data.count(b"\n") - 1
+    default_storage.delete(job.staged_path)
+
+
+def takes_direct_writes(folder: str) -> bool:
+    probe = os.path.join(folder, "direct-probe")
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_DIRECT))
+    except OSError:
+        return False
+    finally:
+        if os.path.exists(probe):
+            os.unlink(probe)
+    return True
+
+
+@pytest.fixture
+def two_buffers(monkeypatch):
+    monkeypatch.setattr(staged_copy._Ring, "BUFFERS", 2)
+
+
+@pytest.mark.usefixtures("two_buffers")
+def test_a_large_copy_is_written_past_the_page_cache_byte_for_byte(organisation, monkeypatch):
+    monkeypatch.setattr(staged_copy, "DIRECT_FROM", 0)
+    opened, direct = [], staged_copy._direct
+    monkeypatch.setattr(staged_copy, "_direct", lambda path, size: opened.append(direct(path, size)) or opened[-1])
+    job = staged(organisation, DATA)
+    folder = os.path.dirname(default_storage.path(job.staged_path))
+    assert len(opened) == 1
+    assert (opened[0] is not None) == takes_direct_writes(folder), "direct where the filesystem takes it"
+    assert_copy_is_the_data(job, DATA)
+
+
+@pytest.mark.usefixtures("two_buffers")
+def test_a_small_copy_is_made_by_the_kernel_from_the_file(organisation, monkeypatch):
+    copied = []
+    copy_range = staged_copy._copy_range
+    monkeypatch.setattr(staged_copy, "_copy_range", lambda *args: copied.append(args[-1]) or copy_range(*args))
+    job = staged(organisation, DATA)
+    assert sum(copied) == len(DATA), "every byte copied by the kernel"
+    assert_copy_is_the_data(job, DATA)
+
+
+@pytest.mark.usefixtures("two_buffers")
+def test_a_filesystem_that_refuses_direct_writes_gets_the_bytes_through_the_page_cache(organisation, monkeypatch):
+    """Opened for direct writes, and then refusing them (EINVAL): the rest is written the usual way."""
+    monkeypatch.setattr(staged_copy, "DIRECT_FROM", 0)
+    refusing: list[int] = []
+
+    def opened_plain(path, size):
+        refusing.append(os.open(path, os.O_WRONLY))
+        return refusing[-1]
+
+    write_at = staged_copy._write_at
+
+    def refused(out, data, at):
+        if out in refusing:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        write_at(out, data, at)
+
+    monkeypatch.setattr(staged_copy, "_direct", opened_plain)
+    monkeypatch.setattr(staged_copy, "_write_at", refused)
+    assert_copy_is_the_data(staged(organisation, DATA), DATA)
+
+
+def test_no_direct_writes_where_the_filesystem_cannot_open_for_them(monkeypatch, tmp_path):
+    def no_direct(path, flags, *args):
+        if flags & os.O_DIRECT:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return os.open(path, flags, *args)
+
+    monkeypatch.setattr(staged_copy.os, "open", no_direct)
+    assert staged_copy._direct(str(tmp_path / "copy"), staged_copy.DIRECT_FROM) is None
+    assert staged_copy._direct(str(tmp_path / "copy"), None) is None, "a size not known beforehand"
+
+
+@pytest.mark.usefixtures("two_buffers")
+def test_a_buffer_is_filled_again_only_once_both_borrowers_let_go():
+    ring = staged_copy._Ring(4)
+    source = io.BytesIO(b"abcdefghijkl")
+    lent = [ring.fill(source) for _ in range(2)]
+    assert ring.free.empty(), "every buffer lent"
+    first, done = lent[0]
+    assert bytes(first) == b"abcd"
+    done()  # the scan lets go; the writer has not
+    assert ring.free.empty()
+    done()
+    assert ring.free.qsize() == 1
+    again, _ = ring.fill(source)
+    assert bytes(again) == b"ijkl", "the buffer both let go of"
+    assert bytes(lent[1][0]) == b"efgh", "the one still lent, untouched"
