@@ -9,30 +9,17 @@ import io
 import os
 
 import pytest
-from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 
-from jobs.models import Job, State
-from jobs.staging import stage, staged_copy
-from tests.jobs.staging.reading import job_for
-from tests.jobs.staging.test_fastcsv import HEADER, rows
+from jobs.models import Job
+from jobs.staging import staged_copy
+from tests.jobs.staging.test_fastcsv import HEADER, rows, staged_upload
 
 pytestmark = pytest.mark.django_db
 
 # 280,000 records, about 13 MB: a dozen 1 MiB chunks through a ring of two buffers, and a last
 # piece that no block size divides.
 DATA = HEADER + rows(280_000) + b"280000,last,1.5,2026-01-01\n"
-
-
-def staged(organisation, data: bytes) -> Job:
-    job = job_for(organisation)
-    Job.objects.filter(pk=job.pk).update(
-        state=State.SUBMITTED, source_path=default_storage.save("test-staged-copy/upload.csv", ContentFile(data))
-    )
-    stage.stage(job.pk)
-    job.refresh_from_db()
-    assert job.state == State.QUEUED, job.error
-    return job
 
 
 def assert_copy_is_the_data(job: Job, data: bytes) -> None:
@@ -66,7 +53,7 @@ def test_a_large_copy_is_written_past_the_page_cache_byte_for_byte(organisation,
     monkeypatch.setattr(staged_copy, "DIRECT_FROM", 0)
     opened, direct = [], staged_copy._direct
     monkeypatch.setattr(staged_copy, "_direct", lambda path, size: opened.append(direct(path, size)) or opened[-1])
-    job = staged(organisation, DATA)
+    job = staged_upload(organisation, DATA)
     folder = os.path.dirname(default_storage.path(job.staged_path))
     assert len(opened) == 1
     assert (opened[0] is not None) == takes_direct_writes(folder), "direct where the filesystem takes it"
@@ -78,7 +65,7 @@ def test_a_small_copy_is_made_by_the_kernel_from_the_file(organisation, monkeypa
     copied = []
     copy_range = staged_copy._copy_range
     monkeypatch.setattr(staged_copy, "_copy_range", lambda *args: copied.append(args[-1]) or copy_range(*args))
-    job = staged(organisation, DATA)
+    job = staged_upload(organisation, DATA)
     assert sum(copied) == len(DATA), "every byte copied by the kernel"
     assert_copy_is_the_data(job, DATA)
 
@@ -102,7 +89,7 @@ def test_a_filesystem_that_refuses_direct_writes_gets_the_bytes_through_the_page
 
     monkeypatch.setattr(staged_copy, "_direct", opened_plain)
     monkeypatch.setattr(staged_copy, "_write_at", refused)
-    assert_copy_is_the_data(staged(organisation, DATA), DATA)
+    assert_copy_is_the_data(staged_upload(organisation, DATA), DATA)
 
 
 def test_no_direct_writes_where_the_filesystem_cannot_open_for_them(monkeypatch, tmp_path):
