@@ -138,6 +138,15 @@ class _Body:
         any size (job storage on the filesystem), no bytes copied to join chunks."""
         return _as_bytes(self._take(size))
 
+    def readinto(self, buffer) -> int:
+        """Fill `buffer` from the chunks as they came, as a file would (short only at the end): for
+        the staged copy's reused buffers, whose pieces are then all one size (direct writes)."""
+        view, count = memoryview(buffer), 0
+        while count < len(view) and (part := self._take(len(view) - count)):
+            view[count : count + len(part)] = part
+            count += len(part)
+        return count
+
     def _take(self, size: int) -> memoryview:
         """Up to `size` bytes (-1: any number) of the chunk under way, or of the next; empty at the end."""
         if not self.rest:

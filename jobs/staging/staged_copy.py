@@ -63,8 +63,8 @@ class _Hashing(io.RawIOBase):
         return data
 
     def lent(self, ring: "_Ring"):
-        """The chunks of a file on this machine, each read into one of the ring's buffers, checksummed
-        and lent to the scan; the caller lends it on (to the writer) and each calls its `done`."""
+        """The source's chunks, each read into one of the ring's buffers, checksummed and lent to the
+        scan; the caller lends it on (to the writer), and each calls its `done`."""
         while chunk := ring.fill(self.source):
             data, done = chunk
             yield self._passed_on(data, done), done
@@ -146,18 +146,19 @@ def _local_file(source) -> bool:
 def _save_to_filesystem(hashing: _Hashing, source, target: str) -> str:
     """Into job storage on this machine's filesystem: storage names and creates the file, and each
     piece goes into it, on a thread of its own, right after it is read for the checksum and the scan.
-    A download's pieces are written as they came, whatever their size."""
+    A file on this machine, and a download large enough to be written directly, are read into the
+    ring's buffers; a smaller download's pieces are written as they came, whatever their size."""
     path = default_storage.save(target, ContentFile(b""))  # the name, folders and permissions, as storage sets them
     local = _local_file(source)
     before = local and _identity(source)
     with open(default_storage.path(path), "r+b") as out:
-        direct = _direct(out.name, _size(source)) if local else None
+        direct = _direct(out.name, _size(source)) if hasattr(source, "readinto") else None
         if local and direct is None:
             writer = _Writer(out.fileno(), source=source.fileno(), start=source.tell())
         else:
             writer = _Writer(out.fileno(), direct=direct)
         try:
-            if local:
+            if local or direct is not None:
                 for data, done in hashing.lent(_Ring(_Hashing.CHUNK)):
                     writer.put(data, done)
             else:

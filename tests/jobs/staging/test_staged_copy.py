@@ -5,14 +5,17 @@ borrowers have let go of it."""
 
 import errno
 import hashlib
+import http.server
 import io
 import os
+import threading
 
 import pytest
 from django.core.files.storage import default_storage
 
-from jobs.models import Job
-from jobs.staging import staged_copy
+from jobs.models import Job, State
+from jobs.staging import stage, staged_copy
+from tests.jobs.staging.reading import job_for
 from tests.jobs.staging.test_fastcsv import HEADER, rows, staged_upload
 
 pytestmark = pytest.mark.django_db
@@ -67,6 +70,33 @@ def test_a_small_copy_is_made_by_the_kernel_from_the_file(organisation, monkeypa
     monkeypatch.setattr(staged_copy, "_copy_range", lambda *args: copied.append(args[-1]) or copy_range(*args))
     job = staged_upload(organisation, DATA)
     assert sum(copied) == len(DATA), "every byte copied by the kernel"
+    assert_copy_is_the_data(job, DATA)
+
+
+@pytest.mark.usefixtures("two_buffers")
+def test_a_large_download_is_written_past_the_page_cache_byte_for_byte(organisation, monkeypatch, tmp_path):
+    """A download whose announced length is large enough goes through the ring too, and is written directly."""
+    monkeypatch.setattr(staged_copy, "DIRECT_FROM", 0)
+    opened, direct = [], staged_copy._direct
+    monkeypatch.setattr(staged_copy, "_direct", lambda path, size: opened.append(direct(path, size)) or opened[-1])
+    (tmp_path / "data.csv").write_bytes(DATA)
+    handler = lambda *args: http.server.SimpleHTTPRequestHandler(*args, directory=str(tmp_path))  # noqa: E731
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        job = job_for(organisation)
+        Job.objects.filter(pk=job.pk).update(
+            state=State.SUBMITTED,
+            source_kind=Job.Source.URL,
+            source_uri=f"http://localhost:{server.server_address[1]}/data.csv",
+        )
+        stage.stage(job.pk)
+    finally:
+        server.shutdown()
+    job.refresh_from_db()
+    assert job.state == State.QUEUED, job.error
+    folder = os.path.dirname(default_storage.path(job.staged_path))
+    assert len(opened) == 1 and (opened[0] is not None) == takes_direct_writes(folder)
     assert_copy_is_the_data(job, DATA)
 
 
