@@ -91,13 +91,18 @@ class _Ring:
             self.free.put(index)
 
     def fill(self, source) -> tuple[memoryview, Callable[[], None]] | None:
-        """The next bytes of `source` in a free buffer, with what each borrower calls when done; None at its end."""
+        """The next bytes of `source` in a free buffer, with what each borrower calls when done; None at
+        its end. The buffer is filled (short only at the end): a file read as it grows gives short reads,
+        and the scan holds what it is lent until it has the header, which a ring of small pieces could
+        leave it waiting for while the reading thread waits for a buffer."""
         index = self.free.get()
-        count = source.readinto(self.buffers[index])
+        buffer, count = memoryview(self.buffers[index]), 0
+        while count < len(buffer) and (read := source.readinto(buffer[count:])):
+            count += read
         if not count:
             return None
         self.lent[index] = self.BORROWERS
-        return memoryview(self.buffers[index])[:count], functools.partial(self._returned, index)
+        return buffer[:count], functools.partial(self._returned, index)
 
     def _returned(self, index: int) -> None:
         with self.lock:

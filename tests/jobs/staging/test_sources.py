@@ -23,7 +23,7 @@ from billing.models import LedgerEntry
 from jobs import uploads
 from jobs.models import Job, State
 from jobs.reconcile import reconcile
-from jobs.staging import s3, sources, stage
+from jobs.staging import s3, sources, stage, staged_copy
 from jobs.staging.progress import StagingProgress
 from jobs.staging.staged_copy import copy_to_job_storage
 from tests.factories import make_job
@@ -412,22 +412,24 @@ BUG = "Staging failed: an internal error (RuntimeError); the operators can see i
 
 
 @pytest.mark.parametrize(
-    "copy_range, write, message",
+    "copy_range, write, direct_from, message",
     [
-        (refused, refused, FULL),
-        (partial(refused, error=errno.EXDEV), refused, FULL),
-        (partial(refused, error=errno.EXDEV), broken, BUG),
+        (refused, refused, staged_copy.DIRECT_FROM, FULL),
+        (partial(refused, error=errno.EXDEV), refused, staged_copy.DIRECT_FROM, FULL),
+        (partial(refused, error=errno.EXDEV), broken, staged_copy.DIRECT_FROM, BUG),
+        (refused, refused, 0, FULL),
     ],
-    ids=["the kernel's copy", "writes", "a bug in the writes"],
+    ids=["the kernel's copy", "writes", "a bug in the writes", "direct writes"],
 )
 @pytest.mark.django_db(transaction=True)  # staged from a thread of its own, on its own connection
 def test_a_copy_that_cannot_be_written_fails_its_staging_and_leaves_nothing(
-    organisation, root, monkeypatch, copy_range, write, message
+    organisation, root, monkeypatch, copy_range, write, direct_from, message
 ):
     """The copy is written on a thread beside the reading one: a full disk there, or a bug, fails the
     staging with the reason, and the reading thread is not left waiting on it (24 MB: more pieces
-    than the writer's queue holds)."""
+    than the writer's queue and the reading thread's buffers hold)."""
     (root / "big.csv").write_bytes(b"id,name\n" + b"1,a\n" * 6_000_000)
+    monkeypatch.setattr(staged_copy, "DIRECT_FROM", direct_from)
     monkeypatch.setattr(os, "copy_file_range", copy_range)
     monkeypatch.setattr(os, "pwrite", write)
     job, _ = staging_from(organisation, root / "big.csv")

@@ -46,6 +46,35 @@ def takes_direct_writes(folder: str) -> bool:
     return True
 
 
+def direct_writes(monkeypatch) -> dict:
+    """Every copy written directly; what `_direct` opened, and the bytes written through it."""
+    seen = {"opened": [], "bytes": 0}
+    direct, write_at = staged_copy._direct, staged_copy._write_at
+
+    def opened(path, size):
+        seen["opened"].append(direct(path, size))
+        return seen["opened"][-1]
+
+    def written(out, data, at):
+        if out in seen["opened"]:
+            seen["bytes"] += len(data)
+        write_at(out, data, at)
+
+    monkeypatch.setattr(staged_copy, "DIRECT_FROM", 0)
+    monkeypatch.setattr(staged_copy, "_direct", opened)
+    monkeypatch.setattr(staged_copy, "_write_at", written)
+    return seen
+
+
+def assert_written_directly(job: Job, seen: dict) -> None:
+    """Where the filesystem takes direct writes, every whole 1 MiB piece went through them."""
+    if not takes_direct_writes(os.path.dirname(default_storage.path(job.staged_path))):
+        assert seen["opened"] == [None]
+        return
+    assert len(seen["opened"]) == 1 and seen["opened"][0] is not None
+    assert seen["bytes"] == len(DATA) // staged_copy._Hashing.CHUNK * staged_copy._Hashing.CHUNK
+
+
 @pytest.fixture
 def two_buffers(monkeypatch):
     monkeypatch.setattr(staged_copy._Ring, "BUFFERS", 2)
@@ -53,13 +82,9 @@ def two_buffers(monkeypatch):
 
 @pytest.mark.usefixtures("two_buffers")
 def test_a_large_copy_is_written_past_the_page_cache_byte_for_byte(organisation, monkeypatch):
-    monkeypatch.setattr(staged_copy, "DIRECT_FROM", 0)
-    opened, direct = [], staged_copy._direct
-    monkeypatch.setattr(staged_copy, "_direct", lambda path, size: opened.append(direct(path, size)) or opened[-1])
+    opened = direct_writes(monkeypatch)
     job = staged_upload(organisation, DATA)
-    folder = os.path.dirname(default_storage.path(job.staged_path))
-    assert len(opened) == 1
-    assert (opened[0] is not None) == takes_direct_writes(folder), "direct where the filesystem takes it"
+    assert_written_directly(job, opened)
     assert_copy_is_the_data(job, DATA)
 
 
@@ -76,9 +101,7 @@ def test_a_small_copy_is_made_by_the_kernel_from_the_file(organisation, monkeypa
 @pytest.mark.usefixtures("two_buffers")
 def test_a_large_download_is_written_past_the_page_cache_byte_for_byte(organisation, monkeypatch, tmp_path):
     """A download whose announced length is large enough goes through the ring too, and is written directly."""
-    monkeypatch.setattr(staged_copy, "DIRECT_FROM", 0)
-    opened, direct = [], staged_copy._direct
-    monkeypatch.setattr(staged_copy, "_direct", lambda path, size: opened.append(direct(path, size)) or opened[-1])
+    opened = direct_writes(monkeypatch)
     (tmp_path / "data.csv").write_bytes(DATA)
     handler = lambda *args: http.server.SimpleHTTPRequestHandler(*args, directory=str(tmp_path))  # noqa: E731
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -95,8 +118,7 @@ def test_a_large_download_is_written_past_the_page_cache_byte_for_byte(organisat
         server.shutdown()
     job.refresh_from_db()
     assert job.state == State.QUEUED, job.error
-    folder = os.path.dirname(default_storage.path(job.staged_path))
-    assert len(opened) == 1 and (opened[0] is not None) == takes_direct_writes(folder)
+    assert_written_directly(job, opened)
     assert_copy_is_the_data(job, DATA)
 
 
@@ -123,10 +145,12 @@ def test_a_filesystem_that_refuses_direct_writes_gets_the_bytes_through_the_page
 
 
 def test_no_direct_writes_where_the_filesystem_cannot_open_for_them(monkeypatch, tmp_path):
+    opened = os.open
+
     def no_direct(path, flags, *args):
         if flags & os.O_DIRECT:
             raise OSError(errno.EINVAL, "Invalid argument")
-        return os.open(path, flags, *args)
+        return opened(path, flags, *args)
 
     monkeypatch.setattr(staged_copy.os, "open", no_direct)
     assert staged_copy._direct(str(tmp_path / "copy"), staged_copy.DIRECT_FROM) is None
@@ -148,3 +172,27 @@ def test_a_buffer_is_filled_again_only_once_both_borrowers_let_go():
     again, _ = ring.fill(source)
     assert bytes(again) == b"ijkl", "the buffer both let go of"
     assert bytes(lent[1][0]) == b"efgh", "the one still lent, untouched"
+
+
+class _Trickle(io.RawIOBase):
+    """A file read as it grows: each read gives a few bytes."""
+
+    def __init__(self, data: bytes):
+        self.data, self.at = data, 0
+
+    def readinto(self, buffer) -> int:
+        count = min(len(buffer), 4096, len(self.data) - self.at)
+        buffer[:count] = self.data[self.at : self.at + count]
+        self.at += count
+        return count
+
+
+@pytest.mark.usefixtures("two_buffers")
+def test_a_buffer_is_filled_whole_from_short_reads():
+    """Else a ring of small pieces, all held by the scan until it has the header, would leave the
+    reading thread waiting for a buffer and the scan for more bytes."""
+    ring = staged_copy._Ring(64 * 1024)
+    source = _Trickle(DATA[: 100 * 1024])
+    first, _ = ring.fill(source)
+    second, _ = ring.fill(source)
+    assert (bytes(first), bytes(second)) == (DATA[: 64 * 1024], DATA[64 * 1024 : 100 * 1024])
