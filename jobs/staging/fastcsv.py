@@ -270,11 +270,9 @@ class ScanAlong:
         self.thread.start()
 
     def feed(self, data, done: Callable[[], None] | None = None) -> None:
-        """Scan `data` next; `done` is called once the scan no longer reads it (a buffer lent, not given)."""
-        if data:
-            self.chunks.put((data, done))
-        elif done:
-            done()
+        """Scan `data` (some bytes) next; `done` is called once the scan no longer reads it (a buffer
+        lent, not given)."""
+        self.chunks.put((data, done))
 
     def finish(self) -> Scanned | None:
         """The scan's result, once the copy has handed over its last chunk."""

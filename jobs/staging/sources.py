@@ -139,13 +139,11 @@ class _Body:
         return _as_bytes(self._take(size))
 
     def readinto(self, buffer) -> int:
-        """Fill `buffer` from the chunks as they came, as a file would (short only at the end): for
-        the staged copy's reused buffers, whose pieces are then all one size (direct writes)."""
-        view, count = memoryview(buffer), 0
-        while count < len(view) and (part := self._take(len(view) - count)):
-            view[count : count + len(part)] = part
-            count += len(part)
-        return count
+        """Up to len(buffer) bytes of one chunk into `buffer`, as a raw file reads; 0 at the end. The
+        staged copy's reused buffers are filled whole from these reads."""
+        part = self._take(len(buffer))
+        memoryview(buffer)[: len(part)] = part
+        return len(part)
 
     def _take(self, size: int) -> memoryview:
         """Up to `size` bytes (-1: any number) of the chunk under way, or of the next; empty at the end."""

@@ -74,10 +74,10 @@ class _Hashing(io.RawIOBase):
 
 
 class _Ring:
-    """The few buffers a file on this machine is read into in turn, each lent to the scan and the
-    writer and filled again once both have let go of it. The bytes then go from the page cache into
-    memory that stays in the processor's cache while the checksum, the scan and the write read them,
-    where a fresh buffer for each chunk was read from memory by each of them, after page faults."""
+    """The few buffers the source (a file on this machine, or a large download) is read into in turn,
+    each lent to the scan and the writer and filled again once both have let go of it. The bytes then
+    go into memory that stays in the processor's cache while the checksum, the scan and the write read
+    them, where a fresh buffer for each chunk was read from memory by each of them, after page faults."""
 
     BUFFERS = 8
     BORROWERS = 2  # the scan and the writer
