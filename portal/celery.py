@@ -1,5 +1,6 @@
 """The Celery app: workers and beat read their settings from Django's (CELERY_* names)."""
 
+import gc
 import os
 import signal
 from pathlib import Path
@@ -31,6 +32,14 @@ def die_with_the_worker(**kwargs) -> None:
     """A pool process goes when its worker's main process goes: it must never run a slot's shard beside
     the worker that replaces it (the shard is taken back at once by the slot's next task)."""
     die_with_parent(signal.SIGKILL)
+
+
+@worker_process_init.connect
+def freeze_what_was_imported(**kwargs) -> None:
+    """Leave what the pool process was forked with (Django, the work kinds' libraries: half a million
+    objects) out of every garbage collection from here on. A batch's full collections otherwise scan
+    it all: a quarter of clean-table's time on a slot, against a sixth in a process without them."""
+    gc.freeze()
 
 
 @worker_ready.connect
