@@ -19,10 +19,11 @@ also put against K bare loops run at once, each over its share of the shards: wh
 K processes that do nothing but the work (two on two cores get less than twice one). The system's figure is
 records over the hold (held_from → held_to: what is metered, model loading included). The bare loop
 reads the job's shards as a slot does and runs the batch function, in a process of its own whose
-math libraries get a slot's share of the cores (OMP_NUM_THREADS and the like); its model is loaded
-before the clock starts. With --gpu, the gpuworker runs on the machine's
-GPUs (one slot each) instead of CPU slots. Runs on the embedded defaults in a scratch var/ of its own
-and prints the device it ran on. embed-text needs requirements-gpu.txt (`make gpu-deps`).
+math libraries get a slot's share of the cores (OMP_NUM_THREADS and the like), started as a slot's
+pool process is (scratch.as_a_slot_process); its model is loaded before the clock starts. With
+--gpu, the gpuworker runs on the machine's GPUs (one slot each) instead of CPU slots. Runs on the
+embedded defaults in a scratch var/ of its own and prints the device it ran on. embed-text needs
+requirements-gpu.txt (`make gpu-deps`).
 """
 
 import argparse
@@ -364,6 +365,7 @@ def main() -> None:
     parser.add_argument("--part", default="0/1", help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.bare:
+        scratch.as_a_slot_process()
         job = Job.objects.get(pk=options.bare)
         part, parts = (int(number) for number in options.part.split("/"))
         loop = bare_transformers if job.work in MODEL_PARAMS else bare_loop

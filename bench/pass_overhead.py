@@ -11,7 +11,10 @@ own paired ratios, b/a and c/(2a), over the hold (what the ledger meters) and ov
 succeeded (the hold plus assembly); the medians and spreads are printed, with the bare loop's own
 spread and how long after its last shard each job's output was ready. Both sides are warm alike:
 one gpuworker with two CPU slots runs a job on both slots before the first round, and the bare loop
-runs in a process of its own, with a slot's threads and memory settings, that has run the loop once.
+runs in a process of its own, with a slot's threads and memory settings and started as a slot's pool
+process is (scratch.as_a_slot_process), that has run the loop once. Beside the wall time, each round
+puts the bare loop's CPU seconds against those of every process of the gpuworker while the job ran:
+the system's own work, which the machine's speed from minute to minute does not move.
 The bare loop reads and writes each of the job's shards as a slot does; a shard the system's slot ran
 faster than the bare loop is counted, since then the bare loop is not the limit it stands for.
 Staging is excluded and reported on its own. Embedded defaults, a scratch var/.
@@ -47,14 +50,15 @@ from portal.models import Organisation  # noqa: E402
 SLOTS = 2  # the gpuworker's CPU slots; a one-slot job runs on one of them
 
 
-def bare_shards(job: Job, part: int = 0, parts: int = 1) -> dict[int, float]:
+def bare_shards(job: Job, part: int = 0, parts: int = 1) -> tuple[dict[int, float], float]:
     """Seconds of each of the job's shards (those whose index is `part` modulo `parts`) through the
     batch function alone, read and written as jobs.workers.runner.process_shard does it, without the
-    claims, leases and storage."""
+    claims, leases and storage; and the CPU seconds of them all."""
     processor = processors.get(job.work)
     context = context_for(job)
     schema = output_schema(job)
     seconds = {}
+    cpu = time.process_time()
     with tempfile.TemporaryDirectory(prefix="e31-bare-") as folder:
         for shard in job.shards.order_by("index"):
             if shard.index % parts != part:
@@ -67,15 +71,18 @@ def bare_shards(job: Job, part: int = 0, parts: int = 1) -> dict[int, float]:
                     kept = pa.array(result.kept, pa.int64())
                     writer.write_table(result.table.add_column(0, schema.field(RECORD_COLUMN), kept))
             seconds[shard.index] = time.perf_counter() - began
-    return seconds
+    return seconds, time.process_time() - cpu
 
 
 def bare_process() -> None:
     """The bare loop's own process: per line on stdin a job id, and which of its shards to run (a part
-    of so many: the shards whose index is that modulo so many); their seconds as JSON on stdout."""
+    of so many: the shards whose index is that modulo so many); their seconds and CPU seconds as JSON on
+    stdout."""
+    scratch.as_a_slot_process()
     for line in sys.stdin:
         job, part, parts = (int(word) for word in line.split())
-        print(json.dumps(bare_shards(Job.objects.get(pk=job), part, parts)), flush=True)
+        seconds, cpu = bare_shards(Job.objects.get(pk=job), part, parts)
+        print(json.dumps({"seconds": seconds, "cpu": cpu}), flush=True)
 
 
 class Bare:
@@ -98,10 +105,13 @@ class Bare:
         self.process.stdin.flush()
 
     def result(self) -> dict[int, float]:
+        """The seconds of each shard of the last run; its CPU seconds are kept in `cpu`."""
         answer = self.process.stdout.readline()
         if not answer:
             raise RuntimeError("the bare loop's process stopped")
-        return {int(index): seconds for index, seconds in json.loads(answer).items()}
+        found = json.loads(answer)
+        self.cpu = found["cpu"]
+        return {int(index): seconds for index, seconds in found["seconds"].items()}
 
     def close(self) -> None:
         self.process.stdin.close()
@@ -119,13 +129,21 @@ def side_by_side(bares: list[Bare], job: Job) -> float:
     return job.records_total / (time.perf_counter() - began)
 
 
-def run_job(path: Path, organisation: Organisation, gpus: int) -> tuple[Job, float, float, float]:
-    """The job, its records/s over the hold (what is metered) and over running → succeeded, and the
-    seconds from its last shard's end to its output ready."""
+def run_job(path: Path, organisation: Organisation, gpus: int, worker: int) -> tuple[Job, float, float, float, float]:
+    """The job, its records/s over the hold (what is metered) and over running → succeeded, the
+    seconds from its last shard's end to its output ready, and the CPU seconds every process of the
+    gpuworker (`worker`'s pid) used from the job running to its end."""
     with path.open("rb") as data:
         # The staged copy is kept: the bare loop reads the job's own shards from it afterwards.
         spec = JobSpec(Work("clean-table"), Data(file=NamedFile(data, path.name)), Request(gpus, 1), Retention(1))
         job = services.submit_job(organisation, None, spec)
+    before_running = (State.SUBMITTED, State.STAGING, State.QUEUED)
+    while Job.objects.filter(pk=job.pk, state__in=before_running).exists():
+        time.sleep(0.02)
+    cpu = scratch.cpu_seconds(worker)
+    while not Job.objects.get(pk=job.pk).ended:
+        time.sleep(0.02)
+    cpu = scratch.cpu_seconds(worker) - cpu
     job = scratch.wait_for_success(job)
     entry = job.ledger_entries.get(kind="hold")
     running = job.events.get(state=State.RUNNING).at
@@ -133,7 +151,7 @@ def run_job(path: Path, organisation: Organisation, gpus: int) -> tuple[Job, flo
     held = (entry.held_to - entry.held_from).total_seconds()
     last = max(job.shards.values_list("finished_at", flat=True))
     whole = (succeeded - running).total_seconds()
-    return job, job.records_total / held, job.records_total / whole, (succeeded - last).total_seconds()
+    return job, job.records_total / held, job.records_total / whole, (succeeded - last).total_seconds(), cpu
 
 
 def in_slot(job: Job) -> dict[int, float]:
@@ -146,11 +164,11 @@ def spread(values: list[float]) -> str:
     return f"{statistics.median(values):.2f} (min {min(values):.2f}, max {max(values):.2f})"
 
 
-def measure(path: Path, organisation: Organisation, rounds: int) -> None:
-    warm, _, _, _ = run_job(path, organisation, 2)  # both slots have run a job
+def measure(path: Path, organisation: Organisation, rounds: int, worker: int) -> None:
+    warm, *_ = run_job(path, organisation, 2, worker)  # both slots have run a job
     print(f"staging: {warm.staging_seconds:.2f} s, {warm.input_bytes / 1e6 / warm.staging_seconds:.1f} MB/s")
     bare, beside = Bare(warm), Bare(warm)
-    names = ("b/a hold", "c/(2a) hold", "b/a with assembly", "c/(2a) with assembly", "c/a2 hold")
+    names = ("b/a hold", "c/(2a) hold", "b/a with assembly", "c/(2a) with assembly", "c/a2 hold", "CPU b", "CPU c")
     ratios = {name: [] for name in names}
     bare_rates, two_bare, ready, faster, shards = [], [], [], 0, 0
     # Where one slot's hold goes: its shards against the bare loop's, and the hold outside any shard.
@@ -165,8 +183,8 @@ def measure(path: Path, organisation: Organisation, rounds: int) -> None:
                 elif side == "a2":
                     found["a2"] = side_by_side([bare, beside], warm)
                 else:
-                    job, held, whole, after = run_job(path, organisation, side)
-                    found[side] = (job, held, whole)
+                    job, held, whole, after, cpu = run_job(path, organisation, side, worker)
+                    found[side] = (job, held, whole, cpu)
                     ready.append(after)
             rate = found["bare"]
             bare_rates.append(rate)
@@ -175,6 +193,7 @@ def measure(path: Path, organisation: Organisation, rounds: int) -> None:
                 seconds, bare_seconds = in_slot(job), bare.run(job)
                 faster += sum(seconds[index] < bare_seconds[index] for index in seconds)
                 shards += len(seconds)
+                ratios[f"CPU {'bc'[slots - 1]}"].append(bare.cpu / found[slots][3])
                 if slots == 1:
                     inside.append(sum(seconds.values()) / sum(bare_seconds.values()))
                     held = job.records_total / held_rate
@@ -197,6 +216,8 @@ def measure(path: Path, organisation: Organisation, rounds: int) -> None:
     print(f"bare loop: median {middle:,.0f} records/s (min {min(bare_rates):,.0f}, max {max(bare_rates):,.0f})")
     for name, values in ratios.items():
         print(f"{name:<22} median {spread(values)}")
+    print("(CPU b, CPU c: the bare loop's CPU seconds over the job's shards / those of every process of the gpuworker")
+    print(" from the job running to its end, with 1 and 2 slots: the system's own work, whatever the machine's speed)")
     print(f"a2, two bare loops side by side, each over half the shards, / a: median {spread(two_bare)}")
     print(f"one slot's shards / the bare loop's, shard for shard: median {spread(inside)}")
     print(f"one slot's hold outside any shard (claims between shards, start, end): median {spread(outside)}")
@@ -219,7 +240,7 @@ def main() -> None:
         print(f"dataset: {options.rows:,} rows, {path.stat().st_size / 1e6:.1f} MB, {os.cpu_count()} cores")
         worker = scratch.start_worker(SLOTS)
         try:
-            measure(path, organisation, options.rounds)
+            measure(path, organisation, options.rounds, worker.pid)
         finally:
             scratch.stop_worker(worker)
 

@@ -5,6 +5,7 @@ Import this first, call `setup()`, then import the portal's modules.
 """
 
 import contextlib
+import gc
 import os
 import subprocess
 import sys
@@ -27,6 +28,46 @@ def as_a_worker() -> None:
 
     if any(os.environ.get(name) != value for name, value in KEEP_FREED_MEMORY.items()):
         os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **KEEP_FREED_MEMORY})
+
+
+def as_a_slot_process() -> None:
+    """Go on in a process started as a slot's pool process is: the work kinds' libraries imported
+    (jobs.tasks.warm_the_slot), then forked (this process waits for the fork and exits with it), and
+    what the fork was made with left out of every garbage collection (portal.celery). Call it after
+    `setup()`, in a process that has not yet used the database."""
+    from jobs import processors
+
+    for name in processors.runnable_here():
+        processors.get(name).warm()
+    if pid := os.fork():
+        _, status = os.waitpid(pid, 0)
+        os._exit(os.waitstatus_to_exitcode(status))
+    gc.freeze()
+
+
+def cpu_seconds(root: int) -> float:
+    """CPU seconds (user and system) used so far by the process `root` and every process under it that
+    is still running."""
+    parents, used = {}, {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # it ended while we looked
+            continue
+        parents[int(entry.name)] = int(fields[1])
+        used[int(entry.name)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    under = {root}
+    while added := {pid for pid, parent in parents.items() if parent in under} - under:
+        under |= added
+    return sum(used.get(pid, 0.0) for pid in under)
+
+
+def as_a_pool_process() -> None:
+    """Leave what this benchmark has imported out of every garbage collection from here on, as each of
+    the workers' pool processes does once it is forked (portal.celery): call it once the imports are done."""
+    gc.freeze()
 
 
 def setup(**env: str) -> None:

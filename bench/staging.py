@@ -353,6 +353,7 @@ def main() -> None:
     parser.add_argument("--cold", action="store_true", help="read the data from disk each run (root only)")
     parser.add_argument("--only", choices=["csv", "path", "http", "upload"], help="run one part only")
     options = parser.parse_args()
+    scratch.as_a_pool_process()  # staging runs here as in the control worker's pool process
     call_command("migrate", verbosity=0)
     organisation = Organisation.objects.create(name="Bench", slug="bench")
     user = get_user_model().objects.create_user("bench")
