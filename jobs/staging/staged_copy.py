@@ -217,7 +217,12 @@ class _Writer:
         self.error: Exception | None = None
         self.abandoned = False
         self.thread = threading.Thread(target=self._run, name="e31-write-along", daemon=True)
-        self.thread.start()
+        try:
+            self.thread.start()
+        except BaseException:  # no thread to be had (the process at its limit): close() will never run
+            if direct is not None:
+                os.close(direct)
+            raise
 
     def put(self, data, done: Callable[[], None] | None = None) -> None:
         """Write `data`, the next bytes read from the source, after those before it; `done` is called

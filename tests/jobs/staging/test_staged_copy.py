@@ -144,6 +144,23 @@ def test_a_filesystem_that_refuses_direct_writes_gets_the_bytes_through_the_page
     assert_copy_is_the_data(staged_upload(organisation, DATA), DATA)
 
 
+def test_a_writer_without_a_thread_closes_its_direct_descriptor(monkeypatch, tmp_path):
+    """A process at its thread limit: the staging attempt fails with the error, and leaks no descriptor."""
+
+    def refused(self):
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", refused)
+    out = os.open(tmp_path / "copy", os.O_WRONLY | os.O_CREAT)
+    direct = os.open(tmp_path / "copy", os.O_WRONLY)
+    with pytest.raises(RuntimeError, match="can't start new thread"):
+        staged_copy._Writer(out, direct=direct)
+    os.close(out)  # the caller's, as `with open(...)` closes it in _save_to_filesystem
+    with pytest.raises(OSError) as closed:
+        os.fstat(direct)
+    assert closed.value.errno == errno.EBADF
+
+
 def test_no_direct_writes_where_the_filesystem_cannot_open_for_them(monkeypatch, tmp_path):
     opened = os.open
 
