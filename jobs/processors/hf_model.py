@@ -295,6 +295,10 @@ def _check_architecture(config: dict, task: str, shapes: dict[str, list[int]]) -
     if not architectures:
         return _architecture_by_type(model_type, task, shapes)
     fitting = [name for name in architectures if name in known[task]]
+    if not fitting and isinstance(config.get("text_config"), dict) and model_type in _auto_classes()[task]:
+        # A model that also reads images (Qwen3.5's ...ForConditionalGeneration): transformers' auto class
+        # builds its language model alone, from the same weights.
+        return _architecture_by_type(model_type, task, shapes)
     if not fitting:
         raise ParamError(
             f"the model is not a {TASK_MODELS[task]} model: its architectures are {', '.join(architectures)}"
@@ -324,8 +328,20 @@ def _first(config: dict, *keys: str):
     return next((config[key] for key in keys if isinstance(config.get(key), int)), None)
 
 
+def _language_model(config: dict, shapes: dict[str, list[int]]) -> tuple[dict, dict[str, list[int]]]:
+    """The config and weights of the model's language model. A model that also reads images (Gemma 3,
+    Qwen3.5, Llama 4) gives its text stack's sizes in config.json's text_config, and keeps its weights
+    beside its vision tower's under language_model; any other model is its own language model."""
+    text = config.get("text_config")
+    if not isinstance(text, dict):
+        return config, shapes
+    own = {name: shape for name, shape in shapes.items() if "language_model" in name.split(".")}
+    return {**config, **text}, own or shapes
+
+
 def _check_sizes(config: dict, shapes: dict[str, list[int]]) -> tuple[int, int]:
     """The width and vocabulary the config gives, once the weights agree with them."""
+    config, shapes = _language_model(config, shapes)
     width = _first(config, "hidden_size", "n_embd", "n_embed", "d_model", "dim")
     vocab = _first(config, "vocab_size")
     layers = _first(config, "num_hidden_layers", "n_layer", "num_layers")

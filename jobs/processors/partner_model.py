@@ -231,7 +231,8 @@ def pipelined(chunks: list, prepare: Callable, run: Callable) -> Iterator:
 def max_length(tokenizer, config, offset: int = 0) -> int:
     """The longest sequence the model takes (for generate, the prompt and what is generated): the
     tokenizer's limit, within the model's positions (its config's, less the `offset` its first token's
-    position starts at)."""
+    position starts at; a model that also reads images gives them in its text config)."""
+    config = config.get_text_config()
     positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", 512)
     return min(tokenizer.model_max_length, positions - offset)
 

@@ -341,3 +341,40 @@ def test_a_sentence_transformers_folders_prompt_and_lowercasing_are_read_and_its
     (first / "modules.json").write_text(json.dumps(modules))
     with pytest.raises(ParamError, match=r"keeps its encoder below its modules.json \(modules.json\), as the first"):
         hf_model.check(archive(tmp_path, first, "first.zip"), "encoder")
+
+
+def checkable_image_reader(folder: Path, model_type: str, architecture: str) -> Path:
+    """A folder of a model that also reads images, as Qwen3.5's and Gemma 3's are saved: its text stack's
+    sizes in text_config, and its weights under language_model beside a vision tower of more layers."""
+    folder = checkable_bert(folder)
+    text = {"hidden_size": hf_models.HIDDEN, "vocab_size": 53, "num_hidden_layers": hf_models.LAYERS}
+    config = {"model_type": model_type, "architectures": [architecture], "text_config": text}
+    (folder / "config.json").write_text(json.dumps(config | {"vision_config": {"depth": 3}}))
+    rng = np.random.default_rng(0)
+    tensors = {"model.language_model.embed_tokens.weight": rng.standard_normal((53, 32), dtype=np.float32)}
+    for layer in range(hf_models.LAYERS):
+        tensors[f"model.language_model.layers.{layer}.mlp.weight"] = np.zeros((32, 32), np.float32)
+    for block in range(3):
+        tensors[f"model.visual.blocks.{block}.mlp.weight"] = np.zeros((32, 32), np.float32)
+    save_file(tensors | {"lm_head.weight": np.zeros((53, 32), np.float32)}, folder / "model.safetensors")
+    return folder
+
+
+def test_a_model_that_also_reads_images_is_checked_by_its_language_model(tmp_path):
+    """Its sizes are read from text_config and its layers counted in its language model's weights alone;
+    where transformers' causal-LM class for it is its language model alone (Qwen3.5), that is what runs."""
+    for model_type, architecture, built in [
+        ("gemma3", "Gemma3ForConditionalGeneration", "Gemma3ForConditionalGeneration"),
+        ("qwen3_5", "Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM"),
+    ]:
+        folder = checkable_image_reader(tmp_path / model_type, model_type, architecture)
+        facts = hf_model.check(archive(tmp_path, folder, f"{model_type}.zip"), "generate")
+        assert (facts["architecture"], facts["hidden_size"], facts["vocab_size"]) == (built, 32, 53)
+        with pytest.raises(ParamError, match="its weights hold no classification head"):
+            hf_model.check(archive(tmp_path, folder, f"{model_type}.zip"), "classify")
+        edit_json(folder / "config.json", text_config={"hidden_size": 32, "vocab_size": 53, "num_hidden_layers": 3})
+        with pytest.raises(ParamError, match=r"config\.json says 3 layers, but the weights hold 2"):
+            hf_model.check(archive(tmp_path, folder, f"{model_type}-lie.zip"), "generate")
+    edit_json(folder / "config.json", model_type="llava", architectures=["LlavaForConditionalGeneration"])
+    with pytest.raises(ParamError, match="not a causal language model: its architectures are LlavaForConditional"):
+        hf_model.check(archive(tmp_path, folder, "llava.zip"), "generate")

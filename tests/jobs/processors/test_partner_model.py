@@ -9,6 +9,7 @@ import io
 import json
 import weakref
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -31,6 +32,7 @@ from jobs.processors.partner_model import (
     fitting_batch,
     gpu_dtype,
     kept,
+    max_length,
     probe,
     reach,
     template_fields,
@@ -160,6 +162,14 @@ def test_an_auto_batch_on_a_cpu_slot_is_the_cpu_batch(tmp_path):
     network = AutoModel.from_pretrained(hf_models.bert(tmp_path / "bert"))
     assert batch_size({"batch_size": "auto"}, network, 64) == CPU_BATCH == 32
     assert batch_size({"batch_size": 5}, network, 64) == 5
+
+
+def test_a_model_that_also_reads_images_takes_as_long_a_text_as_its_language_model():
+    """Gemma 3 gives its positions in its text config only: read at the top, its 128k would be 512."""
+    from transformers import Gemma3Config  # noqa: PLC0415 (a config alone: no torch needed)
+
+    config = Gemma3Config(text_config={"max_position_embeddings": 131_072})
+    assert max_length(SimpleNamespace(model_max_length=1_000_000), config) == 131_072
 
 
 def test_a_template_reads_plain_column_names():
@@ -466,6 +476,10 @@ def architectures() -> dict:
     modern |= {"bos_token_id": 2, "eos_token_id": 3, "cls_token_id": 2, "sep_token_id": 3}
     t5 = {"vocab_size": words, "d_model": 32, "d_kv": 16, "d_ff": 37, "num_layers": 3, "num_heads": 2}
     t5 |= {"pad_token_id": 0, "eos_token_id": 3, "decoder_start_token_id": 0}
+    text = {**small, "vocab_size": gpt, "num_key_value_heads": 1, "head_dim": 16, "max_position_embeddings": 64}
+    text |= {"bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 0}
+    vision = {"hidden_size": 32, "intermediate_size": 37, "num_hidden_layers": 3, "num_attention_heads": 2}
+    vision |= {"image_size": 28, "patch_size": 14}
     return {
         "ModernBERT": (Embed, t.ModernBertModel(t.ModernBertConfig(**modern))),
         "T5 encoder": (Embed, t.T5EncoderModel(t.T5Config(**t5))),
@@ -483,6 +497,12 @@ def architectures() -> dict:
             word_embed_proj_dim=16, max_position_embeddings=64, do_layer_norm_before=False,
             bos_token_id=0, eos_token_id=0,
         ))),
+        # A model that also reads images: its text stack's sizes in text_config, a vision tower of more
+        # layers than it beside it in the weights.
+        "Gemma 3 beside its vision tower": (Generate, t.Gemma3ForConditionalGeneration(t.Gemma3Config(
+            text_config=t.Gemma3TextConfig(**text, sliding_window=16), vision_config=t.SiglipVisionConfig(**vision),
+            mm_tokens_per_image=4, boi_token_index=1, eoi_token_index=2, image_token_index=3,
+        ))),
     }  # fmt: skip
 
 
@@ -491,7 +511,7 @@ def architectures() -> dict:
     "family",
     [
         "ModernBERT", "T5 encoder", "GPT-2 classifier without a pad id", "Mamba", "BLOOM, its width as n_embed",
-        "OPT-350m's narrow embedding",
+        "OPT-350m's narrow embedding", "Gemma 3 beside its vision tower",
     ],
 )  # fmt: skip
 def test_a_family_that_names_its_weights_its_own_way_passes_and_runs_as_it_does_alone(tmp_path, family):
