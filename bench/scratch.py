@@ -5,7 +5,6 @@ Import this first, call `setup()`, then import the portal's modules.
 """
 
 import contextlib
-import gc
 import os
 import subprocess
 import sys
@@ -37,18 +36,17 @@ def as_a_slot_process() -> None:
     `setup()`, in a process that has not yet used the database."""
     from jobs import processors
 
-    for name in processors.runnable_here():
-        processors.get(name).warm()
+    processors.warm_runnable()
     if pid := os.fork():
         _, status = os.waitpid(pid, 0)
         os._exit(os.waitstatus_to_exitcode(status))
-    gc.freeze()
+    as_a_pool_process()
 
 
 def cpu_seconds(root: int) -> float:
     """CPU seconds (user and system) used so far by the process `root` and every process under it that
     is still running."""
-    parents, used = {}, {}
+    parents, used, tick = {}, {}, os.sysconf("SC_CLK_TCK")
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -57,7 +55,7 @@ def cpu_seconds(root: int) -> float:
         except OSError:  # it ended while we looked
             continue
         parents[int(entry.name)] = int(fields[1])
-        used[int(entry.name)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        used[int(entry.name)] = (int(fields[11]) + int(fields[12])) / tick
     under = {root}
     while added := {pid for pid, parent in parents.items() if parent in under} - under:
         under |= added
@@ -66,8 +64,10 @@ def cpu_seconds(root: int) -> float:
 
 def as_a_pool_process() -> None:
     """Leave what this benchmark has imported out of every garbage collection from here on, as each of
-    the workers' pool processes does once it is forked (portal.celery): call it once the imports are done."""
-    gc.freeze()
+    the workers' pool processes does once it is forked: call it once the imports are done."""
+    from portal.celery import freeze_what_was_imported
+
+    freeze_what_was_imported()
 
 
 def setup(**env: str) -> None:

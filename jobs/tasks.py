@@ -39,9 +39,7 @@ def warm_the_slot(sender, **kwargs) -> None:
     """A slot's worker imports its work kinds' libraries before it forks its pool and counts online."""
     if sender.hostname.startswith("slot") and settings.E31_WARM_SLOTS:
         began = time.monotonic()
-        kinds = processors.runnable_here()
-        for name in kinds:
-            processors.get(name).warm()
+        kinds = processors.warm_runnable()
         log.info(
             "%s: the libraries of %s imported in %.1f s", sender.hostname, ", ".join(kinds), time.monotonic() - began
         )

@@ -58,6 +58,15 @@ def runnable_here() -> list[str]:
     return [processor.name for processor in available() if not processor.missing()]
 
 
+def warm_runnable() -> list[str]:
+    """Import the libraries of every work kind this machine can run, as a slot does before it forks its
+    pool; the kinds warmed."""
+    kinds = runnable_here()
+    for name in kinds:
+        get(name).warm()
+    return kinds
+
+
 def get(name: str) -> Processor:
     try:
         return _registry()[name]
