@@ -37,6 +37,7 @@ from typing import BinaryIO
 
 from django.conf import settings
 
+from jobs.processors import transformers_tables
 from jobs.processors.base import ParamError
 from portal import units
 
@@ -230,37 +231,34 @@ def _tensors(archive: _Archive, member: Member) -> dict[str, list[int]]:
     return shapes
 
 
+MODELING_AUTO = "transformers.models.auto.modeling_auto"
+
+
 @cache
 def _architectures() -> dict[str, set[str]]:
     """transformers' own tables of model types and the classes it builds for them, by task."""
     # Names only: the tables are plain dictionaries, and no code from the partner's folder is imported.
-    from transformers.models.auto import configuration_auto, modeling_auto  # noqa: PLC0415
+    from transformers.models.auto import configuration_auto  # noqa: PLC0415 (imports without torch)
 
     def names(table: dict) -> set[str]:
         return {name for value in table.values() for name in ((value,) if isinstance(value, str) else value)}
 
-    every = set()
-    for attribute in dir(modeling_auto):
-        table = getattr(modeling_auto, attribute)
-        if attribute.endswith("_MAPPING_NAMES") and isinstance(table, dict):
-            every |= names(table)
+    tables = transformers_tables.mapping_names(MODELING_AUTO)
     return {
         "types": set(configuration_auto.CONFIG_MAPPING_NAMES),
-        "any": every,
-        "encoder": set(modeling_auto.MODEL_MAPPING_NAMES),
+        "any": set().union(*map(names, tables.values())),
+        "encoder": names(tables["MODEL_MAPPING_NAMES"]),
         **{task: names(table) for task, table in _auto_classes().items()},
     }
 
 
-@cache
 def _auto_classes() -> dict[str, dict[str, str]]:
     """For each task, the class its transformers auto class (AutoModelForSequenceClassification,
     AutoModelForCausalLM) builds for a model_type: what it builds from a config that names no architectures."""
-    from transformers.models.auto import modeling_auto  # noqa: PLC0415 (names only, as in _architectures)
-
+    tables = transformers_tables.mapping_names(MODELING_AUTO)
     return {
-        "classify": modeling_auto.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES,
-        "generate": modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        "classify": tables["MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES"],
+        "generate": tables["MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"],
     }
 
 
