@@ -35,6 +35,16 @@ def long_ids(transactional_db):
     ids_from(1_234_567, "jobs", "billing", "portal")
 
 
+@pytest.fixture(autouse=True)
+def a_client_wheel(tmp_path, settings):
+    """The design-partners page as `make run` serves it, offering the client's wheel with the commands to
+    install it, whose long first line must wrap, not scroll (a run without a wheel built hid that)."""
+    downloads = tmp_path / "static" / "downloads"
+    downloads.mkdir(parents=True)
+    (downloads / "e31-0.1.0-py3-none-any.whl").write_bytes(b"PK")
+    settings.STATICFILES_DIRS = [*settings.STATICFILES_DIRS, tmp_path / "static"]
+
+
 def log_in(page, base: str, username: str, password: str) -> None:
     page.goto(f"{base}/accounts/login/")
     page.get_by_label("Email").fill(username)
