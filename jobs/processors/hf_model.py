@@ -247,7 +247,7 @@ def _architectures() -> dict[str, set[str]]:
     return {
         "types": set(configuration_auto.CONFIG_MAPPING_NAMES),
         "any": set().union(*map(names, tables.values())),
-        "encoder": names(tables["MODEL_MAPPING_NAMES"]),
+        "encoder": set(tables["MODEL_MAPPING_NAMES"]),
         **{task: names(table) for task, table in _auto_classes().items()},
     }
 
