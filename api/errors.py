@@ -1,5 +1,6 @@
-"""Every error of the API as `{"error": {"code", "message", "field"?}}` (docs/api.md): the status and code
-from Django REST framework's exception, the sentence the pages say, `field` naming the value refused."""
+"""Every error of the API as `{"error": {"code", "message", "field"?, "errors"?}}` (docs/api.md): the status and
+code from Django REST framework's exception, the sentence the pages say, `field` naming the value refused; a 400
+lists in `errors` every value refused with its sentence, the first of them being `field` and `message`."""
 
 from django.http import Http404, JsonResponse
 from rest_framework import exceptions, status
@@ -55,7 +56,8 @@ def exception_handler(exc, context):
     response = drf_exception_handler(exc, context)
     if response is None:
         return None
-    field, message = _first(response.data)
+    refused = _every(response.data) or [(None, str(response.data))]
+    field, message = refused[0]
     if isinstance(exc, Http404):  # Django's sentences name models and queries: not for a partner
         message = str(exc) if isinstance(exc, services.Missing) else NOT_FOUND
     if isinstance(exc, exceptions.Throttled):
@@ -64,19 +66,30 @@ def exception_handler(exc, context):
         if limit := getattr(context.get("request"), "e31_limit", ""):
             message = f"Too many {limit}: try again in {wait} second{'s' * (wait != '1')}."
     response.data = body(CODES.get(response.status_code, "error"), message, field)
+    if response.status_code == status.HTTP_400_BAD_REQUEST:
+        response.data["error"]["errors"] = [_refusal(field, message) for field, message in refused]
     return response
 
 
-def _first(detail, path: str = "") -> tuple[str | None, str]:
-    """The first refused value's dotted name and its message, from DRF's nested error details."""
+def _refusal(field: str | None, message: str) -> dict:
+    return {"field": field, "message": message} if field else {"message": message}
+
+
+def _every(detail, path: str = "") -> list[tuple[str | None, str]]:
+    """Each refused value's dotted name and its message, in order, from DRF's nested error details."""
     if isinstance(detail, dict):
-        key, value = next(iter(detail.items()))
-        if key in ("detail", "non_field_errors"):
-            return _first(value, path)
-        return _first(value, f"{path}.{key}" if path else str(key))
-    if isinstance(detail, list) and detail:
-        return _first(detail[0], path)
-    return path or None, str(detail)
+        return [
+            found
+            for key, value in detail.items()
+            for found in _every(value, path if key in ("detail", "non_field_errors") else _joined(path, key))
+        ]
+    if isinstance(detail, list):
+        return [found for item in detail for found in _every(item, path)]
+    return [(path or None, str(detail))]
+
+
+def _joined(path: str, key) -> str:
+    return f"{path}.{key}" if path else str(key)
 
 
 def not_found(request, *args, **kwargs) -> JsonResponse:

@@ -6,7 +6,7 @@ import json
 
 from django.core.files.storage import default_storage
 from django.shortcuts import redirect
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.decorators import api_view, throttle_classes
 from rest_framework.exceptions import NotFound
@@ -61,8 +61,13 @@ class JobFilters(PageParameters):
     methods=["POST"],
     operation_id="jobs_create",
     summary="Make a job: its work, data (an upload's id, a URL, s3:// or a server path), request and retention",
+    parameters=[
+        OpenApiParameter(
+            "dry_run", bool, description="Make every check and nothing else: 200 with the job as it would be made"
+        )
+    ],
     request=submit.JobIn,
-    responses=answers(OBJECT, 400, 403, ok_status=201),
+    responses={**answers(OBJECT, 400, 403, ok_status=201), 200: OBJECT},
 )
 @api_view(["GET", "POST"])
 @throttle_classes([TokenRate, SubmitRate])

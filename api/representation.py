@@ -8,8 +8,11 @@ from decimal import Decimal
 from django.urls import reverse
 
 from billing.metering import Meter
+from billing.models import MONEY, RateCard
 from jobs.facts import JobFacts
 from jobs.models import Job, JobEvent
+
+HOURS = Decimal("0.01")
 
 
 def at(moment: datetime | None) -> str | None:
@@ -76,6 +79,42 @@ def job_json(job: Job, facts: JobFacts | None = None) -> dict:
         "meter": meter_json(facts.meter),
         "output": output_json(job, facts.output_files),
         "sample": {"of": job.sample_id, "result": job.sample_result},
+    }
+
+
+def checked_json(job: Job) -> dict:
+    """A job a dry run of the create found acceptable, as it would be made (unsaved): its parts as the job
+    shows them, and the most its request can cost, every GPU held for all the hours asked, at the rate in force."""
+    card = RateCard.in_force()
+    hours = Decimal(job.hours).quantize(HOURS)  # as the job made holds them
+    gpu_hours = job.gpus * hours
+    return {
+        "dry_run": True,
+        "kind": job.kind,
+        "work": job.work,
+        "params": job.params,
+        "data": {
+            "source_kind": job.source_kind,
+            "name": job.source_name,
+            "location": job.source_location,
+            "sha256": job.expected_sha256,
+            "format": job.input_format,
+        },
+        "request": {
+            "gpus": job.gpus,
+            "hours": _number(hours),
+            "shape": job.shape,
+            "deadline": at(job.deadline),
+            "allow_partial": job.allow_partial,
+        },
+        "retention": {"staged_days": job.retention_days, "output_days": job.output_keep_days},
+        "most_cost": {
+            "gpu_hours": _number(gpu_hours),
+            "amount": _number(card and (gpu_hours * card.rate_per_gpu_hour).quantize(MONEY)),
+            "currency": card.currency if card else None,
+            "rate": _number(card and card.rate_per_gpu_hour),
+        },
+        "sample": {"result": job.sample_result},
     }
 
 

@@ -26,6 +26,14 @@ ERROR = inline_serializer(
                 "code": serializers.CharField(),
                 "message": serializers.CharField(),
                 "field": serializers.CharField(required=False),
+                "errors": serializers.ListField(
+                    child=inline_serializer(
+                        "Refusal",
+                        {"field": serializers.CharField(required=False), "message": serializers.CharField()},
+                    ),
+                    required=False,
+                    help_text="With a 400: every value refused, the first being `field` and `message`.",
+                ),
             },
         )
     },

@@ -1,8 +1,9 @@
 """Making jobs through the API (docs/api.md, "Jobs"): a job, and the full pass of a finished sample with the
 sample's estimate beside it. The JSON becomes a jobs.spec.JobSpec and goes to jobs.services, the job form's
 and `submit`'s path: the checks and their sentences are the service's, and a refusal names its value as
-docs/api.md does (`request.gpus`). What is read here is only the JSON's shape: a number given as text or a
-value of the wrong kind is passed on as given, for the service to say what is wrong with it."""
+docs/api.md does (`request.gpus`), every one of them at once. What is read here is only the JSON's shape: a
+number given as text or a value of the wrong kind is passed on as given, for the service to say what is wrong
+with it. A dry run (`?dry_run=1`) makes every check and nothing else: it answers the job that would be made."""
 
 from collections.abc import Mapping
 from contextlib import ExitStack
@@ -15,7 +16,8 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
 from api.errors import Conflict, invalid
-from api.representation import job_json
+from api.pagination import query
+from api.representation import checked_json, job_json
 from api.schema import OBJECT, answers
 from api.throttling import SubmitRate, TokenRate
 from api.webhooks import endpoints
@@ -107,13 +109,21 @@ class RequestIn(Strict):
     gpus = AsGiven()
     hours = AsGiven()
     shape = serializers.CharField(required=False, default=Job.Shape.SHORT_WIDE, max_length=20)
-    deadline = serializers.DateTimeField(required=False, allow_null=True, default=None)
+    deadline = serializers.CharField(  # ISO 8601, read by the service
+        required=False, allow_null=True, allow_blank=True, default=None
+    )
     allow_partial = serializers.BooleanField(required=False, default=False)
 
 
 class RetentionIn(Strict):
-    staged_days = serializers.IntegerField(required=False, default=0)
-    output_days = serializers.IntegerField(required=False, allow_null=True, default=None)
+    staged_days = AsGiven(required=False, default=0)
+    output_days = AsGiven(required=False, allow_null=True, default=None)
+
+
+class DryRun(serializers.Serializer):
+    """The create's query string: whether it is a dry run, every check made and nothing else."""
+
+    dry_run = serializers.BooleanField(required=False, default=False)
 
 
 class JobIn(Strict):
@@ -187,6 +197,7 @@ def _spec(given: dict, model: NamedFile | None) -> JobSpec:
 
 # The service's names for what it refuses, as docs/api.md names them.
 FIELDS = {
+    "work": "work.kind",
     "sha256": "data.sha256",
     "model": "work.model_upload",
     "model_s3_credentials": "work.model_s3_credentials",
@@ -200,27 +211,26 @@ FIELDS = {
 
 
 def refused(error: services.SubmitError, spec: JobSpec | None = None) -> ValidationError:
-    """The service's refusal as a 400, its field in the API's dotted names."""
-    message = str(error)
-    field = FIELDS.get(error.field, error.field)
-    if error.field == "work":
-        field = _work_field(message, spec.work if spec else None)
-    elif error.field == "model" and spec is not None:
+    """The service's refusals as one 400, each naming its value in the API's dotted names."""
+    named: dict[str, list[str]] = {}
+    for refusal in error.refusals:
+        named.setdefault(_field(refusal.field, spec), []).append(refusal.message)
+    return ValidationError(named)
+
+
+def _field(field: str, spec: JobSpec | None) -> str:
+    """The API's name for a field the service refused: a parameter's own, and for the model and the data the
+    way it was given, where it was given one way."""
+    if field.startswith("params."):
+        return f"work.{field}"
+    if field == "model" and spec is not None:
         given = [name for name in ("model_location", "model_from_job") if getattr(spec.work, name)]
-        field = f"work.{given[0]}" if len(given) == 1 and not spec.work.model else field
-    elif error.field == "data" and spec is not None:
+        if len(given) == 1 and not spec.work.model:
+            return f"work.{given[0]}"
+    if field == "data" and spec is not None:
         given = [name for name in ("upload", "location") if getattr(spec.data, name)]
-        field = f"data.{given[0]}" if len(given) == 1 else "data"
-    return invalid(field, message)
-
-
-def _work_field(message: str, work: Work | None) -> str:
-    """A parameter's own name when the service's sentence is about it (a ParamError begins with the name, or
-    names it as a parameter the kind does not take), else the work kind."""
-    for name in work.params if work else ():
-        if message.startswith(f"{name} ") or f"parameter {name!r}" in message:
-            return f"work.params.{name}"
-    return "work.kind"
+        return f"data.{given[0]}" if len(given) == 1 else "data"
+    return FIELDS.get(field, field)
 
 
 def _created(request, job: Job, unsent: list[str], webhook_url: str) -> Response:
@@ -248,7 +258,9 @@ def _model_file(organisation, upload_id, files: ExitStack) -> tuple[Upload | Non
 
 
 def create(request) -> Response:
-    """POST /api/v1/jobs/: the list of jobs (api.jobs.job_list) shares the route and answers a POST with this."""
+    """POST /api/v1/jobs/: the list of jobs (api.jobs.job_list) shares the route and answers a POST with this.
+    With `?dry_run=1`, every check and nothing made: 200 with the job as it would be made."""
+    dry_run = query(request, DryRun)["dry_run"]  # strictly: a misspelt dry run must not make the job
     organisation = organisation_for(request.user)
     given = _read(JobIn, request)
     webhook_url = given["webhook_url"] and endpoints.check_target("webhook_url", given["webhook_url"])
@@ -258,6 +270,8 @@ def create(request) -> Response:
         model_upload, model = _model_file(organisation, given["work"]["model_upload"], files)
         spec = _spec(given, model)
         try:
+            if dry_run:
+                return Response(checked_json(services.check_job(organisation, spec)))
             with enqueue.unsent() as unsent:
                 job = services.submit_job(organisation, request.user, spec)
         except services.SubmitError as error:

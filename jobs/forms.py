@@ -1,33 +1,38 @@
-"""The job form: work, data, request and retention, checked as the CLI checks them."""
+"""The job form: work, data, request and retention, as typed. The values the service checks (the work kind and
+its parameters, the data, GPUs, hours, shape, deadline, the days kept) go to it as they are, and its
+sentences are shown under their fields: a Django field would refuse them first, in its own words."""
 
 from collections.abc import Iterable
 from dataclasses import replace
-from decimal import Decimal
 
 from django import forms
 from django.conf import settings
 from django.core.files.uploadedfile import UploadedFile
-from django.core.validators import MaxValueValidator
 from django.template.defaultfilters import pluralize
 
 from billing.models import RetentionPolicy
 from jobs import processors
 from jobs.models import Job
 from jobs.spec import Data, JobSpec, NamedFile, Request, Retention, Work
-from portal.text import CountField, NameField
+from portal.text import NameField
 
 
 def param_field_name(processor: processors.Processor, param: processors.Param) -> str:
     return f"param-{processor.name}-{param.name}"
 
 
+def as_typed(label: str, attrs: dict | None = None, **options) -> forms.CharField:
+    """A number field whose text goes to the service as typed, for the service to read and refuse."""
+    return forms.CharField(label=label, widget=forms.NumberInput(attrs=attrs), **options)
+
+
 class RequestForm(forms.Form):
     """GPUs × hours, what becomes of the staged copy, and whether a partial output will do: the part
     of the job form that the full pass of a sample asks again (pre-filled from the sample's estimate)."""
 
-    gpus = CountField(label="GPUs", min_value=1, initial=2)
-    hours = forms.DecimalField(label="Hours", min_value=Decimal("0.01"), decimal_places=2, initial=1)
-    deadline = forms.DateTimeField(
+    gpus = as_typed("GPUs", {"min": 1}, initial=2)
+    hours = as_typed("Hours", {"min": "0.01", "step": "0.01"}, initial=1)
+    deadline = forms.CharField(
         label="Deadline (UTC, optional)",
         required=False,
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
@@ -50,31 +55,24 @@ class RequestForm(forms.Form):
             "rejects. Otherwise the job fails."
         ),
     )
-    keep_days = CountField(label="days", min_value=1, initial=7, required=False)
-    output_days = CountField(label="The job's output is", min_value=1, required=False)  # blank: the default
+    keep_days = as_typed("days", {"min": 1}, initial=7, required=False)
+    output_days = as_typed("The job's output is", {"min": 1}, required=False)  # blank: the default
 
     def __init__(self, *args, policy: RetentionPolicy, **kwargs):
         """`policy`: the retention policy in force for the organisation, whose limits the days keep to."""
         super().__init__(*args, **kwargs)
         self.policy = policy
-        too_long = "A job can run at most %(limit_value)s hours; this asks for %(show_value)s."
-        self.fields["hours"].validators.append(MaxValueValidator(settings.E31_MAX_HOURS, too_long))
         self.fields["hours"].widget.attrs["max"] = settings.E31_MAX_HOURS
-        policy_limit = "The retention policy keeps it at most %(limit_value)s days."
-        self._limit("output_days", policy.max_output_days, policy_limit)
+        self.fields["output_days"].widget.attrs["max"] = policy.max_output_days
         self.fields["output_days"].initial = policy.output_days
         if policy.max_staged_days:
-            self._limit("keep_days", policy.max_staged_days, policy_limit)
+            self.fields["keep_days"].widget.attrs["max"] = policy.max_staged_days
             self.fields["keep_days"].initial = min(self.fields["keep_days"].initial, policy.max_staged_days)
         else:  # the policy keeps no staged copy: nothing to choose
             self.fields["retention"].choices = [("delete", "deleted when the job ends (the retention policy)")]
             self.fields["retention"].error_messages["invalid_choice"] = (
                 "The retention policy keeps no staged copy: it is deleted when the job ends."
             )
-
-    def _limit(self, name: str, days: int, message: str) -> None:
-        self.fields[name].validators.append(MaxValueValidator(days, message))
-        self.fields[name].widget.attrs["max"] = days
 
     def clean(self):
         cleaned = super().clean()
@@ -93,10 +91,10 @@ class RequestForm(forms.Form):
         """How long the staged copy and the output are kept (the `retention` field: delete or keep)."""
         cleaned = self.cleaned_data
         staged_days = cleaned["keep_days"] if cleaned["retention"] == "keep" else 0
-        return Retention(staged_days, output_days=cleaned["output_days"])
+        return Retention(staged_days, output_days=cleaned["output_days"] or None)
 
-    def field_for(self, error_field: str, message: str) -> str | None:
-        """The form field an error of submit belongs to: the part of the form it names, if shown here."""
+    def field_for(self, error_field: str) -> str | None:
+        """The form field a refusal of the service's belongs to: the part of the form it names, if shown here."""
         return error_field if error_field in self.fields else None
 
 
@@ -156,9 +154,9 @@ class JobForm(RequestForm):
         label="S3 secret access key", required=False, max_length=256, widget=forms.PasswordInput
     )
     model_s3_region = NameField(label="S3 region", required=False, max_length=40, help_text="e.g. eu-west-1")
-    work = forms.ChoiceField(label="Work", widget=forms.RadioSelect)
-    shape = forms.ChoiceField(
-        label="Shape", choices=Job.Shape.choices, initial=Job.Shape.SHORT_WIDE, widget=forms.RadioSelect
+    work = forms.CharField(label="Work", widget=forms.RadioSelect)
+    shape = forms.CharField(
+        label="Shape", initial=Job.Shape.SHORT_WIDE, widget=forms.RadioSelect(choices=Job.Shape.choices)
     )
     sample = forms.BooleanField(
         label="Run a sample first",
@@ -193,7 +191,7 @@ class JobForm(RequestForm):
                 "submit."
             )
         kinds = processors.available()
-        self.fields["work"].choices = [(p.name, f"{p.name}: {p.description}") for p in kinds]
+        self.fields["work"].widget.choices = [(p.name, f"{p.name}: {p.description}") for p in kinds]
         self.fields["work"].initial = "clean-table" if any(p.name == "clean-table" for p in kinds) else None
         for processor in kinds:
             for param in processor.params:
@@ -204,14 +202,13 @@ class JobForm(RequestForm):
                     help_text=f"{param.help} ({param.name} in the API and the e31 client)",
                 )
 
-    def field_for(self, error_field: str, message: str) -> str | None:
-        """The form field an error of submit belongs to: a work parameter's own field when the message
-        names it first (as ParamError messages do), else the part of the form it names."""
-        if error_field == "work" and self.cleaned_data.get("work"):
-            processor = processors.get(self.cleaned_data["work"])
-            for param in processor.params:
-                if message.startswith(f"{param.name} "):
-                    return param_field_name(processor, param)
+    def field_for(self, error_field: str) -> str | None:
+        """The form field a refusal of the service's belongs to: a work parameter's own field, else the part of
+        the form it names."""
+        if error_field.startswith("params."):
+            processor, name = self._processor(), error_field.removeprefix("params.")
+            named = [param for param in processor.params if param.name == name] if processor else []
+            return param_field_name(processor, named[0]) if named else "work"
         if error_field == "data" and self.cleaned_data.get("location"):
             return "location"
         if error_field == "model_s3_credentials":
@@ -219,7 +216,7 @@ class JobForm(RequestForm):
         if error_field == "model":
             given = [name for name in ("model_location", "model_from_job") if self.cleaned_data.get(name)]
             return given[0] if len(given) == 1 else "model"
-        return super().field_for(error_field, message)
+        return super().field_for(error_field)
 
     def model_fields(self):
         return [self["model"], self["model_location"], self["model_from_job"]]
@@ -234,15 +231,6 @@ class JobForm(RequestForm):
             (processor, [self[param_field_name(processor, param)] for param in processor.params])
             for processor in processors.available()
         ]
-
-    def clean(self):
-        cleaned = super().clean()
-        given = [name for name in ("data", "upload", "location") if cleaned.get(name)]
-        if not given and not {"data", "upload"} & set(self.errors):
-            self.add_error("data", "Upload a file, or give a URL or a server path.")
-        if len(given) > 1:
-            self.add_error("location", "Give the data one way: an upload, or a URL or server path, not both.")
-        return cleaned
 
     def s3_fields(self, prefix: str = ""):
         return [self[f"{prefix}s3_{name}"] for name in ("access_key_id", "secret_access_key", "region")]
@@ -260,8 +248,15 @@ class JobForm(RequestForm):
         }
         return given or None
 
+    def _processor(self) -> processors.Processor | None:
+        """The work kind chosen, if there is one of that name (the service says so when there is not)."""
+        chosen = self.cleaned_data.get("work")
+        return next((processor for processor in processors.available() if processor.name == chosen), None)
+
     def params(self) -> dict[str, str]:
-        processor = processors.get(self.cleaned_data["work"])
+        processor = self._processor()
+        if processor is None:
+            return {}
         return {param.name: self.cleaned_data.get(param_field_name(processor, param), "") for param in processor.params}
 
     def request(self) -> Request:

@@ -1,12 +1,17 @@
-"""What the rest of the portal may do with jobs: submit them and find them. What a job's page reads is in facts.py."""
+"""What the rest of the portal may do with jobs: submit them (or check them, a dry run) and find them. Every refusal
+of a job is a sentence here, and all of a request's are said at once, whichever way in it came by. What a job's
+page reads is in facts.py."""
 
 import contextlib
 import hashlib
 import io
 import re
 import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.core.files.storage import default_storage
@@ -18,21 +23,58 @@ from django.utils import timezone
 from billing.models import RetentionPolicy
 from jobs import enqueue, processors, uploads
 from jobs.models import ACTIVE, Job, State, Upload
-from jobs.scheduling import parse_request, sizing
+from jobs.scheduling import RequestError, parse_request, sizing
 from jobs.spec import Data, JobSpec, NamedFile, Request, Retention, Work
 from jobs.staging import s3, sources
 from portal import units
 from portal.models import Organisation, organisation_for
+from portal.text import ascii_count, shown
 
 SHA256 = re.compile(r"[0-9a-f]{64}")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """One thing wrong with a job: the part of it refused (`field`, as named here) and the sentence that says why."""
+
+    field: str
+    message: str
 
 
 class SubmitError(ValueError):
-    """A job that cannot be accepted; `field` names the part of the form that is wrong."""
+    """A job that cannot be accepted: every refusal found, each naming the part of the form that is wrong
+    (`params.<name>` for a work parameter). `field` and the message are the first's."""
 
-    def __init__(self, field: str, message: str):
+    def __init__(self, field: str, message: str, *more: Refusal):
         super().__init__(message)
         self.field = field
+        self.refusals = (Refusal(field, message), *more)
+
+    @classmethod
+    def of(cls, refusals: Sequence[Refusal]) -> "SubmitError":
+        first, *more = refusals
+        return cls(first.field, first.message, *more)
+
+
+class _Checks:
+    """A job's checks, run one after another with each refusal kept, so that all of them are said at once."""
+
+    def __init__(self) -> None:
+        self.refusals: list[Refusal] = []
+
+    def run(self, check: Callable[..., T], *args) -> T | None:
+        """What `check` returns, or None when it refuses (its refusals kept for `done`)."""
+        try:
+            return check(*args)
+        except SubmitError as error:
+            self.refusals.extend(error.refusals)
+            return None
+
+    def done(self) -> None:
+        """SubmitError with every refusal kept, if there is any."""
+        if self.refusals:
+            raise SubmitError.of(self.refusals)
 
 
 def jobs_for_user(user):
@@ -68,64 +110,133 @@ def submit_job(organisation: Organisation, user, spec: JobSpec) -> Job:
     and the staged copy is kept at least E31_SAMPLE_KEEP_DAYS for that pass (submit_pass), within
     the retention policy's limit."""
     with contextlib.ExitStack() as files:
-        return _submit(organisation, user, spec, files)
+        checked = _checked(organisation, spec, files)
+        return _create(created_by=user if user and user.is_authenticated else None, **_stored(checked))
 
 
-def _submit(organisation: Organisation, user, spec: JobSpec, files: contextlib.ExitStack) -> Job:
-    """submit_job's checks and the job they make; a model fetched from a location is a file on `files`."""
+def check_job(organisation: Organisation, spec: JobSpec) -> Job:
+    """A dry run of submit_job: every check it makes, and the job it would make, unsaved. Nothing is stored,
+    no upload is used and no staging is queued; a refusal is submit_job's SubmitError."""
+    with contextlib.ExitStack() as files:
+        return Job(**_checked(organisation, spec, files).fields)
+
+
+@dataclass
+class _Checked:
+    """A job that passed its checks: its fields, and what submit_job stores with it (the data sent with the
+    job or the finished upload that holds it, and a model file no earlier job keeps)."""
+
+    fields: dict
+    file: NamedFile | None = None
+    upload: Upload | None = None
+    model: NamedFile | None = None
+
+
+def _checked(organisation: Organisation, spec: JobSpec, files: contextlib.ExitStack) -> _Checked:
+    """submit_job's checks: those of the work, the data, the request and the retention all made, so that every
+    refusal among them is said at once; then the model's, which fetch and load it, once the rest is right. A
+    model fetched from a location is a file on `files`."""
     work, data, retention = spec.work, spec.data, spec.retention
-    try:
-        processor = processors.get(work.kind)
-        checked_params = processor.validate_params(work.params)
-    except processors.ParamError as error:
-        raise SubmitError("work", str(error)) from None
-    expected_sha256 = data.sha256.strip().lower()
-    if expected_sha256 and not SHA256.fullmatch(expected_sha256):
-        raise SubmitError("sha256", f"A SHA-256 is 64 hexadecimal digits, not {expected_sha256!r}.")
+    checks = _Checks()
+    processor = checks.run(_processor, work.kind)
+    params = checks.run(_check_params, processor, work.params) if processor else None
+    if processor:
+        checks.run(_check_model_given, processor, work)
+    credentials = checks.run(_credentials_for, data, work)
+    expected_sha256 = checks.run(_check_sha256, data.sha256)
+    upload, source = checks.run(_data_of, processor, organisation, data, credentials) or (None, None)
+    gpus_hours = checks.run(_check_request, spec.request, processor.name if processor else "")
+    deadline = checks.run(_check_deadline, spec.request.deadline)
     policy = RetentionPolicy.in_force(organisation)
-    output_keep_days = _check_retention(policy, retention)
-    credentials = _credentials_for(data, work)
-    data_credentials = credentials["data"]
-    upload = _find_upload(organisation, data) if data.upload is not None else None
-    if upload is not None:
-        source = _describe_upload(processor, organisation, upload)
-    else:
-        source = _describe_source(processor, organisation, data.file, data.location.strip(), data_credentials)
-    gpus, hours = _check_request(spec.request, processor.name)
+    kept_for = checks.run(_check_retention, policy, retention)
+    checks.done()
     model, kept, model_source = _model_of(processor, organisation, work, credentials["model"], files)
     model_sha256 = _check_model(processor, model)
-    deadline = _check_deadline(spec.request.deadline)
+    (gpus, hours), (staged_days, output_keep_days) = gpus_hours, kept_for
     request = {"gpus": gpus, "hours": hours, "shape": spec.request.shape, "deadline": deadline}
-    request["retention_days"] = retention.staged_days
+    request["retention_days"] = staged_days
     if spec.sample:
         asked = {**request, "hours": str(hours), "output_keep_days": output_keep_days}
         asked["deadline"] = deadline and deadline.isoformat()
         request.update(gpus=1, hours=sizing.sample_hours(), shape=Job.Shape.SHORT_WIDE, deadline=None)
-        request["retention_days"] = max(retention.staged_days, policy.sample_keep_days)
+        request["retention_days"] = max(staged_days, policy.sample_keep_days)
         source["sample_result"] = {"request": asked}
-    if data.file is not None:
-        source["source_path"] = uploads.store_upload(data.file.stream, data.file.name)
-    if upload is not None:
-        source["source_path"] = _take_upload(upload)
+    if model_sha256:
+        source.update(model_source=model_source, model_sha256=model_sha256)
     if model_sha256 and kept is not None:
         source.update(model_path=kept.model_path, model_name=kept.model_name)
     elif model_sha256:
-        source["model_path"] = uploads.store_model(model.stream, model.name)
         source["model_name"] = uploads.safe_name(model.name)
-    if model_sha256:
-        source.update(model_source=model_source, model_sha256=model_sha256)
-    return _create(
+    fields = dict(
         organisation=organisation,
-        created_by=user if user and user.is_authenticated else None,
         kind=Job.Kind.SAMPLE if spec.sample else Job.Kind.PASS,
         work=processor.name,
-        params=checked_params,
+        params=params,
         expected_sha256=expected_sha256,
         allow_partial=spec.request.allow_partial,
         output_keep_days=output_keep_days,
         **request,
         **source,
     )
+    return _Checked(fields, data.file, upload, model if model_sha256 and kept is None else None)
+
+
+def _stored(checked: _Checked) -> dict:
+    """The job's fields with its data and its model stored where staging reads them: the upload is used up."""
+    fields = dict(checked.fields)
+    if checked.file is not None:
+        fields["source_path"] = uploads.store_upload(checked.file.stream, checked.file.name)
+    if checked.upload is not None:
+        fields["source_path"] = _take_upload(checked.upload)
+    if checked.model is not None:
+        fields["model_path"] = uploads.store_model(checked.model.stream, checked.model.name)
+    return fields
+
+
+def _processor(kind: str) -> processors.Processor:
+    try:
+        return processors.get(kind)
+    except processors.ParamError as error:
+        raise SubmitError("work", str(error)) from None
+
+
+def _check_params(processor: processors.Processor, given: Mapping[str, Any]) -> dict:
+    """The work's parameters read, each refused on its own field (`params.<name>`); then read together, where a
+    work may refuse a combination, on the field of the parameter its sentence begins with."""
+    checks = _Checks()
+    for name, value in given.items():
+        checks.run(_check_param, processor, name, value)
+    checks.done()
+    try:
+        return processor.validate_params(given)
+    except processors.ParamError as error:
+        named = [name for name in given if str(error).startswith(f"{name} ")]
+        raise SubmitError(f"params.{named[0]}" if named else "work", str(error)) from None
+
+
+def _check_param(processor: processors.Processor, name: str, value: Any) -> None:
+    try:
+        processor.parse_param(name, value)
+    except processors.ParamError as error:
+        raise SubmitError(f"params.{name}", str(error)) from None
+
+
+def _check_sha256(given: str) -> str:
+    expected = given.strip().lower()
+    if expected and not SHA256.fullmatch(expected):
+        raise SubmitError("sha256", f"A SHA-256 is 64 hexadecimal digits, not {expected!r}.")
+    return expected
+
+
+def _data_of(processor, organisation: Organisation, data: Data, credentials: dict | None) -> tuple:
+    """The finished upload the data is (None for any other), and the job's data fields, once it is found fit
+    for the work (when the work is known). Not checked when its credentials were refused."""
+    if credentials is None:
+        return None, None
+    upload = _find_upload(organisation, data) if data.upload is not None else None
+    if upload is not None:
+        return upload, _describe_upload(processor, organisation, upload)
+    return None, _describe_source(processor, organisation, data.file, data.location.strip(), credentials["data"])
 
 
 def kept_models(organisation: Organisation):
@@ -154,17 +265,24 @@ def _credentials_for(data: Data, work: Work) -> dict:
     }
 
 
-def _model_of(processor, organisation: Organisation, work, s3_credentials: dict | None, files) -> tuple:
-    """The model the work is given, as a file to check, opened on `files`; with the earlier job it is kept
-    for, when it is one chosen again, and where it came from. SubmitError when it is given more than one
-    way, or cannot be had."""
+def _check_model_given(processor: processors.Processor, work: Work) -> None:
+    """That the work is given a model one way if it takes one, and none if it does not: said before anything
+    is fetched."""
     ways = [way for way in (work.model, work.model_location.strip(), work.model_from_job) if way]
-    if ways and not processor.model_file:  # said before anything is fetched
+    if ways and not processor.model_file:
         raise SubmitError("model", f"{processor.name} takes no model file.")
     if len(ways) > 1:
         raise SubmitError(
             "model", "Give the model one way: a file, a URL, an S3 URI or server path, or an earlier job's."
         )
+    if not ways and processor.model_file:
+        raise SubmitError("model", f"{processor.name} needs {processor.model_file} with the job.")
+
+
+def _model_of(processor, organisation: Organisation, work, s3_credentials: dict | None, files) -> tuple:
+    """The model the work is given (one way, _check_model_given), as a file to check, opened on `files`; with
+    the earlier job it is kept for, when it is one chosen again, and where it came from. SubmitError when it
+    cannot be had."""
     if location := work.model_location.strip():
         copy = files.enter_context(tempfile.TemporaryFile(dir=settings.FILE_UPLOAD_TEMP_DIR))  # noqa: SIM115 (`files`)
         try:
@@ -197,15 +315,10 @@ def _not_kept(organisation: Organisation, pk: int) -> str:
 
 
 def _check_model(processor, model: NamedFile | None) -> str:
-    """The SHA-256 of the model file the job comes with, once its work is found to take it and it loads;
-    "" for a work that takes none. SubmitError when it needs one it lacks, has one it cannot use, or the
-    file is too large or does not load."""
-    if not processor.model_file:
-        if model is not None:
-            raise SubmitError("model", f"{processor.name} takes no model file.")
-        return ""
+    """The SHA-256 of the model file the job comes with, once it loads; "" when it comes with none.
+    SubmitError when the file is too large or does not load."""
     if model is None:
-        raise SubmitError("model", f"{processor.name} needs {processor.model_file} with the job.")
+        return ""
     size = model.stream.seek(0, io.SEEK_END)
     model.stream.seek(0)
     if size > settings.E31_MAX_MODEL_BYTES:
@@ -226,30 +339,46 @@ def _check_request(request: Request, work: str) -> tuple[int, Decimal]:
     """The GPUs and hours asked for, read and within the request limits for the work."""
     try:
         return parse_request(request.gpus, request.hours, request.shape, work=work)
-    except ValueError as error:
-        raise SubmitError(getattr(error, "field", "gpus"), str(error)) from None
+    except RequestError as error:
+        raise SubmitError.of([Refusal(field, message) for field, message in error.refusals]) from None
 
 
-def _check_deadline(deadline: datetime | None) -> datetime | None:
-    """A deadline in the future, or none; one without a time zone is read as UTC."""
-    if deadline is None:
+def _check_deadline(deadline: datetime | str | None) -> datetime | None:
+    """A deadline in the future, or none (None or blank); text is read as ISO 8601, and a time without a
+    time zone as UTC."""
+    given = deadline
+    if given is None or (isinstance(given, str) and not given.strip()):
         return None
-    deadline = timezone.make_aware(deadline, UTC) if timezone.is_naive(deadline) else deadline.astimezone(UTC)
+    try:
+        if not isinstance(deadline, datetime):
+            deadline = datetime.fromisoformat(str(given).strip())
+        deadline = timezone.make_aware(deadline, UTC) if timezone.is_naive(deadline) else deadline.astimezone(UTC)
+    except (ValueError, OverflowError):  # not ISO 8601, or past the last year a date can hold once in UTC
+        example = "2026-12-01T18:00 (UTC unless it says otherwise)"
+        raise SubmitError("deadline", f"A deadline is a date and time such as {example}, not {shown(given)}.") from None
     if deadline <= timezone.now():
         raise SubmitError("deadline", f"The deadline, {deadline:%Y-%m-%d %H:%M} UTC, has passed; give a later one.")
     return deadline
 
 
-def _check_retention(policy: RetentionPolicy, retention: Retention) -> int:
-    """The days the staged copy and the output are kept, as asked, within the retention policy in
-    force; the output's (the policy's default when not asked) returned."""
-    days = retention.staged_days
-    if not 0 <= days <= policy.max_staged_days:
-        raise SubmitError("keep_days", f"Keep the staged copy 0 to {policy.max_staged_days} days, not {days}.")
+def _check_retention(policy: RetentionPolicy, retention: Retention) -> tuple[int, int]:
+    """The days the staged copy and the output are kept, as asked (the output's the policy's default when not
+    asked), within the retention policy in force: each refused on its own."""
+    checks = _Checks()
+    staged = checks.run(_days, "keep_days", retention.staged_days, 0, policy.max_staged_days, "the staged copy")
     output_days = policy.output_days if retention.output_days is None else retention.output_days
-    if not 1 <= output_days <= policy.max_output_days:
-        raise SubmitError("output_days", f"Keep the output 1 to {policy.max_output_days} days, not {output_days}.")
-    return output_days
+    output = checks.run(_days, "output_days", output_days, 1, policy.max_output_days, "the output")
+    checks.done()
+    return staged, output
+
+
+def _days(field: str, given: int | str, least: int, most: int, what: str) -> int:
+    """A whole number of days from `least` to `most`, given as a number or as typed."""
+    days = ascii_count(given.strip(), signed=True) if isinstance(given, str) else given
+    whole = isinstance(days, int) and not isinstance(days, bool)
+    if not whole or not least <= days <= most:
+        raise SubmitError(field, f"Keep {what} {least} to {most} days, not {days if whole else shown(given)}.")
+    return days
 
 
 def _create(**fields) -> Job:
@@ -269,8 +398,12 @@ def submit_pass(sample: Job, user, request: Request, retention: Retention) -> Jo
     if not sample.staged_path or sample.staged_purged_at:
         gone = f"The staged copy of sample {sample.pk} is gone (purged, or used by a pass); submit the data again."
         raise SubmitError("sample", gone)
-    output_keep_days = _check_retention(RetentionPolicy.in_force(sample.organisation), retention)
-    gpus, hours = _check_request(request, sample.work)
+    checks = _Checks()
+    gpus_hours = checks.run(_check_request, request, sample.work)
+    deadline = checks.run(_check_deadline, request.deadline)
+    kept_for = checks.run(_check_retention, RetentionPolicy.in_force(sample.organisation), retention)
+    checks.done()
+    (gpus, hours), (staged_days, output_keep_days) = gpus_hours, kept_for
     return _create(
         organisation=sample.organisation,
         created_by=user if user and user.is_authenticated else None,
@@ -288,8 +421,8 @@ def submit_pass(sample: Job, user, request: Request, retention: Retention) -> Jo
         gpus=gpus,
         hours=hours,
         shape=request.shape,
-        deadline=_check_deadline(request.deadline),
-        retention_days=retention.staged_days,
+        deadline=deadline,
+        retention_days=staged_days,
         output_keep_days=output_keep_days,
         allow_partial=request.allow_partial,
     )
@@ -331,7 +464,8 @@ def _take_upload(upload: Upload) -> str:
 def _describe_source(
     processor, organisation, file: NamedFile | None, location: str, s3_credentials: dict | None = None
 ) -> dict:
-    """The job's data fields, once the data is found fit for the work; SubmitError says why not.
+    """The job's data fields, once the data is found fit for the work (when `processor`, the work, is known);
+    SubmitError says why not.
 
     An upload or a server path is read far enough to know its format now; a URL or an S3 URI is
     only checked (its form, and who may read it) and read when it is staged."""
@@ -359,7 +493,7 @@ def _describe_source(
     finally:
         if file is None:  # a server path, opened here
             head.close()
-    if layout["format"] not in processor.input_formats:
+    if processor is not None and layout["format"] not in processor.input_formats:
         formats = ", ".join(processor.input_formats)
         raise SubmitError("data", f"{processor.name} reads {formats}, not {layout['format']}.")
     return {**fields, "input_format": layout["format"]}

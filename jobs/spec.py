@@ -53,23 +53,23 @@ class Data:
 
 @dataclass(frozen=True)
 class Request:
-    """GPUs × hours in a shape, an optional deadline, and whether a partial output will do. GPUs and
-    hours are as typed: the request limits read them."""
+    """GPUs × hours in a shape, an optional deadline, and whether a partial output will do. GPUs, hours,
+    the shape and the deadline (ISO 8601 as text; blank for none) are as typed: the service reads them."""
 
     gpus: int | str
     hours: Decimal | int | str
     shape: str = Job.Shape.SHORT_WIDE
-    deadline: datetime | None = None
+    deadline: datetime | str | None = None
     allow_partial: bool = False
 
 
 @dataclass(frozen=True)
 class Retention:
     """The days the staged copy is kept after the job (0: deleted when it ends), and the output's
-    (None: the retention policy's default)."""
+    (None: the retention policy's default), as numbers or as typed: the service reads them."""
 
-    staged_days: int = 0
-    output_days: int | None = None
+    staged_days: int | str = 0
+    output_days: int | str | None = None
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from jobs.scheduling import fleet
 from jobs.uploads import too_large_message
 from portal.listing import ListQuery, pager
 from portal.models import organisation_for
-from portal.text import ascii_count
+from portal.text import CountField, ascii_count
 
 
 def _needs_organisation(request):
@@ -130,11 +130,11 @@ def _most_cost(form: RequestForm, card: RateCard | None) -> Decimal | None:
     gpus = ascii_count(str(form["gpus"].value() or "").strip())
     try:
         hours = Decimal(str(form["hours"].value() or "").strip())
-    except InvalidOperation:
+        if card is None or not gpus or not hours.is_finite() or hours <= 0 or hours > settings.E31_MAX_HOURS:
+            return None
+        return (gpus * hours * card.rate_per_gpu_hour).quantize(MONEY)
+    except InvalidOperation:  # not a number, or a sum past Decimal's 28 digits (10**30 GPUs): none to show
         return None
-    if card is None or not gpus or not hours.is_finite() or hours <= 0 or hours > settings.E31_MAX_HOURS:
-        return None
-    return (gpus * hours * card.rate_per_gpu_hour).quantize(MONEY)
 
 
 def _submit(request, form: RequestForm, submit: Callable[[], Job]) -> Job | None:
@@ -146,7 +146,8 @@ def _submit(request, form: RequestForm, submit: Callable[[], Job]) -> Job | None
         with enqueue.unsent() as unsent:
             job = submit()
     except services.SubmitError as error:
-        form.add_error(form.field_for(error.field, str(error)), str(error))
+        for refusal in error.refusals:
+            form.add_error(form.field_for(refusal.field), refusal.message)
         return None
     if unsent:
         messages.warning(request, f"{enqueue.UNREACHABLE}: job {job.pk} is recorded and is staged once it is back.")
@@ -189,8 +190,9 @@ def _sizing_context(facts: JobFacts, pass_form: RequestForm | None = None) -> di
 
 
 def _pass_estimate(facts: JobFacts, pass_form: RequestForm):
+    """The estimate for the GPUs typed, while they are a count the estimate can be worked out for."""
     try:
-        gpus = pass_form.fields["gpus"].clean(pass_form["gpus"].value())
+        gpus = CountField(min_value=1).clean(pass_form["gpus"].value())
     except ValidationError:
         return None
     return facts.estimate(gpus)

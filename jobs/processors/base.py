@@ -158,12 +158,17 @@ class Processor:
         return [name for name in self.requires if importlib.util.find_spec(name) is None]
 
     def validate_params(self, raw: Mapping[str, Any]) -> dict:
+        for name in sorted(set(raw) - {param.name for param in self.params}):
+            self.parse_param(name, raw[name])  # refuses the first name the work does not take
+        return {param.name: param.parse(raw.get(param.name)) for param in self.params}
+
+    def parse_param(self, name: str, raw: Any) -> Any:
+        """One parameter read on its own, so that each one refused can be said (validate_params reads them
+        together, and may refuse a combination); ParamError for a name the work does not take, or its value."""
         known = {param.name: param for param in self.params}
-        unknown = sorted(set(raw) - set(known))
-        if unknown:
-            names = ", ".join(known) or "none"
-            raise ParamError(f"{self.name} has no parameter {unknown[0]!r} (it takes: {names})")
-        return {name: param.parse(raw.get(name)) for name, param in known.items()}
+        if name not in known:
+            raise ParamError(f"{self.name} has no parameter {name!r} (it takes: {', '.join(known) or 'none'})")
+        return known[name].parse(raw)
 
     def scanner(self, params: dict) -> Scanner | None:
         return None

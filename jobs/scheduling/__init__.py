@@ -29,9 +29,12 @@ log = logging.getLogger(__name__)
 
 
 class RequestError(ValueError):
-    def __init__(self, field: str, message: str):
+    """What is wrong with a request: each (field, sentence) found; `field` and the message are the first's."""
+
+    def __init__(self, field: str, message: str, *more: tuple[str, str]):
         super().__init__(message)
         self.field = field
+        self.refusals = ((field, message), *more)
 
 
 @dataclass(frozen=True)
@@ -92,27 +95,17 @@ def slot_noun() -> str:
 
 def parse_request(gpus, hours, shape: str = Job.Shape.SHORT_WIDE, work: str = "") -> tuple[int, Decimal]:
     """GPUs and hours laid out in the chosen shape, checked against the fleet (its slots that can run
-    `work`, when it is given); RequestError names the field."""
-    given = gpus
-    gpus = ascii_count(str(given).strip(), signed=True)
-    if gpus is None:
-        raise RequestError("gpus", f"GPUs must be a whole number, not {shown(given)}.")
-    try:
-        hours = Decimal(str(hours).strip())
-    except InvalidOperation:
-        raise RequestError("hours", f"Hours must be a number, not {shown(hours)}.") from None
-    if gpus < 1:
-        raise RequestError("gpus", f"Ask for at least one GPU, not {gpus}.")
-    if not hours.is_finite() or hours <= 0:
-        raise RequestError("hours", f"Hours must be more than zero, not {hours}.")
-    if hours > settings.E31_MAX_HOURS:  # before the decimals are counted: quantize raises past 28 digits
-        raise RequestError("hours", f"A job can run at most {settings.E31_MAX_HOURS} hours; this asks for {hours}.")
-    if hours != hours.quantize(Decimal("0.01")):
-        raise RequestError("hours", f"Hours can have at most two decimals, not {hours}.")
+    `work`, when it is given); RequestError names the field of each value refused (the GPUs, the hours and
+    the shape are read each on its own, so that all three are said at once)."""
+    refusals = []
+    gpus = _read(_gpus, gpus, refusals)
+    hours = _read(_hours, hours, refusals)
+    if shape not in Job.Shape.values:
+        refusals.append(("shape", f"The shape must be short-wide or long-narrow, not {shown(shape)}."))
+    if refusals:
+        raise RequestError(*refusals[0], *refusals[1:])
     if shape == Job.Shape.LONG_NARROW:
         gpus, hours = 1, gpus * hours
-    elif shape != Job.Shape.SHORT_WIDE:
-        raise RequestError("shape", f"The shape must be short-wide or long-narrow, not {shape!r}.")
     if hours > settings.E31_MAX_HOURS:
         raise RequestError("hours", f"A job can run at most {settings.E31_MAX_HOURS} hours; this asks for {hours}.")
     current = fleet()
@@ -131,6 +124,38 @@ def parse_request(gpus, hours, shape: str = Job.Shape.SHORT_WIDE, work: str = ""
         where = "" if online == current.online else f" that can run {work}"
         raise RequestError("gpus", f"The fleet has {current.count(online)} online{where}; ask for {online} or fewer.")
     return gpus, hours
+
+
+def _read(read, given, refusals: list):
+    """What `read` makes of `given`, or None with its refusal added to `refusals`."""
+    try:
+        return read(given)
+    except RequestError as error:
+        refusals.extend(error.refusals)
+        return None
+
+
+def _gpus(given) -> int:
+    gpus = ascii_count(str(given).strip(), signed=True)
+    if gpus is None:
+        raise RequestError("gpus", f"GPUs must be a whole number, not {shown(given)}.")
+    if gpus < 1:
+        raise RequestError("gpus", f"Ask for at least one GPU, not {gpus}.")
+    return gpus
+
+
+def _hours(given) -> Decimal:
+    try:
+        hours = Decimal(str(given).strip())
+    except InvalidOperation:
+        raise RequestError("hours", f"Hours must be a number, not {shown(given)}.") from None
+    if not hours.is_finite() or hours <= 0:
+        raise RequestError("hours", f"Hours must be more than zero, not {hours}.")
+    if hours > settings.E31_MAX_HOURS:  # before the decimals are counted: quantize raises past 28 digits
+        raise RequestError("hours", f"A job can run at most {settings.E31_MAX_HOURS} hours; this asks for {hours}.")
+    if hours != hours.quantize(Decimal("0.01")):
+        raise RequestError("hours", f"Hours can have at most two decimals, not {hours}.")
+    return hours
 
 
 def waiting():

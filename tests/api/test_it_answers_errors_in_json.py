@@ -1,5 +1,6 @@
 """Every error of the API is `{"error": {"code", "message", "field"?}}` with its status (docs/api.md): the
-handler's translation of Django REST framework's exceptions, nested fields named with dots."""
+handler's translation of Django REST framework's exceptions, nested fields named with dots; a 400 lists every
+value refused in `errors`, the first of them being `field` and `message`."""
 
 import pytest
 from django.http import Http404
@@ -24,19 +25,48 @@ PARSE = "JSON parse error - Expecting value: line 1 column 1 (char 0)"
         (
             exceptions.ValidationError({"request": {"gpus": ["Ask for at most 8 GPUs: the fleet has 8."]}}),
             400,
-            {"code": "invalid", "message": "Ask for at most 8 GPUs: the fleet has 8.", "field": "request.gpus"},
+            {
+                "code": "invalid",
+                "message": "Ask for at most 8 GPUs: the fleet has 8.",
+                "field": "request.gpus",
+                "errors": [{"field": "request.gpus", "message": "Ask for at most 8 GPUs: the fleet has 8."}],
+            },
         ),
         (
             exceptions.ValidationError({"data": [{"location": ["No such file."]}]}),
             400,
-            {"code": "invalid", "message": "No such file.", "field": "data.location"},
+            {
+                "code": "invalid",
+                "message": "No such file.",
+                "field": "data.location",
+                "errors": [{"field": "data.location", "message": "No such file."}],
+            },
+        ),
+        (
+            exceptions.ValidationError(
+                {"request": {"gpus": ["Ask for at least one GPU, not 0."], "hours": ["Hours must be a number."]}}
+            ),
+            400,
+            {
+                "code": "invalid",
+                "message": "Ask for at least one GPU, not 0.",
+                "field": "request.gpus",
+                "errors": [
+                    {"field": "request.gpus", "message": "Ask for at least one GPU, not 0."},
+                    {"field": "request.hours", "message": "Hours must be a number."},
+                ],
+            },
         ),
         (
             exceptions.ValidationError({"non_field_errors": ["Give one of upload or location."]}),
             400,
-            {"code": "invalid", "message": "Give one of upload or location."},
+            {
+                "code": "invalid",
+                "message": "Give one of upload or location.",
+                "errors": [{"message": "Give one of upload or location."}],
+            },
         ),
-        (exceptions.ParseError(PARSE), 400, {"code": "invalid", "message": PARSE}),
+        (exceptions.ParseError(PARSE), 400, {"code": "invalid", "message": PARSE, "errors": [{"message": PARSE}]}),
         (
             exceptions.NotAuthenticated(),
             401,

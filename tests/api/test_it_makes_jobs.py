@@ -199,6 +199,72 @@ def test_it_refuses_a_bad_value_naming_it_in_the_services_words(partner_api, onl
     assert not Job.objects.exists()
 
 
+def test_it_refuses_every_bad_value_at_once_each_by_its_name(partner_api, online_slots):
+    body = job_body(
+        work={"kind": "clean-table", "params": {"bogus": "1", "type_threshold": "x"}},
+        request={"gpus": 0, "hours": "1.234", "deadline": "2001-01-01T00:00"},
+        retention={"staged_days": 500, "output_days": "a month"},
+    )
+    answer = post_job(partner_api, body)
+    assert answer.status_code == 400, answer.content
+    error = answer.json()["error"]
+    assert error["errors"] == [
+        {
+            "field": "work.params.bogus",
+            "message": "clean-table has no parameter 'bogus' (it takes: type_threshold, types)",
+        },
+        {"field": "work.params.type_threshold", "message": "type_threshold must be a float, not 'x'"},
+        {"field": "request.gpus", "message": "Ask for at least one GPU, not 0."},
+        {"field": "request.hours", "message": "Hours can have at most two decimals, not 1.234."},
+        {"field": "request.deadline", "message": "The deadline, 2001-01-01 00:00 UTC, has passed; give a later one."},
+        {"field": "retention.staged_days", "message": "Keep the staged copy 0 to 90 days, not 500."},
+        {"field": "retention.output_days", "message": "Keep the output 1 to 365 days, not 'a month'."},
+    ]
+    assert (error["field"], error["message"]) == tuple(error["errors"][0].values()), "the first, as before"
+    assert not Job.objects.exists()
+
+
+def test_a_dry_run_makes_every_check_and_nothing_else(partner_api, online_slots, rate_card):
+    upload_id = upload(partner_api, DATA)
+    body = job_body({"upload": upload_id}, request={"gpus": "2", "hours": 1.5, "deadline": "2099-01-01T12:00Z"})
+    answer = partner_api.post("/api/v1/jobs/?dry_run=1", body, content_type="application/json")
+    assert answer.status_code == 200, answer.content
+    checked = answer.json()
+    assert (checked["dry_run"], checked["kind"], checked["work"]) == (True, "pass", "clean-table")
+    assert checked["data"] == {
+        "source_kind": "upload", "name": "customers.csv", "location": "", "sha256": "", "format": "csv",
+    }  # fmt: skip
+    assert checked["request"] == {
+        "gpus": 2, "hours": "1.50", "shape": "short-wide", "deadline": "2099-01-01T12:00:00+00:00",
+        "allow_partial": False,
+    }  # fmt: skip
+    assert checked["retention"] == {"staged_days": 0, "output_days": 30}
+    assert checked["most_cost"] == {"gpu_hours": "3.00", "amount": "10.8000", "currency": "USD", "rate": "3.6000"}
+    assert not Job.objects.exists() and Upload.objects.filter(pk=upload_id).exists(), "nothing made, nothing used"
+
+    made = post_job(partner_api, body)
+    assert made.status_code == 201, made.content
+    assert made.json()["request"] == checked["request"], "the job the dry run said would be made"
+    assert not Upload.objects.exists()
+
+
+def test_a_dry_run_refuses_as_the_create_does(partner_api, online_slots):
+    body = job_body(work={"kind": "frobnicate"}, request={"gpus": "abc", "hours": "x"})
+    dry = partner_api.post("/api/v1/jobs/?dry_run=true", body, content_type="application/json")
+    real = post_job(partner_api, body)
+    assert dry.status_code == real.status_code == 400
+    assert dry.json() == real.json()
+    assert [refusal["field"] for refusal in dry.json()["error"]["errors"]] == [
+        "work.kind",
+        "request.gpus",
+        "request.hours",
+    ]
+    for query, field in [("dry_run=maybe", "dry_run"), ("dryrun=1", "dryrun")]:
+        answer = partner_api.post(f"/api/v1/jobs/?{query}", job_body(), content_type="application/json")
+        assert (answer.status_code, answer.json()["error"]["field"]) == (400, field), "a misspelt dry run makes nothing"
+    assert not Job.objects.exists()
+
+
 def test_it_refuses_two_sources_at_once(partner_api, online_slots):
     upload_id = upload(partner_api, DATA)
     error = post_job(partner_api, job_body({"upload": upload_id, "location": "http://localhost/a.csv"})).json()["error"]
@@ -210,14 +276,16 @@ def test_an_upload_of_another_organisation_is_as_good_as_none(partner_api, outsi
     theirs = upload(api_client(token_for(outsider)), DATA)
     answers = [post_job(partner_api, job_body({"upload": upload_id})) for upload_id in (theirs, str(uuid.uuid4()))]
     assert [answer.status_code for answer in answers] == [400, 400]
+    gone = "That upload is gone: it expired or was used. Upload the file again."
     assert (
         answers[0].json()
         == answers[1].json()
         == {
             "error": {
                 "code": "invalid",
-                "message": "That upload is gone: it expired or was used. Upload the file again.",
+                "message": gone,
                 "field": "data.upload",
+                "errors": [{"field": "data.upload", "message": gone}],
             }
         }
     )

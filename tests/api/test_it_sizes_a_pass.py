@@ -117,9 +117,16 @@ def test_a_pass_is_refused_in_the_services_words(partner_api, organisation, onli
     )
     answer = post(partner_api, f"/api/v1/jobs/{sample.pk}/pass/", {"request": {"gpus": 9, "hours": 1}})
     assert answer.status_code == 400
+    fewer = "The fleet has 4 CPU slots online; ask for 4 or fewer."
     assert answer.json()["error"] == {
         "code": "invalid",
-        "message": "The fleet has 4 CPU slots online; ask for 4 or fewer.",
+        "message": fewer,
         "field": "request.gpus",
+        "errors": [{"field": "request.gpus", "message": fewer}],
     }
+    every = {"request": {"gpus": 0, "hours": "x", "deadline": "soon"}, "retention": {"staged_days": 500}}
+    refused = post(partner_api, f"/api/v1/jobs/{sample.pk}/pass/", every).json()["error"]["errors"]
+    assert [refusal["field"] for refusal in refused] == [
+        "request.gpus", "request.hours", "request.deadline", "retention.staged_days",
+    ]  # fmt: skip
     assert Job.objects.count() == 1

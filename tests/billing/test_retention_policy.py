@@ -50,8 +50,8 @@ def test_the_job_form_keeps_to_the_policy_in_force(organisation, partner_client,
     assert 'name="keep_days" value="7" min="1" max="14"' in page
     assert 'name="output_days" value="10" min="1" max="60"' in page
     for bad, message in [
-        ({"retention": "keep", "keep_days": "15"}, "The retention policy keeps it at most 14 days."),
-        ({"output_days": "61"}, "The retention policy keeps it at most 60 days."),
+        ({"retention": "keep", "keep_days": "15"}, "Keep the staged copy 0 to 14 days, not 15."),
+        ({"output_days": "61"}, "Keep the output 1 to 60 days, not 61."),
     ]:
         response = partner_client.post("/jobs/new/", job_form(**bad))
         assert response.status_code == 400 and message in response.content.decode()

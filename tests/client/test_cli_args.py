@@ -30,7 +30,6 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
     ("argv", "line"),
     [
         (["submit", "data.csv", "--gpus", "2", "--hours", "1"], "the following arguments are required: --work"),
-        (["submit", "data.csv", "--work", "clean-table", "--gpus", "two", "--hours", "1"], "argument --gpus: invalid"),
         (["submit", "d.csv", "--work", "w", "--gpus", "1", "--hours", "1", "--param", "dedupe"], "not 'dedupe'"),
         (["submit", "d.csv", "--work", "w", "--gpus", "1", "--hours", "1", "--chunk-size", "8X"], "a size such as 8M"),
         (["ledger", "--month", "2026-13"], "a month as YYYY-MM, not '2026-13'"),

@@ -1,7 +1,10 @@
-"""A failure is one line: the portal's sentence from its JSON error, or what an answer without one says."""
+"""A failure is one line: the portal's sentence from its JSON error, or what an answer without one says; a
+refusal of several values a line for each."""
+
+import json
 
 import httpx
-from e31.errors import APIError, error_from, error_line
+from e31.errors import APIError, error_from, error_line, error_lines
 
 
 def test_it_reads_the_portals_error_body():
@@ -14,6 +17,28 @@ def test_it_reads_the_portals_error_body():
         "request.gpus",
     )
     assert error_line(error) == "e31: Ask for at least one GPU, not 0."
+
+
+def test_it_says_every_value_the_portal_refused_on_a_line_of_its_own():
+    refusals = [
+        {"field": "request.gpus", "message": "Ask for at least one GPU, not 0."},
+        {"field": "request.hours", "message": "Hours can have at most two decimals,\n not 1.234."},
+    ]
+    first = refusals[0]
+    body = json.dumps({"error": {"code": "invalid", **first, "errors": refusals}}).encode()
+    error = error_from(400, body, "application/json")
+    assert (error.field, error.message) == ("request.gpus", "Ask for at least one GPU, not 0.")
+    assert error.errors == [
+        ("request.gpus", "Ask for at least one GPU, not 0."),
+        ("request.hours", "Hours can have at most two decimals, not 1.234."),
+    ]
+    assert error_lines(error) == [
+        "e31: Ask for at least one GPU, not 0.",
+        "e31: Hours can have at most two decimals, not 1.234.",
+    ]
+    older = error_from(400, json.dumps({"error": {"code": "invalid", **first}}).encode())
+    assert older.errors == [("request.gpus", "Ask for at least one GPU, not 0.")], "a portal from before the list"
+    assert error_lines(older) == ["e31: Ask for at least one GPU, not 0."]
 
 
 def test_it_takes_plain_text_as_the_sentence():

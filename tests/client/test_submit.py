@@ -1,12 +1,14 @@
 """`e31 submit`, end to end against the portal the tests start and a real gpuworker: a file uploaded,
 the job followed to its end, its output written as the job page serves it, and its bill printed; a
-value the portal refuses said in its own sentence, in one line."""
+value the portal refuses said in its own sentence, a line for each, and before any byte is uploaded when
+the portal's dry run of the job refuses it."""
 
 import shutil
 from decimal import Decimal
 
 from billing.models import LedgerEntry
 from jobs.models import Job, State
+from tests.datasets import linear_model
 from tests.support import EXAMPLE, client_for, wait_for_end
 
 SUBMIT = ("submit", "customers.csv", "--work", "clean-table", "--hours", "1")
@@ -39,9 +41,14 @@ def test_it_uploads_waits_and_writes_the_output_the_job_page_serves(e31, fleet, 
 
 def test_it_says_the_portals_sentence_for_a_refused_value_and_keeps_the_upload(e31, fleet, portal):
     shutil.copy(EXAMPLE, e31.folder / "customers.csv")
-    refused = e31(*SUBMIT, "--gpus", "0")
+    mark = len(portal.lines())
+    refused = e31(*SUBMIT, "--gpus", "0", "--keep-days", "500")
     assert (refused.returncode, refused.stdout) == (1, "")
-    assert refused.stderr == "e31: Ask for at least one GPU, not 0.\n"
+    assert refused.stderr == "e31: Ask for at least one GPU, not 0.\ne31: Keep the staged copy 0 to 90 days, not 500.\n"
+    assert portal.requests("POST", "/api/v1/uploads/", after=mark) == [], "refused by the dry run: nothing uploaded"
+    (e31.folder / "scorer.onnx").write_bytes(linear_model())
+    late = e31(*SUBMIT, "--gpus", "1", "--model", "scorer.onnx")  # found when the job is made, past the uploads
+    assert (late.returncode, late.stderr.splitlines()[-1]) == (1, "e31: clean-table takes no model file.")
     assert not Job.objects.exists()
     mark = len(portal.lines())
     accepted = e31(*SUBMIT, "--gpus", "1")

@@ -29,14 +29,20 @@ def http_server(tmp_path):
 def test_it_packs_a_model_folder_uploads_it_once_and_reuses_a_kept_model(e31, fleet, portal):
     (e31.folder / "notes.csv").write_bytes(NOTES)
     checkable_bert(e31.folder / "bert")
+    mark = len(portal.lines())
     refused = e31(*EMBED, "--model", "bert", "--gpus", "0")
     assert refused.returncode == 1 and refused.stderr.endswith("e31: Ask for at least one GPU, not 0.\n")
     assert "Packing the model folder bert into a .tar to upload." in refused.stderr
+    assert portal.requests("POST", "/api/v1/uploads/", after=mark) == [], "refused by the dry run: nothing uploaded"
+    (e31.folder / "notes.csv").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
+    late = e31(*EMBED, "--model", "bert", "--gpus", "1")  # the data is read when the job is made, past the uploads
+    assert late.returncode == 1 and late.stderr.endswith("e31: This is a binary file, not CSV or JSONL text.\n")
+    (e31.folder / "notes.csv").write_bytes(NOTES)
     mark = len(portal.lines())
     accepted = e31(*EMBED, "--model", "bert", "--gpus", "1")
     assert accepted.returncode == 0, accepted.stderr
     assert "Using the earlier upload of bert.tar" in accepted.stderr, "the same folder is the same upload"
-    assert portal.requests("PATCH", "/api/v1/uploads/", after=mark) == []
+    assert len(portal.requests("PATCH", "/api/v1/uploads/", after=mark)) == 1, "the new data's one chunk alone"
     job = Job.objects.get(pk=int(accepted.stdout))
     assert (job.model_name, job.model_source, len(job.model_sha256)) == ("bert.tar", "upload", 64)
     assert not list((e31.folder.parent / "cache" / "e31" / "models").rglob("*.tar")), "the packed copy is removed"

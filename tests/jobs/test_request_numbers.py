@@ -15,11 +15,20 @@ ODD = ["²", "١", "٢", "+2", "- 1", "1e1", "0x2", "1_0", "2.0", "9" * 5000]
 
 
 @pytest.mark.parametrize("value", ODD)
-@pytest.mark.parametrize("field", ["gpus", "keep_days", "output_days"])
-def test_it_refuses_a_count_in_the_job_form_that_is_not_ascii_digits(partner_client, online_slots, field, value):
+@pytest.mark.parametrize(
+    ("field", "sentence"),
+    [
+        ("gpus", "GPUs must be a whole number, not "),
+        ("keep_days", "Keep the staged copy 0 to 90 days, not "),
+        ("output_days", "Keep the output 1 to 365 days, not "),
+    ],
+)
+def test_it_refuses_a_count_in_the_job_form_that_is_not_ascii_digits(
+    partner_client, online_slots, field, sentence, value
+):
     response = partner_client.post("/jobs/new/", job_form(**{field: value, "retention": "keep"}))
     assert response.status_code == 400
-    assert "Enter a whole number." in response.content.decode()
+    assert response.context["form"].errors[field][0].startswith(sentence)
     assert not Job.objects.exists()
 
 

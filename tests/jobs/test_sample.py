@@ -226,8 +226,8 @@ def test_outsiders_cannot_see_a_sample_or_start_its_pass(organisation, outsider_
 def test_the_pass_form_names_bad_values_and_keeps_the_sample(organisation, partner_client, online_slots):
     sample = finished_sample(organisation)
     for form, message in [
-        ({"gpus": "0", "hours": "1", "retention": "delete"}, "greater than or equal to 1"),
-        ({"gpus": "1", "hours": "-2", "retention": "delete"}, "greater than or equal to 0.01"),
+        ({"gpus": "0", "hours": "1", "retention": "delete"}, "Ask for at least one GPU, not 0."),
+        ({"gpus": "1", "hours": "-2", "retention": "delete"}, "Hours must be more than zero, not -2."),
         ({"gpus": "1", "hours": "1", "retention": "keep", "keep_days": ""}, "Say how many days"),
     ]:
         response = partner_client.post(f"/jobs/{sample.pk}/pass/", form)

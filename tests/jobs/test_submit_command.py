@@ -58,7 +58,7 @@ def test_it_runs_a_job_and_writes_the_output_and_the_ledger_line(fleet, organisa
         (["--data", "https://data.example/\u202evsc.csv"], "Refused: The location contains U+202E RIGHT-TO-LEFT"),
         (["--data", "https://data.example/a\nb.csv"], "Refused: The location contains U+000A, an invisible or"),
         (["--keep-output-days", "0"], "Refused: Keep the output 1 to 365 days, not 0."),
-        (["--deadline", "soon"], "--deadline takes a date and time such as 2026-12-01T18:00, not 'soon'."),
+        (["--deadline", "soon"], "Refused: A deadline is a date and time such as 2026-12-01T18:00 (UTC unless"),
         (["--deadline", "2001-01-01T02:00+02:00"], "Refused: The deadline, 2001-01-01 00:00 UTC, has passed"),
     ],
 )

@@ -3,7 +3,9 @@ its bill, and look after the organisation's jobs.
 
 Results go to stdout, progress to stderr (bars on a terminal, a line per state change otherwise).
 Exit 0 on success, 1 on a failure or a job that did not succeed, 2 on a usage error, 130 on Ctrl-C;
-each failure is one line on stderr, `e31: ` and the reason (the portal's own sentence when it refused).
+each failure is one line on stderr, `e31: ` and the reason (the portal's own sentence when it refused; a
+line for each value when it refused several). `submit` asks the portal's dry run of the job before it
+uploads anything, so a job the portal would refuse costs no upload: the client keeps no copy of its checks.
 """
 
 import argparse
@@ -24,7 +26,7 @@ from tqdm import tqdm
 from e31 import config, pack
 from e31.client import VERSION, Client, job_spec, request_spec
 from e31.download import DownloadError, download_file
-from e31.errors import APIError, error_line
+from e31.errors import APIError, error_lines
 from e31.schema import ENDED, Job
 from e31.upload import CHUNK_SIZE, ResumeStore, Uploaded, upload_file
 
@@ -447,20 +449,43 @@ def cmd_login(args: argparse.Namespace) -> int:
     return 0
 
 
-def check_work(portal: Client, work: str, params: dict[str, str]) -> None:
-    """Refuse a work kind or a parameter the portal does not know, in its words, before any byte of the
-    data is sent; a portal from before its list of work kinds (404) checks them when the job is made."""
+def check_first(portal: Client, spec: dict[str, Any], to_upload: set[str]) -> Job | None:
+    """The portal's dry run of the job, before any byte is uploaded: what the portal would refuse, said in its
+    words and all at once (APIError), but for the parts still to upload (`data`, `work.model_upload`), whose
+    absence it also names. A portal from before dry runs makes a job it finds whole (nothing to upload): that
+    job is returned."""
     try:
-        kinds = {kind["name"]: kind for kind in portal.work_kinds()}
+        checked = portal.check_job(spec)
     except APIError as error:
-        if error.status == 404:
-            return
-        raise
-    if work not in kinds:
-        raise Failure(f"There is no work kind {work!r}; the kinds are: {', '.join(sorted(kinds))}.")
-    takes = [param["name"] for param in kinds[work]["params"]]
-    if unknown := sorted(set(params) - set(takes)):
-        raise Failure(f"{work} has no parameter {unknown[0]!r} (it takes: {', '.join(takes) or 'none'})")
+        left = [(field, message) for field, message in error.errors if field not in to_upload]
+        if error.status != 400 or len(left) == len(error.errors):
+            raise
+        if left:
+            raise APIError(error.status, error.code, left[0][1], left[0][0], left) from None
+        return None
+    return None if checked.get("dry_run") else checked
+
+
+def submit_spec(args: argparse.Namespace, location: str, credentials: dict | None, model: dict) -> dict[str, Any]:
+    """The job the options ask for, its data and model as given (`model`: job_spec's model_* arguments); the
+    uploads' ids are added once they are made."""
+    return job_spec(
+        work=args.work,
+        params=dict(args.param),
+        location=location,
+        s3_credentials=credentials,
+        sha256=args.sha256,
+        gpus=args.gpus,
+        hours=args.hours,
+        shape=args.shape,
+        deadline=args.deadline,
+        allow_partial=args.allow_partial,
+        staged_days=args.keep_days,
+        output_days=args.keep_output_days,
+        sample=args.sample,
+        webhook_url=args.webhook_url,
+        **model,
+    )
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -483,35 +508,23 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if not location and not path.is_file():
         raise Failure(f"There is no file {args.data} (data is a file, an https:// URL or an s3:// location).")
     model_path = model_file(args.model) if args.model and not model_location else None
+    given_model = {
+        "model_location": model_location,
+        "model_from_job": args.model_from,
+        "model_s3_credentials": model_credentials,
+    }
+    spec = submit_spec(args, location, credentials, given_model)
     with connect() as portal:
-        check_work(portal, args.work, dict(args.param))
+        to_upload = {field for field, pending in (("data", not location), ("work.model_upload", model_path)) if pending}
+        job = check_first(portal, spec, to_upload)
         if not location:
             uploaded = upload_with_bar(portal, path, args.chunk_size, store)
+            spec["data"]["upload"] = uploaded.upload_id
         if model_path:
             model = upload_with_bar(portal, model_path, args.chunk_size, store)
-        spec = job_spec(
-            work=args.work,
-            params=dict(args.param),
-            model_upload=model.upload_id if model else None,
-            model_location=model_location,
-            model_from_job=args.model_from,
-            model_s3_credentials=model_credentials,
-            upload=uploaded.upload_id if uploaded else None,
-            location=location,
-            s3_credentials=credentials,
-            sha256=args.sha256,
-            gpus=args.gpus,
-            hours=args.hours,
-            shape=args.shape,
-            deadline=args.deadline,
-            allow_partial=args.allow_partial,
-            staged_days=args.keep_days,
-            output_days=args.keep_output_days,
-            sample=args.sample,
-            webhook_url=args.webhook_url,
-        )
+            spec["work"]["model_upload"] = model.upload_id
         try:
-            job = portal.create_job(spec)
+            job = job or portal.create_job(spec)
         except APIError as error:
             if uploaded and (error.field or "").startswith("data"):
                 store.forget(uploaded.key)  # the portal no longer takes that upload: the next run sends the file
@@ -656,7 +669,7 @@ def cmd_receipt(args: argparse.Namespace) -> int:
 
 
 def add_request(parser: argparse.ArgumentParser, hours_required: bool = True) -> None:
-    parser.add_argument("--gpus", type=int, required=True, help="GPUs held at once")
+    parser.add_argument("--gpus", required=True, help="GPUs held at once")
     parser.add_argument(
         "--hours",
         required=hours_required,
@@ -665,8 +678,8 @@ def add_request(parser: argparse.ArgumentParser, hours_required: bool = True) ->
     parser.add_argument("--shape", default="short-wide", help="short-wide (the default) or long-narrow")
     parser.add_argument("--deadline", metavar="ISO", help="done by then, e.g. 2026-12-01T18:00 (UTC unless it says)")
     parser.add_argument("--allow-partial", action="store_true", help="finish without a shard that keeps failing")
-    parser.add_argument("--keep-days", type=int, default=0, metavar="N", help="keep the staged copy N days")
-    parser.add_argument("--keep-output-days", type=int, metavar="N", help="keep the output N days after the end")
+    parser.add_argument("--keep-days", default=0, metavar="N", help="keep the staged copy N days")
+    parser.add_argument("--keep-output-days", metavar="N", help="keep the output N days after the end")
 
 
 def add_wait(parser: argparse.ArgumentParser) -> None:
@@ -784,7 +797,7 @@ def run(argv: Sequence[str] | None = None, stderr: TextIO | None = None) -> int:
     except BrokenPipeError:
         raise  # what reads the output has closed it: main ends quietly
     except (Failure, APIError, DownloadError, httpx.HTTPError, OSError) as error:
-        print(error_line(error), file=stderr)
+        print("\n".join(error_lines(error)), file=stderr)
         return 1
 
 

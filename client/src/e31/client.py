@@ -51,7 +51,7 @@ def json_of(response: httpx.Response) -> Any:
 def job_spec(
     *,
     work: str,
-    gpus: int,
+    gpus: int | str,
     hours: str,
     upload: str | None = None,
     location: str = "",
@@ -65,8 +65,8 @@ def job_spec(
     shape: str = "short-wide",
     deadline: str | None = None,
     allow_partial: bool = False,
-    staged_days: int = 0,
-    output_days: int | None = None,
+    staged_days: int | str = 0,
+    output_days: int | str | None = None,
     sample: bool = False,
     webhook_url: str = "",
 ) -> dict[str, Any]:
@@ -87,8 +87,9 @@ def job_spec(
 
 
 def request_spec(
-    gpus: int, hours: str, shape: str = "short-wide", deadline: str | None = None, allow_partial: bool = False
+    gpus: int | str, hours: str, shape: str = "short-wide", deadline: str | None = None, allow_partial: bool = False
 ) -> dict[str, Any]:
+    """The request part of a job's body; numbers may be given as typed, for the portal to read and refuse."""
     return {"gpus": gpus, "hours": str(hours), "shape": shape, "deadline": deadline, "allow_partial": allow_partial}
 
 
@@ -255,6 +256,11 @@ class Client:
     def create_job(self, spec: dict[str, Any]) -> Job:
         """A new job (the body is job_spec()'s); 201 with the job."""
         return self._json("POST", "jobs/", json=spec)
+
+    def check_job(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """The portal's dry run of create_job: every check it makes, nothing made. The job as it would be made
+        (`"dry_run": true`, its request and the most it can cost), or APIError with every value refused."""
+        return self._json("POST", "jobs/", params={"dry_run": "1"}, json=spec)
 
     def list_jobs(self, page: int = 1, page_size: int = 20, **filters: Any) -> Page:
         """One page of the organisation's jobs, newest first; filters: state, kind, work,

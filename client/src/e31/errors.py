@@ -19,14 +19,23 @@ LONGEST_LINE = 300
 
 
 class APIError(Exception):
-    """An answer of 400 or more: its status, the portal's code, its sentence and the field it names."""
+    """An answer of 400 or more: its status, the portal's code, its sentence and the field it names. `errors` is
+    every value a 400 refused, as (field, sentence), the first being `field` and `message`."""
 
-    def __init__(self, status: int, code: str, message: str, field: str | None = None):
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        field: str | None = None,
+        errors: list[tuple[str | None, str]] | None = None,
+    ):
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
         self.field = field
+        self.errors = errors or [(field, message)]
 
     def __repr__(self) -> str:
         return f"APIError({self.status}, {self.code!r}, {self.message!r}, field={self.field!r})"
@@ -52,9 +61,22 @@ def error_from(status: int, body: bytes, content_type: str = "", reason: str = "
             str(found.get("code") or CODES.get(status, "error")),
             one_line(str(found.get("message") or "")) or fallback,
             found.get("field") or None,
+            _refusals(found.get("errors")),
         )
     text = body.decode("utf-8", "replace") if content_type.startswith("text/plain") else ""
     return APIError(status, CODES.get(status, "error"), one_line(text) or fallback)
+
+
+def _refusals(given: object) -> list[tuple[str | None, str]] | None:
+    """A 400's list of refused values, as (field, sentence); None when the answer has none (an older portal)."""
+    if not isinstance(given, list):
+        return None
+    found = [
+        (str(item["field"]) if item.get("field") else None, one_line(str(item.get("message") or "")))
+        for item in given
+        if isinstance(item, dict)
+    ]
+    return [(field, message) for field, message in found if message] or None
 
 
 def error_of(response: httpx.Response) -> APIError:
@@ -62,6 +84,13 @@ def error_of(response: httpx.Response) -> APIError:
     return error_from(
         response.status_code, response.content, response.headers.get("Content-Type", ""), response.reason_phrase
     )
+
+
+def error_lines(error: BaseException) -> list[str]:
+    """What the command line prints for a failure: a line for each value the portal refused, else one."""
+    if isinstance(error, APIError) and len(error.errors) > 1:
+        return [f"e31: {one_line(message)}" for _, message in error.errors]
+    return [error_line(error)]
 
 
 def error_line(error: BaseException) -> str:

@@ -4,7 +4,8 @@ the job's submitter, who gets its receipt and its end-of-job email. Partners on 
 use the `e31` client and the API instead.
 
 Exit 0 when the job is accepted (or, with --wait, when it succeeds); otherwise a one-line reason
-and a non-zero exit. A job accepted while the job queue is unreachable is recorded, and says so:
+and a non-zero exit: a refused job gives every refusal, each on a line of its own, in the service's
+words (the job form's and the API's). A job accepted while the job queue is unreachable is recorded, and says so:
 it is staged once the queue is back, and --wait waits for that.
 """
 
@@ -15,7 +16,6 @@ import tarfile
 import tempfile
 import time
 from contextlib import ExitStack
-from datetime import datetime
 from pathlib import Path
 
 from django.contrib.auth import get_user_model
@@ -58,15 +58,6 @@ def parse_params(pairs: list[str]) -> dict[str, str]:
             raise CommandError(f"--param takes name=value, not {pair!r}")
         params[clean_name(name)] = clean_name(value)
     return params
-
-
-def parse_deadline(text: str | None) -> datetime | None:
-    if text is None:
-        return None
-    try:
-        return datetime.fromisoformat(text)
-    except ValueError:
-        raise CommandError(f"--deadline takes a date and time such as 2026-12-01T18:00, not {text!r}.") from None
 
 
 def spec_of(opts: dict, organisation: Organisation, files: ExitStack) -> JobSpec:
@@ -179,17 +170,16 @@ class Command(BaseCommand):
             metavar="JOB",
             help="Run the full pass a finished sample sized, on its staged copy (no --data or --work).",
         )
-        parser.add_argument("--shape", default=Job.Shape.SHORT_WIDE, choices=Job.Shape.values)
+        parser.add_argument("--shape", default=Job.Shape.SHORT_WIDE, help="short-wide (the default) or long-narrow.")
         parser.add_argument(
             "--deadline",
             metavar="ISO",
             help="Done by then (ISO 8601; UTC unless it says otherwise): the hold ends at the deadline at the "
             "latest, and a job not started by then ends without holding anything.",
         )
-        parser.add_argument("--keep-days", type=int, default=0, help="Keep the staged copy this many days.")
+        parser.add_argument("--keep-days", default=0, help="Keep the staged copy this many days.")
         parser.add_argument(
             "--keep-output-days",
-            type=int,
             help="Keep the output this many days after the job ends (default: the retention policy's, 30 unless set).",
         )
         parser.add_argument(
@@ -210,7 +200,6 @@ class Command(BaseCommand):
             raise CommandError(f"There is no organisation {opts['org']!r}.")
         user = submitter(opts["as_user"], organisation)
         opts["wait"] = opts["wait"] or opts["sample"]  # a sample is run for what it measures
-        opts["deadline"] = parse_deadline(opts["deadline"])
         self.check_options(opts)
         try:
             with enqueue.unsent() as unsent:
@@ -219,8 +208,8 @@ class Command(BaseCommand):
                     if opts["from_sample"]
                     else self.submit(organisation, user, opts)
                 )
-        except services.SubmitError as error:
-            raise CommandError(f"Refused: {error}") from None
+        except services.SubmitError as error:  # each refusal on its own line, in the service's words
+            raise CommandError("\n".join(f"Refused: {refusal.message}" for refusal in error.refusals)) from None
         job.refresh_from_db()
         self.stderr.write(
             f"Job {job.pk} submitted: {job.gpus} × {float(job.hours):g} h of {job.work} over {job.source_name}"

@@ -122,9 +122,10 @@ def test_it_keeps_a_location_as_typed_and_refuses_one_with_a_hidden_character_ra
 def test_it_wants_the_data_one_way(partner_client, online_slots):
     form = job_form()
     del form["data"]
-    assert "Upload a file, or give a URL or a server path." in partner_client.post("/jobs/new/", form).content.decode()
-    both = partner_client.post("/jobs/new/", job_form(location="http://localhost/data.csv")).content.decode()
-    assert "not both" in both
+    none = partner_client.post("/jobs/new/", form).context["form"].errors
+    assert none["data"] == ["Give the data one way: upload a file, or give a URL or a server path."]
+    both = partner_client.post("/jobs/new/", job_form(location="http://localhost/data.csv")).context["form"].errors
+    assert both["location"] == none["data"], "the service's sentence, by the field given second"
     assert not Job.objects.exists()
 
 
