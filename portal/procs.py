@@ -71,13 +71,17 @@ class Children:
         self.children.append(child)
         return child
 
-    def stop_all(self, timeout: float = 15.0) -> None:
-        """Stop the children newest first, each before the next (workers before their Redis); whatever
-        is left of a child's session after `timeout` is killed."""
+    def stop_all(self, timeout: float = 15.0, together: bool = False) -> None:
+        """Stop the children newest first, each before the next (workers before their Redis); or, `together`,
+        all at once, for children that depend on none of the others. Whatever is left of a child's session
+        after `timeout` is killed."""
+        for child in self.children if together else ():
+            if child.alive:
+                child.process.send_signal(child.stop_signal)
         for child in reversed(self.children):
             if child.process is None:
                 continue
-            if child.alive:
+            if child.alive and not together:
                 child.process.send_signal(child.stop_signal)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 child.process.wait(timeout)
