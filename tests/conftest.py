@@ -34,7 +34,16 @@ from jobs.models import Gpu, Node
 from portal import embedded_redis
 from portal.models import Membership, Organisation
 from tests.settings import PLUGIN_PATH
-from tests.support import CHROMIUM, Worker, client_for, ledger_open_for_flush, wait_for_slots
+from tests.support import (
+    CHROMIUM,
+    MODEL_SKIPS,
+    SHARED,
+    Worker,
+    Workers,
+    client_for,
+    ledger_open_for_flush,
+    wait_for_slots,
+)
 
 sys.path.insert(0, str(PLUGIN_PATH))
 
@@ -143,21 +152,71 @@ def no_queue_figures(redis_server):
     redis_server.delete(queue_figures.FIGURES, queue_figures.CHANGED)
 
 
+# The fixtures that share a process, and the files that define them.
+SHARED_FIXTURES = ("gpuworker", "sampling_gpuworker", "two_nodes", "portal")
+SHARING_MODULES = {"tests.conftest", "tests.client.conftest"}
+NEEDS = pytest.StashKey[tuple[str, ...]]()
+
+
 @pytest.fixture(scope="module")
 def gpuworker(django_db_setup, django_db_blocker, redis_server):
-    """Two CPU slots on a real gpuworker, for the module's tests."""
-    worker = Worker(f"test-{os.getpid()}", slots=2)
-    yield worker
-    worker.stop()
+    """Two CPU slots on a real gpuworker, shared by the modules that ask for it."""
+    return SHARED.get("gpuworker", lambda: Worker(f"test-{os.getpid()}", slots=2))
+
+
+@pytest.fixture(scope="module")
+def sampling_gpuworker(django_db_setup, django_db_blocker, redis_server):
+    """Two CPU slots whose samples stop after 3 s, and whose passes sized by a sample are cut into shards of
+    1 s of work, shared by the modules that ask for it (as their `gpuworker`)."""
+    return SHARED.get(
+        "sampling_gpuworker",
+        lambda: Worker(f"test-sample-{os.getpid()}", slots=2, E31_SAMPLE_SECONDS="3", E31_SHARD_SECONDS="1"),
+    )
 
 
 @pytest.fixture(scope="module")
 def two_nodes(django_db_setup, redis_server):
-    """Two gpuworker processes as two nodes of one CPU slot each, for the module's tests."""
-    nodes = [Worker(f"node-{letter}-{os.getpid()}", slots=1) for letter in "ab"]
-    yield nodes
-    for node in nodes:
-        node.stop()
+    """Two gpuworker processes as two nodes of one CPU slot each, shared by the modules that ask for them."""
+    return SHARED.get("two_nodes", lambda: Workers(Worker(f"node-{letter}-{os.getpid()}", slots=1) for letter in "ab"))
+
+
+def shared_by(item: pytest.Item) -> tuple[str, ...]:
+    """The shared processes a test asks for: the fixtures of this file that share one, where a test module does
+    not define its own of that name."""
+    names = item.fixturenames
+    definitions = item._fixtureinfo.name2fixturedefs  # pytest's own record of which definition a name resolved to
+    return tuple(
+        sorted(
+            name
+            for name in SHARED_FIXTURES
+            if name in names and definitions.get(name) and definitions[name][-1].func.__module__ in SHARING_MODULES
+        )
+    )
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """The tests that ask for no shared process run first, then those that share the same ones, group by group
+    (a stable sort: within each group the tests keep their order), so each shared process starts once a run and
+    is never up where a test did not ask for it."""
+    for item in items:
+        item.stash[NEEDS] = shared_by(item)
+        if "browser" in item.fixturenames:
+            item.add_marker(pytest.mark.browser)
+        if any(mark in MODEL_SKIPS for mark in item.iter_markers("skipif")):
+            item.add_marker(pytest.mark.model)
+    items.sort(key=lambda item: item.stash[NEEDS])
+
+
+def pytest_runtest_teardown(item, nextitem):
+    """What the next test does not ask for is stopped before it (this runs before the fixtures' own teardown:
+    after the last test, the database goes)."""
+    SHARED.keep_only(nextitem.stash[NEEDS] if nextitem is not None else ())
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session):
+    """A run cut short (-x, Ctrl-C) leaves no shared process behind."""
+    SHARED.keep_only(())
 
 
 @pytest.fixture

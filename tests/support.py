@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -50,16 +50,22 @@ needs_chromium = pytest.mark.skipif(
 )
 
 
+# The skips of needs_libraries_of, by which the tests that run a model are marked `model` (tests/conftest.py).
+MODEL_SKIPS: list[pytest.Mark] = []
+
+
 def needs_libraries_of(processor) -> pytest.MarkDecorator:
     """Skip where the libraries the work kind runs (torch and the like, requirements-gpu.txt) are not installed;
     CI installs them and sets E31_GPU_DEPS_TESTS, so there the test runs, and fails if they are missing."""
     missing = processor.missing()
-    return pytest.mark.skipif(
+    skip = pytest.mark.skipif(
         ELSEWHERE or (bool(missing) and not os.environ.get("E31_GPU_DEPS_TESTS")),
         reason=ELSEWHERE_REASON
         if ELSEWHERE
         else f"no {', '.join(missing)} here (make gpu-deps installs requirements-gpu.txt); CI runs this test",
     )
+    MODEL_SKIPS.append(skip.mark)
+    return skip
 
 
 @contextlib.contextmanager
@@ -176,6 +182,12 @@ class Worker:
             stderr=subprocess.STDOUT,
         )
 
+    def __enter__(self) -> "Worker":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
     def stop(self) -> None:
         self.process.send_signal(2)
         try:
@@ -184,6 +196,42 @@ class Worker:
             self.process.kill()
             self.process.wait()
         self.log.close()
+
+
+class Workers(list):
+    """Several gpuworker processes, stopped together."""
+
+    def __enter__(self) -> "Workers":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        for worker in self:
+            worker.stop()
+
+
+class Shared:
+    """The processes that modules share across a run (a gpuworker fleet, a portal), each started by the first
+    test that asks for it and kept up while the next module asks for it too; the run's modules are ordered
+    so that those asking for the same ones run together (pytest_collection_modifyitems). A test that kills or
+    restarts a worker starts its own, and a module that asks for none runs with none up, as before."""
+
+    def __init__(self):
+        self.running: dict[str, tuple[Any, contextlib.ExitStack]] = {}
+
+    def get(self, name: str, start: Callable[[], contextlib.AbstractContextManager]) -> Any:
+        """The process `name`, entered from `start()` the first time it is asked for."""
+        if name not in self.running:
+            with contextlib.ExitStack() as stack:
+                value = stack.enter_context(start())
+                self.running[name] = value, stack.pop_all()
+        return self.running[name][0]
+
+    def keep_only(self, names: Iterable[str]) -> None:
+        for name in [name for name in self.running if name not in names]:
+            self.running.pop(name)[1].close()
+
+
+SHARED = Shared()
 
 
 def wait_for_slots(worker: Worker) -> Worker:

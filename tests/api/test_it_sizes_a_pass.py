@@ -1,8 +1,6 @@
 """A sample through the API, its estimate and the full pass it sized: the estimate is the page's (JobFacts), the
 pass takes the sample's staged copy over; a job that is no finished sample is a conflict, in the page's words."""
 
-import os
-
 import pytest
 
 from jobs.facts import JobFacts
@@ -10,17 +8,15 @@ from jobs.models import Job, State
 from tests.api.loopback import upload
 from tests.datasets import csv_bytes
 from tests.factories import make_job
-from tests.support import Worker, wait_for_end
+from tests.support import wait_for_end
 
 SECONDS_PER_BATCH = "0.2"  # test-slow-echo: 50 records a batch, so at most 250 records a second
 
 
 @pytest.fixture(scope="module")
-def gpuworker(django_db_setup, django_db_blocker, redis_server):
-    """Two CPU slots whose samples stop after 3 s, and whose passes are cut into shards of 1 s of work."""
-    worker = Worker(f"test-api-sample-{os.getpid()}", slots=2, E31_SAMPLE_SECONDS="3", E31_SHARD_SECONDS="1")
-    yield worker
-    worker.stop()
+def gpuworker(sampling_gpuworker):
+    """This module's slots: samples stop after 3 s, passes are cut into shards of 1 s of work."""
+    return sampling_gpuworker
 
 
 def post(client, path: str, body: dict):

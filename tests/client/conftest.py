@@ -4,18 +4,18 @@ it (`python -m e31`, in a folder of its own, with its config and cache folders o
 pieces are in world.py."""
 
 import os
-from collections.abc import Iterator
 
 import pytest
 
 from api.models import ApiToken
 from tests.client.world import E31, RATES, Portal, running_portal
+from tests.support import SHARED
 
 
 @pytest.fixture(scope="module")
-def portal(django_db_setup, redis_server) -> Iterator[Portal]:
-    with running_portal(**RATES) as started:
-        yield started
+def portal(django_db_setup, redis_server) -> Portal:
+    """The portal on loopback, shared by the modules that ask for it (tests/conftest.py's Shared)."""
+    return SHARED.get("portal", lambda: running_portal(**RATES))
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ and is cut into shards of about E31_SHARD_SECONDS of work."""
 import csv
 import io
 import json
-import os
 from datetime import timedelta
 from decimal import Decimal
 
@@ -24,18 +23,15 @@ from jobs.scheduling import sizing
 from jobs.spec import Request, Retention
 from jobs.workers.runner import skip_past_budget
 from tests.factories import finished_sample
-from tests.support import OutputZip, Worker, job_form, wait_for_end
+from tests.support import OutputZip, job_form, wait_for_end
 
 SECONDS_PER_BATCH = "0.2"  # test-slow-echo: 50 records a batch, so at most 250 records a second
 
 
 @pytest.fixture(scope="module")
-def gpuworker(django_db_setup, django_db_blocker, redis_server):
-    """Two CPU slots whose samples stop after 3 s, and whose passes sized by a sample are cut into
-    shards of 1 s of work."""
-    worker = Worker(f"test-sample-{os.getpid()}", slots=2, E31_SAMPLE_SECONDS="3", E31_SHARD_SECONDS="1")
-    yield worker
-    worker.stop()
+def gpuworker(sampling_gpuworker):
+    """This module's slots: samples stop after 3 s, passes are cut into shards of 1 s of work."""
+    return sampling_gpuworker
 
 
 def dataset(rows: int = 4000) -> bytes:

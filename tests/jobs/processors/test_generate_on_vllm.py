@@ -22,9 +22,10 @@ CALLS = settings.VAR_DIR / "fake-vllm-calls.txt"  # the prompts of each call to 
 
 @pytest.fixture(scope="module")
 def gpu_node(django_db_setup, redis_server):
-    """A gpuworker on two fake GPUs that has the fake vLLM."""
+    """A gpuworker on one fake GPU that has the fake vLLM: every job runs on that one slot, so the next model's job
+    runs where the first one's did, however loaded the machine is."""
     worker = Worker(
-        f"vllm-{os.getpid()}", slots=2, gpus=True, PYTHONPATH=os.pathsep.join(map(str, (ROOT, PLUGIN_PATH, FAKE_VLLM))),
+        f"vllm-{os.getpid()}", slots=1, gpus=True, PYTHONPATH=os.pathsep.join(map(str, (ROOT, PLUGIN_PATH, FAKE_VLLM))),
         E31_FAKE_VLLM_CALLS=str(CALLS),
     )  # fmt: skip
     yield worker
@@ -39,7 +40,7 @@ def test_generate_runs_on_vllm_in_a_gpu_slot_each_record_with_its_seed_and_room(
     topics = ["tea", "refund", "parcel " * 120, "invoice " * 130, "", "coffee", "cold"] * 3
     lines = [json.dumps({"id": n, "topic": topic}) for n, topic in enumerate(topics)]
     form = job_form(
-        ("\n".join(lines) + "\n").encode(), name="topics.jsonl", work="generate", gpus="2",
+        ("\n".join(lines) + "\n").encode(), name="topics.jsonl", work="generate", gpus="1",
         model=upload("gpt2.zip", zipped_folder(folder)),
         **{
             "param-generate-template": "the {topic} is", "param-generate-max_new_tokens": "12",
@@ -78,7 +79,7 @@ def test_the_next_model_on_a_slot_that_ran_vllm_gets_a_fresh_process(gpu_node, p
     jobs = []
     for folder in models:
         form = job_form(
-            lines.encode(), name="topics.jsonl", work="generate", gpus="2",
+            lines.encode(), name="topics.jsonl", work="generate", gpus="1",
             model=upload(f"{folder.name}.zip", zipped_folder(folder)),
             **{"param-generate-template": "the {topic} is", "param-generate-max_new_tokens": "4"},
         )  # fmt: skip

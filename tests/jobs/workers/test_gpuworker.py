@@ -17,7 +17,7 @@ from tests.factories import make_job
 from tests.jobs.workers.processes import main_process_of, processes_mentioning
 from tests.support import Worker, job_form, wait_for, wait_for_end
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture

@@ -25,7 +25,9 @@ from jobs.workers.node import go_offline, take_silent_nodes_offline
 from jobs.workers.runner import ShardLost, claim_next, process_shard, run_slot
 from tests.datasets import csv_bytes
 from tests.jobs.workers.gpu_time import as_gpu_hours, gpu_seconds
-from tests.support import job_form, wait_for, wait_for_end, wait_for_slots
+from tests.support import Worker, Workers, job_form, wait_for, wait_for_end, wait_for_slots
+
+pytestmark = pytest.mark.system
 
 
 @pytest.fixture
@@ -189,9 +191,16 @@ def node_processes(root: int) -> list[int]:
     return found
 
 
+@pytest.fixture
+def nodes_to_kill(django_db_setup, redis_server):
+    """Two gpuworker processes of one CPU slot each, this test's own: it kills one."""
+    with Workers(Worker(f"doomed-{letter}-{os.getpid()}", slots=1) for letter in "ab") as nodes:
+        yield nodes
+
+
 @pytest.mark.django_db(transaction=True)
-def test_a_node_killed_mid_job_goes_offline_and_the_job_finishes_on_the_other(two_nodes, partner_client, rate_card):
-    for node in two_nodes:
+def test_a_node_killed_mid_job_goes_offline_and_the_job_finishes_on_the_other(nodes_to_kill, partner_client, rate_card):
+    for node in nodes_to_kill:
         wait_for_slots(node)
     rows = 8000
 
@@ -207,7 +216,7 @@ def test_a_node_killed_mid_job_goes_offline_and_the_job_finishes_on_the_other(tw
 
     wait_for(submitted, timeout=60, what="the job accepted while both nodes are online")
     job = Job.objects.get()
-    victim, survivor = two_nodes
+    victim, survivor = nodes_to_kill
 
     def running_on_victim_seen_while_held():
         held = Allocation.objects.filter(job=job, gpu__node__name=victim.name).first()

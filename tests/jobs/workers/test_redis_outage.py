@@ -40,7 +40,7 @@ from tests.support import (
     wait_for_slots,
 )
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
 
 OUTAGE_SECONDS = 10
 

@@ -24,6 +24,8 @@ from tests.jobs.workers.gpu_time import as_gpu_hours, gpu_seconds
 from tests.jobs.workers.processes import main_process_of, processes_mentioning
 from tests.support import Worker, job_form, wait_for, wait_for_end, wait_for_slots
 
+pytestmark = pytest.mark.system
+
 
 @pytest.fixture
 def workers(django_db_setup, redis_server, transactional_db):

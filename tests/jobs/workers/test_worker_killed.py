@@ -12,7 +12,7 @@ from jobs.models import Job, Shard, State
 from tests.datasets import csv_bytes
 from tests.support import job_form, wait_for, wait_for_end
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
 
 ROWS = 2000
 
