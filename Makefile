@@ -1,7 +1,8 @@
 # The two commands of the README: `make run` and `make test`. Both bootstrap .venv on a fresh machine.
-# `make serve` is the web side in production (gunicorn, gunicorn.conf.py); the README says what runs beside it.
+# `make serve` is the web side in production (gunicorn, gunicorn.conf.py); docs/production.md says what runs beside it.
 PYTHON ?= python3
-VENV := .venv
+# CI builds a second one with the GPU workers' libraries (VENV=.venv-gpu) beside the README's.
+VENV ?= .venv
 PY := $(VENV)/bin/python
 
 .PHONY: run serve test lint gpu-deps gpu-bench client-wheel
@@ -45,7 +46,7 @@ run: $(VENV)/.requirements client-wheel
 	$(PY) manage.py runportal
 
 # Static files collected (compressed) into $$E31_VAR_DIR/static and served from there by whitenoise.
-# Migrations are not run here: in production the tables' owner runs them (README).
+# Migrations are not run here: in production the tables' owner runs them (docs/production.md).
 serve: $(VENV)/.requirements client-wheel
 	$(PY) manage.py collectstatic --noinput --verbosity 0
 	E31_STATIC_FINDERS=false $(PY) -m gunicorn --config gunicorn.conf.py
