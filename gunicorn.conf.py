@@ -25,7 +25,7 @@ max_requests_jitter = 100
 keepalive = 5
 # On stop (SIGTERM), requests in flight get this long to finish.
 graceful_timeout = 30
-# No access log: the proxy keeps one, where /accounts/reset/ paths are dropped (README).
+# No access log: the proxy keeps one, where /accounts/reset/ paths are dropped (docs/production.md).
 errorlog = "-"
 loglevel = env_str("E31_LOG_LEVEL", "INFO").lower()
 # gunicorn's control socket sits at one path per user, which a second server on the machine would take over;

@@ -1,4 +1,4 @@
-"""Settings of the E31 portal. Every value comes from the environment; see the README for the list."""
+"""Settings of the E31 portal. Every value comes from the environment; docs/configuration.md lists them."""
 
 import os
 import re
