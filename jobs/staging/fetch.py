@@ -30,6 +30,26 @@ NAT64 = ipaddress.ip_network("64:ff9b::/96")
 # (::a.b.c.d, deprecated, ::127.0.0.1 among them), SIIT-translated (::ffff:0:a.b.c.d), local-use NAT64
 # (RFC 8215: it leads into the operator's own networks) and site-local (fec0::/10, deprecated).
 NEVER_PUBLIC = tuple(ipaddress.ip_network(net) for net in ("::/96", "::ffff:0:0:0/96", "64:ff9b:1::/48", "fec0::/10"))
+# IANA's special-purpose address registries (iana-ipv4-special-registry, iana-ipv6-special-registry): the
+# blocks whose "Globally Reachable" is False, and within them the few that are globally reachable. Python's
+# is_global lags the registry, and differs between releases (3.11.7 passes 192.0.0.8): both must say public.
+NOT_GLOBALLY_REACHABLE = tuple(
+    ipaddress.ip_network(net)
+    for net in (
+        "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
+        "192.0.0.0/24", "192.0.2.0/24", "192.88.99.0/24", "192.168.0.0/16", "198.18.0.0/15", "198.51.100.0/24",
+        "203.0.113.0/24", "240.0.0.0/4", "255.255.255.255/32",
+        "::1/128", "::/128", "::ffff:0:0/96", "64:ff9b:1::/48", "100::/64", "100:0:0:1::/64", "2001::/23",
+        "2001:db8::/32", "3fff::/20", "5f00::/16", "fc00::/7", "fe80::/10",
+    )
+)  # fmt: skip
+GLOBALLY_REACHABLE_WITHIN = tuple(
+    ipaddress.ip_network(net)
+    for net in (
+        "192.0.0.9/32", "192.0.0.10/32", "2001:1::1/128", "2001:1::2/128", "2001:1::3/128", "2001:3::/32",
+        "2001:4:112::/48", "2001:20::/28", "2001:30::/28",
+    )
+)  # fmt: skip
 END_GRACE = 1.0  # seconds to wait for the close we asked for once Content-Length bytes are in
 CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)", re.ASCII)  # \d alone also takes "١٢٣"
 URL_SAFE = "/%:@!$&'()*+,;=-._~?"  # what a URL may already hold as is: only the rest is percent-encoded
@@ -65,7 +85,10 @@ def is_public(address: str) -> bool:
     if isinstance(ip, ipaddress.IPv6Address):
         embedded = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF) if ip in NAT64 else ip.ipv4_mapped or ip.sixtofour
         ip = embedded or ip
-    return ip.is_global and not ip.is_multicast
+    special = any(ip in network for network in NOT_GLOBALLY_REACHABLE) and not any(
+        ip in network for network in GLOBALLY_REACHABLE_WITHIN
+    )
+    return ip.is_global and not ip.is_multicast and not special
 
 
 def check_url(url: str, allowed_hosts: Sequence[str] = ()) -> None:

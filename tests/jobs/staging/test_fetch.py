@@ -169,7 +169,11 @@ def test_it_refuses_loopback_in_every_spelling(server, host):
      "100.64.0.1", "0.1.2.3", "224.0.0.1", "255.255.255.255", "[::1]", "[::]", "[fc00::1]", "[fd12:3456::1]",
      "[fe80::1]", "[ff02::1]", "[::ffff:169.254.169.254]", "[::ffff:a9fe:a9fe]", "[64:ff9b::a9fe:a9fe]",
      "[2002:a9fe:a9fe::]", "[2002:7f00:1::]", "[::127.0.0.1]", "[::a9fe:a9fe]", "[::ffff:0:7f00:1]",
-     "[64:ff9b:1::7f00:1]", "[64:ff9b:1::808:808]", "[fec0::1]"],
+     "[64:ff9b:1::7f00:1]", "[64:ff9b:1::808:808]", "[fec0::1]",
+     # IANA's special-purpose blocks that are not globally reachable, which Python's is_global may pass
+     "192.0.0.8", "192.0.0.1", "192.0.0.171", "192.0.2.1", "198.51.100.7", "203.0.113.9", "192.88.99.1",
+     "198.19.255.254", "240.0.0.1", "[2001:db8::1]", "[2001:2::1]", "[3fff::1]", "[5f00::1]", "[100::1]",
+     "[::ffff:192.0.0.8]", "[64:ff9b::c000:8]", "[2002:c000:0008::]"],
 )  # fmt: skip
 def test_it_refuses_private_and_reserved_addresses(host):
     with pytest.raises(FetchError, match="not a public address"):
@@ -177,8 +181,10 @@ def test_it_refuses_private_and_reserved_addresses(host):
 
 
 @pytest.mark.parametrize(
-    "url", ["http://8.8.8.8/data.csv", "https://[2606:4700:4700::1111]/", "http://[64:ff9b::808:808]/"]
-)
+    "url",
+    ["http://8.8.8.8/data.csv", "https://[2606:4700:4700::1111]/", "http://[64:ff9b::808:808]/",
+     "http://192.0.0.9/", "http://192.0.0.10/", "http://192.31.196.1/", "http://192.175.48.1/"],
+)  # fmt: skip
 def test_it_accepts_public_addresses(url):
     check_url(url)
 
