@@ -1,9 +1,10 @@
 """What people and peers type, read safely: names and texts without the invisible characters that let a name
-disguise itself on a page or in a console, counts in protocol headers read as ASCII digits only, and URLs
+disguise itself on a page or in a console, counts and numbers read as ASCII digits only, and URLs
 shown without the query that may carry a credential."""
 
 import re
 import unicodedata
+from decimal import Decimal
 from urllib.parse import urlsplit, urlunsplit
 
 from django import forms
@@ -21,6 +22,9 @@ _BREAKS = re.compile(r"\r\n|[\r\n\v\f\x1c-\x1e\x85\u2028\u2029]")
 # A count in a header: ASCII digits alone. str.isdigit() also takes "²" (which int() refuses) and "١٢٣"
 # (which int() reads as 123). Past 4,000 digits int() refuses it too; callers compare the rest to their limits.
 _COUNT = re.compile(r"[0-9]{1,4000}")
+# A number with a fraction, as people write one: ASCII digits and at most one point (Decimal() and float() also
+# take Arabic-Indic digits, "1_000", "1e3", "inf" and "nan").
+_DECIMAL = re.compile(r"[0-9]+(\.[0-9]*)?|\.[0-9]+")
 
 
 def _cleaned(text: str, keep: str) -> str:
@@ -57,6 +61,14 @@ def ascii_count(text: str | None, *, signed: bool = False) -> int | None:
     if text is None or not _COUNT.fullmatch(text.removeprefix("-") if signed else text):
         return None
     return int(text)
+
+
+def ascii_decimal(text: str | None, *, signed: bool = False) -> Decimal | None:
+    """A number written as ASCII digits with at most one decimal point (no space, exponent, plus sign, digit
+    grouping or other script's digits; a minus sign when `signed`), or None for anything else."""
+    if text is None or not _DECIMAL.fullmatch(text.removeprefix("-") if signed else text):
+        return None
+    return Decimal(text)
 
 
 def shown(value, limit: int = 40) -> str:

@@ -9,6 +9,11 @@ from typing import Any, NamedTuple
 
 import pyarrow as pa
 
+from portal.text import ascii_count, ascii_decimal
+
+# A number parameter given as text is read as ASCII digits only, as every number a partner types is.
+NUMBERS = {int: ascii_count, float: ascii_decimal}
+
 
 class Record(NamedTuple):
     """One record as a processor gets it: its input position, the line it starts on, its value (None
@@ -67,8 +72,11 @@ class Param:
     def parse(self, raw: Any) -> Any:
         if raw is None or raw == "":
             return self.default
+        given = raw
+        if isinstance(raw, str) and self.kind in NUMBERS:
+            given = NUMBERS[self.kind](raw.strip(), signed=True)  # None for Arabic-Indic digits, "1e3" or "inf"
         try:
-            value = self.kind(raw)
+            value = self.kind(given)
         except (TypeError, ValueError):
             raise ParamError(f"{self.name} must be a {self.kind.__name__}, not {raw!r}") from None
         if isinstance(value, float) and not math.isfinite(value):

@@ -9,7 +9,7 @@ import heapq
 import logging
 from dataclasses import dataclass
 from datetime import timedelta
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from itertools import islice
 from typing import NamedTuple
 
@@ -23,7 +23,7 @@ from jobs import lifecycle, processors
 from jobs import queue_figures as stored_figures
 from jobs.models import Gpu, Job, Node, State
 from jobs.queue_figures import QueueFigures
-from portal.text import ascii_count, shown
+from portal.text import ascii_count, ascii_decimal, shown
 
 log = logging.getLogger(__name__)
 
@@ -145,11 +145,10 @@ def _gpus(given) -> int:
 
 
 def _hours(given) -> Decimal:
-    try:
-        hours = Decimal(str(given).strip())
-    except InvalidOperation:
-        raise RequestError("hours", f"Hours must be a number, not {shown(given)}.") from None
-    if not hours.is_finite() or hours <= 0:
+    hours = ascii_decimal(str(given).strip(), signed=True)
+    if hours is None:
+        raise RequestError("hours", f"Hours must be a number, not {shown(given)}.")
+    if hours <= 0:
         raise RequestError("hours", f"Hours must be more than zero, not {hours}.")
     if hours > settings.E31_MAX_HOURS:  # before the decimals are counted: quantize raises past 28 digits
         raise RequestError("hours", f"A job can run at most {settings.E31_MAX_HOURS} hours; this asks for {hours}.")

@@ -2,6 +2,8 @@
 whatever else arrives (other scripts' digits, signs, exponents, huge values) is a clear refusal, never a
 crash, with nothing stored."""
 
+import html
+
 import pytest
 from django.core.management import CommandError, call_command
 
@@ -32,7 +34,7 @@ def test_it_refuses_a_count_in_the_job_form_that_is_not_ascii_digits(
     assert not Job.objects.exists()
 
 
-@pytest.mark.parametrize(("hours", "message"), [("1e30", "at most 72 hours"), ("9" * 5000, "at most 72 hours")])
+@pytest.mark.parametrize(("hours", "message"), [("1e30", "Hours must be a number"), ("9" * 5000, "at most 72 hours")])
 def test_it_refuses_huge_hours_in_the_job_form(partner_client, online_slots, hours, message):
     response = partner_client.post("/jobs/new/", job_form(hours=hours))
     assert response.status_code == 400
@@ -55,11 +57,37 @@ def test_it_refuses_gpus_on_the_command_line_that_are_not_ascii_digits(organisat
     assert not Job.objects.exists()
 
 
-@pytest.mark.parametrize("hours", ["1e30", "9" * 5000, "1" + "0" * 40 + ".5"])
+@pytest.mark.parametrize("hours", ["9" * 5000, "1" + "0" * 40 + ".5"])
 def test_it_refuses_huge_hours_on_the_command_line(organisation, partner, online_slots, hours):
     with pytest.raises(CommandError) as refused:
         submit("--gpus", "1", "--hours", hours)
     assert str(refused.value).startswith("Refused: A job can run at most 72 hours; this asks for ")
+    assert not Job.objects.exists()
+
+
+# A fraction's digits: other scripts' (Arabic-Indic one and a half, with its own separator), exponents, grouping,
+# signs and the words float() reads.
+ODD_FRACTIONS = ["١", "١٫٥", "1.٥", "٠.99", "1e0", "1E-1", "1_0", "+1", "inf", "nan", "1.2.3", "."]
+
+
+@pytest.mark.parametrize("hours", ODD_FRACTIONS)
+def test_it_refuses_hours_that_are_not_ascii_digits_at_every_door(
+    partner_client, organisation, partner, online_slots, hours
+):
+    response = partner_client.post("/jobs/new/", job_form(hours=hours))
+    assert response.status_code == 400
+    assert response.context["form"].errors["hours"][0] == f"Hours must be a number, not {hours!r}."
+    with pytest.raises(CommandError, match=r"^Refused: Hours must be a number, not "):
+        submit("--gpus", "1", "--hours", hours)
+    assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize("threshold", ODD_FRACTIONS)
+def test_it_refuses_a_number_parameter_that_is_not_ascii_digits(partner_client, online_slots, threshold):
+    form = job_form(**{"param-clean-table-type_threshold": threshold})
+    response = partner_client.post("/jobs/new/", form)
+    assert response.status_code == 400
+    assert f"type_threshold must be a float, not {threshold!r}" in html.unescape(response.content.decode())
     assert not Job.objects.exists()
 
 

@@ -1,9 +1,11 @@
 """portal.text: names without the characters that disguise them, and counts in ASCII digits only."""
 
+from decimal import Decimal
+
 import pytest
 from django.test import RequestFactory
 
-from portal.text import ascii_count, clean_name, clean_text, hidden_character, shown
+from portal.text import ascii_count, ascii_decimal, clean_name, clean_text, hidden_character, shown
 from portal.throttling import client_ip
 
 # Right-to-left override, zero-width space, left-to-right isolate, byte-order mark, Arabic letter mark, left-to-right
@@ -57,6 +59,21 @@ def test_it_reads_counts_in_ascii_digits(text):
 @pytest.mark.parametrize("text", [None, "", "²", "١٢٣", "+5", " 5", "5 ", "5\n", "-1", "1e3", "0x1", "1_0", "9" * 4001])
 def test_it_reads_nothing_else_as_a_count(text):
     assert ascii_count(text) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "value"), [("0", "0"), ("1.5", "1.5"), (".25", "0.25"), ("2.", "2"), ("9" * 5000, "9" * 5000)]
+)
+def test_it_reads_numbers_in_ascii_digits_with_one_point(text, value):
+    assert ascii_decimal(text) == Decimal(value)
+    assert ascii_decimal(f"-{text}", signed=True) == Decimal(f"-{value}")
+
+
+@pytest.mark.parametrize(
+    "text", [None, "", ".", "١٫٥", "1.٥", "+1.5", " 1.5", "1.5\n", "-1.5", "1e3", "1_0.5", "1.2.3", "inf", "NaN", "1,5"]
+)
+def test_it_reads_nothing_else_as_a_number(text):
+    assert ascii_decimal(text) is None
 
 
 def test_it_takes_a_minus_only_when_asked():

@@ -360,8 +360,9 @@ def test_it_parses_the_threshold_from_text():
         ("abc", "type_threshold must be a float, not 'abc'"),
         (0.2, "type_threshold must be at least 0.5, not 0.2"),
         (2, "type_threshold must be at most 1.0, not 2.0"),
-        ("nan", "type_threshold must be a finite number, not 'nan'"),
-        ("inf", "type_threshold must be a finite number, not 'inf'"),
+        ("nan", "type_threshold must be a float, not 'nan'"),
+        ("inf", "type_threshold must be a float, not 'inf'"),
+        (float("nan"), "type_threshold must be a finite number, not nan"),
     ],
 )
 def test_it_refuses_a_bad_threshold(threshold, message):
