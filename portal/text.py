@@ -119,5 +119,8 @@ class CountField(forms.IntegerField):
 def redacted(url: str) -> str:
     """The URL as shown, recorded and logged: its query, where a pre-signed URL carries its signature,
     left out (a credential in all but name)."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # not a URL (an IPv6 bracket never closed): shown up to where a query would begin
+        return url.split("?", 1)[0].split("#", 1)[0]
     return urlunsplit(parts._replace(query="…" if parts.query else "", fragment=""))

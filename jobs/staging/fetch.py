@@ -103,7 +103,10 @@ def check_url(url: str, allowed_hosts: Sequence[str] = ()) -> None:
 def _target(url: str, allowed_hosts: Sequence[str]) -> _Target:
     if any(c.isspace() or ord(c) < 32 for c in url):
         raise FetchError("The URL contains spaces or control characters.")
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # a bracket that opens an IPv6 host and never closes, or closes with none open
+        raise FetchError("The URL's host is not valid: an IPv6 address goes whole between [ and ].") from None
     if parts.scheme not in ("http", "https"):
         what = f"{parts.scheme}: URLs" if parts.scheme else "a URL without http:// or https://"
         raise FetchError(f"Only http:// and https:// URLs can be fetched, not {what}.")

@@ -39,7 +39,11 @@ def name_of(location: str) -> str:
     if kind_of(location) == Job.Source.S3:
         return Path(location.rstrip("/")).name
     if kind_of(location) == Job.Source.URL:
-        return Path(urlsplit(location).path).name or urlsplit(location).hostname or "data"
+        try:
+            parts = urlsplit(location)
+        except ValueError:  # not a URL: the fetch refuses it, saying why
+            return "data"
+        return Path(parts.path).name or parts.hostname or "data"
     return Path(location).name
 
 
