@@ -101,3 +101,14 @@ def test_an_unknown_method_is_405_in_json(db, partner_api):
     answer = partner_api.delete("/api/v1/jobs/")
     assert answer.status_code == 405
     assert answer.json() == {"error": {"code": "method_not_allowed", "message": 'Method "DELETE" not allowed.'}}
+
+
+DEEP = b"[" * 100_000 + b"]" * 100_000
+
+
+@pytest.mark.parametrize("path", ["/api/v1/jobs/", "/api/v1/jobs/?dry_run=1", "/api/v1/webhooks/"])
+@pytest.mark.parametrize("body", [DEEP, b'{"a": ' * 50_000 + b"1" + b"}" * 50_000], ids=["arrays", "objects"])
+def test_json_nested_past_the_decoders_depth_is_a_400_in_json(db, partner_api, path, body):
+    answer = partner_api.post(path, body, content_type="application/json")
+    assert answer.status_code == 400, (path, answer.status_code)
+    assert answer.json()["error"]["message"] == "JSON parse error - the body is nested too deeply."
