@@ -8,7 +8,6 @@ file in blocks, never held in memory, and on disk before its offset is confirmed
 blocks out behind the request as they arrive, so the fsync at the end waits only for the last few."""
 
 import base64
-import binascii
 import contextlib
 import fcntl
 import hashlib
@@ -65,7 +64,7 @@ class UploadError(Exception):
 def _decode(value: str, what: str) -> bytes:
     try:
         return base64.b64decode(value, validate=True)
-    except binascii.Error:
+    except ValueError:  # binascii.Error, or a character past ASCII in the str
         raise UploadError(400, f"{what} is not base64.") from None
 
 
@@ -75,9 +74,9 @@ def parse_metadata(header: str) -> dict[str, str]:
     for pair in filter(None, (part.strip() for part in header.split(","))):
         key, _, value = pair.partition(" ")
         try:
-            metadata[key] = _decode(value.strip(), f"The metadata value of {key}").decode()
+            metadata[key] = _decode(value.strip(), f"The metadata value of {shown(key)}").decode()
         except UnicodeDecodeError:
-            raise UploadError(400, f"The metadata value of {key} is not UTF-8 text.") from None
+            raise UploadError(400, f"The metadata value of {shown(key)} is not UTF-8 text.") from None
     return metadata
 
 

@@ -6,8 +6,9 @@ import pytest
 
 from jobs.models import Upload
 from jobs.staging.fetch import FetchError
+from tests.api.support import api_client, token_for
 from tests.jobs.staging.reading import LOCAL, get
-from tests.jobs.uploads.tus import DATA, create, created, send, upload_of
+from tests.jobs.uploads.tus import DATA, TUS, create, created, send, upload_of
 
 pytestmark = pytest.mark.django_db
 
@@ -78,3 +79,26 @@ def test_it_refuses_a_fetched_file_of_a_huge_content_length(raw_server):
     url = raw_server(b"HTTP/1.1 200 OK\r\nContent-Length: " + str(10**30).encode() + b"\r\n\r\n" + b"x" * 10)
     with pytest.raises(FetchError, match="is larger than the 10000000 byte limit"):
         get(url, allowed_hosts=LOCAL)
+
+
+# What a header carries past ASCII arrives as Latin-1 characters: base64 has none of them.
+NOT_BASE64 = ["ZGF0YS5jc3Y=é", "é", "ZGF0YS5jc3Y", "!!!!"]
+
+
+@pytest.mark.parametrize("value", NOT_BASE64)
+@pytest.mark.parametrize("path", ["/jobs/uploads/", "/api/v1/uploads/"])
+def test_it_refuses_metadata_that_is_not_base64_on_both_doors(partner, partner_client, path, value):
+    client = api_client(token_for(partner)) if path.startswith("/api/") else partner_client
+    response = client.post(path, **TUS, HTTP_UPLOAD_LENGTH="10", HTTP_UPLOAD_METADATA=f"filename {value}")
+    assert response.status_code == 400, response.content
+    assert "The metadata value of 'filename' is not base64." in response.content.decode()
+    assert not Upload.objects.exists()
+
+
+@pytest.mark.parametrize("value", NOT_BASE64)
+def test_it_refuses_a_checksum_that_is_not_base64_and_keeps_the_upload(partner_client, value):
+    url = created(partner_client)
+    response = send(partner_client, url, 0, DATA[:100], checksum=f"sha256 {value}")
+    assert response.status_code == 400, response.content
+    assert "The checksum is not base64." in response.content.decode()
+    assert upload_of(url).offset == 0
