@@ -8,8 +8,9 @@ import threading
 import pytest
 
 from jobs.models import Job
+from jobs.processors.partner_model import Embed
 from tests.hf_models import checkable_bert, zipped_folder
-from tests.support import wait_for_end
+from tests.support import needs_libraries_of, wait_for_end
 
 NOTES = b"id,text\n1,the invoice was paid late\n2,good\n"
 EMBED = ("submit", "notes.csv", "--work", "embed", "--hours", "1")
@@ -26,6 +27,7 @@ def http_server(tmp_path):
     server.shutdown()
 
 
+@needs_libraries_of(Embed())
 def test_it_packs_a_model_folder_uploads_it_once_and_reuses_a_kept_model(e31, fleet, portal):
     (e31.folder / "notes.csv").write_bytes(NOTES)
     checkable_bert(e31.folder / "bert")
@@ -59,6 +61,7 @@ def test_it_packs_a_model_folder_uploads_it_once_and_reuses_a_kept_model(e31, fl
         wait_for_end(done)  # before the next test: its fleet is free again
 
 
+@needs_libraries_of(Embed())
 def test_it_gives_the_portal_a_models_url_to_fetch(e31, fleet, http_server, tmp_path):
     served, url = http_server
     (served / "bert.zip").write_bytes(zipped_folder(checkable_bert(tmp_path / "bert")))

@@ -19,8 +19,9 @@ from jobs.models import Job, State
 from jobs.processors import Context, Record
 from jobs.processors.clean_table import CleanTable, TypeScanner
 from jobs.processors.column_stats import ColumnStats, StatsScanner
+from jobs.processors.embed_text import EmbedText
 from tests.datasets import picture, zipped
-from tests.support import OutputZip, job_form, wait_for_end
+from tests.support import OutputZip, job_form, needs_libraries_of, wait_for_end
 
 BROKEN_IMAGE = b"\x89PNG\r\n\x1a\nthis is not the rest of a png"
 
@@ -122,6 +123,7 @@ def test_it_rejects_a_shard_whose_only_image_is_unreadable(fleet, partner_client
     assert len(zipfile.ZipFile(io.BytesIO(bundle)).namelist()) == len(images) - 1
 
 
+@needs_libraries_of(EmbedText())
 @pytest.mark.django_db(transaction=True)
 def test_it_rejects_every_text_when_none_can_be_embedded(fleet, partner_client):
     data = table([f"{n}, " for n in range(1, 801)], header="id,text")
