@@ -61,6 +61,9 @@ def look(page, name: str) -> None:
     """Check the page as a person sees it on a phone, and shoot it in each variant where screenshots are asked
     for. The page is left as it was found: light, laptop-wide."""
     shots = folder()
+    # A look right after a click that navigates: on a loaded machine the next page may not be there yet.
+    page.wait_for_selector("body", state="attached")
+    page.wait_for_load_state()
     try:
         for ending, width, scheme in VARIANTS:
             page.set_viewport_size({"width": width, "height": HEIGHT})

@@ -186,6 +186,7 @@ def test_a_new_partner_applies_is_accepted_and_runs_a_first_job_to_its_receipt(
     look(applicant, "receipt")
 
     applicant.get_by_role("link", name="Jobs", exact=True).click()
+    applicant.wait_for_url(f"{base}/jobs/")
     look(applicant, "jobs")
     applicant.get_by_role("link", name=re.compile(re.escape(APPLICANT))).click()
     applicant.get_by_text("Analytical Engines").first.wait_for()
