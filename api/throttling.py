@@ -1,5 +1,6 @@
-"""Rate limits (docs/api.md, "Limits"): per token, E31_API_RATE for every route and E31_API_SUBMIT_RATE on top
-for the routes that create jobs; per client address, E31_API_ADDRESS_RATE for the requests without a valid
+"""Rate limits (docs/api.md, "Limits"): per token, E31_API_RATE for every route; per organisation,
+E31_API_SUBMIT_RATE on top for the routes that create jobs (a second token must not start a fresh count); per
+client address, E31_API_ADDRESS_RATE for the requests without a valid
 token (the public pages, a missing token, a refused one). Past one, 429 with Retry-After (errors.py). Counted
 in the default cache (Redis), shared by every web process. The rate is read from settings on each request,
 so a test can change it."""
@@ -8,6 +9,7 @@ from django.conf import settings
 from rest_framework.permissions import SAFE_METHODS
 from rest_framework.throttling import SimpleRateThrottle
 
+from portal.models import organisation_for
 from portal.throttling import client_ip
 
 
@@ -25,10 +27,11 @@ class TokenRate(SimpleRateThrottle):
 
 
 class SubmitRate(TokenRate):
-    """For the views that create a job (the create and pass routes), in their throttle_classes beside TokenRate.
-    A reading (GET, HEAD, OPTIONS) is not counted: the list of jobs and their creation share a route. Only a job
-    made counts (the view calls `made` once it is): a submission refused for what it says costs nothing, so
-    that a partner correcting a typo is not locked out. Past the rate, the 429 names it (errors.py)."""
+    """For the views that create a job (the create and pass routes), in their throttle_classes beside TokenRate,
+    counted per organisation, whichever of its tokens made the job. A reading (GET, HEAD, OPTIONS) is not
+    counted: the list of jobs and their creation share a route. Only a job made counts (the view calls `made`
+    once it is): a submission refused for what it says costs nothing, so that a partner correcting a typo is not
+    locked out. Past the rate, the 429 names it (errors.py)."""
 
     scope = "api-submit"
     setting = "E31_API_SUBMIT_RATE"
@@ -38,14 +41,21 @@ class SubmitRate(TokenRate):
             return True
         count, period = self.get_rate().split("/")
         unit = {"s": "second", "m": "minute", "h": "hour", "d": "day"}[period[0]]
-        request.e31_limit = f"jobs made with one token (E31_API_SUBMIT_RATE is {count} per {unit})"
+        request.e31_limit = f"jobs made by one organisation (E31_API_SUBMIT_RATE is {count} per {unit})"
         return False
+
+    def get_cache_key(self, request, view) -> str | None:
+        if request.auth is None:
+            return None
+        organisation = organisation_for(request.user)
+        ident = f"organisation-{organisation.pk}" if organisation else f"token-{request.auth.pk}"
+        return self.cache_format % {"scope": self.scope, "ident": ident}
 
     def throttle_success(self) -> bool:
         return True  # not counted yet: `made` counts the job once it is made
 
     def made(self, request) -> None:
-        """Count the job the request made against its token's rate."""
+        """Count the job the request made against its organisation's rate."""
         self.key = self.get_cache_key(request, None)
         if self.key is None:
             return

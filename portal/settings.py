@@ -125,8 +125,8 @@ CONTENT_SECURITY_POLICY = {
 }
 
 # The API (/api/v1/, docs/api.md): personal tokens only, no session and so no CSRF; JSON in and out; every
-# error as {"error": {...}} (api/errors.py); E31_API_RATE per token on every route, E31_API_SUBMIT_RATE on
-# top for creating jobs, counted in the cache (api/throttling.py).
+# error as {"error": {...}} (api/errors.py); E31_API_RATE per token on every route, E31_API_SUBMIT_RATE per
+# organisation on top for creating jobs, counted in the cache (api/throttling.py).
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["api.authentication.BearerTokenAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["api.permissions.InOrganisation"],

@@ -292,7 +292,7 @@ def test_an_upload_of_another_organisation_is_as_good_as_none(partner_api, outsi
     assert Upload.objects.filter(pk=theirs).exists()
 
 
-def test_it_limits_the_jobs_a_token_makes(partner_api, online_slots, settings):
+def test_it_limits_the_jobs_an_organisation_makes(partner_api, online_slots, settings):
     settings.E31_API_SUBMIT_RATE = "2/hour"
     typos = [{"request": {"gpus": 0, "hours": 1}}, {"work": {"kind": "generat", "params": {}}}, {"request": None}]
     assert [post_job(partner_api, job_body(**typo)).status_code for typo in typos] == [400, 400, 400]
@@ -301,7 +301,7 @@ def test_it_limits_the_jobs_a_token_makes(partner_api, online_slots, settings):
     assert throttled.status_code == 429
     assert throttled.json()["error"]["code"] == "throttled"
     assert throttled.json()["error"]["message"].startswith(
-        "Too many jobs made with one token (E31_API_SUBMIT_RATE is 2 per hour): try again in "
+        "Too many jobs made by one organisation (E31_API_SUBMIT_RATE is 2 per hour): try again in "
     )
     assert 3000 < int(throttled["Retry-After"]) <= 3600
     assert partner_api.get("/api/v1/me/").status_code == 200, "only making jobs is limited so"

@@ -1,5 +1,6 @@
 """E31_API_RATE per token on every route: past it, 429 with Retry-After and the API's error body. Counted in the
-shared cache (Redis), per token: another token, of the same user too, has its own count."""
+shared cache (Redis), per token: another token, of the same user too, has its own count. Creating jobs
+(E31_API_SUBMIT_RATE) is counted per organisation."""
 
 from types import SimpleNamespace
 
@@ -53,8 +54,22 @@ def test_creating_jobs_has_a_rate_of_its_own(partner, settings):
     refused = SubmitRate()
     assert not refused.allow_request(request, None)
     assert 3500 < refused.wait() <= 3600
-    assert request.e31_limit == "jobs made with one token (E31_API_SUBMIT_RATE is 2 per hour)"
+    assert request.e31_limit == "jobs made by one organisation (E31_API_SUBMIT_RATE is 2 per hour)"
     assert TokenRate().allow_request(request, None), "the rate of every route is counted apart"
+
+
+def test_the_rate_of_creating_jobs_is_the_organisations_whichever_token_is_used(partner, teammate, settings):
+    settings.E31_API_SUBMIT_RATE = "2/hour"
+
+    def posting(user, name: str) -> SimpleNamespace:
+        token_for(user, name=name)
+        return SimpleNamespace(auth=ApiToken.objects.get(user=user, name=name), user=user, META={}, method="POST")
+
+    first, second, teammates = posting(partner, "laptop"), posting(partner, "server"), posting(teammate, "laptop")
+    SubmitRate().made(first)
+    SubmitRate().made(second)
+    for request in (first, second, teammates):
+        assert not SubmitRate().allow_request(request, None), "a new token starts no new count"
 
 
 def test_requests_without_a_valid_token_are_counted_per_address(partner, settings):
