@@ -7,6 +7,8 @@ from portal import views
 # of a laptop's screen, and its index and breadcrumbs lead everywhere the sidebar did.
 admin.site.enable_nav_sidebar = False
 
+handler400 = "portal.views.bad_request"
+
 urlpatterns = [
     path("", views.landing, name="landing"),
     path("design-partners/", views.design_partners, name="design_partners"),

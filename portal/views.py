@@ -6,13 +6,15 @@ from math import ceil
 from django.conf import settings
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
-from django.http import HttpResponse
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.templatetags.static import static
 from django.urls import reverse
+from django.views import defaults
 
 from jobs import enqueue
-from portal import throttling
+from portal import throttling, units
 from portal.forms import ApplicationForm, ResetForm, reset_days
 from portal.models import Application, organisation_for
 
@@ -104,3 +106,15 @@ class PasswordReset(auth_views.PasswordResetView):
 
     def get_context_data(self, **kwargs):
         return {**super().get_context_data(**kwargs), "days": reset_days()}
+
+
+def bad_request(request, exception) -> HttpResponse:
+    """Django's 400 for a request it refuses before any view (a body past DATA_UPLOAD_MAX_MEMORY_SIZE, too many
+    fields, a bad Host): in the API's JSON shape under /api/ (docs/api.md), the plain page elsewhere."""
+    if not request.path.startswith("/api/"):
+        return defaults.bad_request(request, exception)
+    if isinstance(exception, RequestDataTooBig):
+        limit = units.limit(settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+        message = f"The request body is over {limit}, more than the API reads; send data as an upload."
+        return JsonResponse({"error": {"code": "too_large", "message": message}}, status=413)
+    return JsonResponse({"error": {"code": "bad_request", "message": "The request cannot be read."}}, status=400)

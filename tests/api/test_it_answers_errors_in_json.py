@@ -112,3 +112,17 @@ def test_json_nested_past_the_decoders_depth_is_a_400_in_json(db, partner_api, p
     answer = partner_api.post(path, body, content_type="application/json")
     assert answer.status_code == 400, (path, answer.status_code)
     assert answer.json()["error"]["message"] == "JSON parse error - the body is nested too deeply."
+
+
+def test_a_body_past_what_django_reads_is_a_413_in_json_and_the_pages_keep_theirs(db, partner_api, partner_client):
+    big = b'{"work": {"kind": "' + b"x" * 8_000_000 + b'"}}'
+    answer = partner_api.post("/api/v1/jobs/", big, content_type="application/json")
+    assert (answer.status_code, answer["Content-Type"]) == (413, "application/json")
+    assert answer.json() == {
+        "error": {
+            "code": "too_large",
+            "message": "The request body is over 2,560\xa0KiB, more than the API reads; send data as an upload.",
+        }
+    }
+    page = partner_client.post("/jobs/new/", {"name": "x" * 3_000_000})
+    assert page.status_code == 400 and page["Content-Type"].startswith("text/html")
