@@ -10,6 +10,7 @@ from django.db.models import QuerySet, Sum
 from django.http import StreamingHttpResponse
 
 from billing.metering import ledger_row
+from portal.text import csv_cell
 
 COLUMNS = (
     "job", "kind", "gpus", "held_from", "held_to", "seconds", "gpu_hours",
@@ -34,7 +35,7 @@ def csv_lines(entries: QuerySet) -> Iterator[str]:
     writer = csv.DictWriter(_Line(), fieldnames=COLUMNS)
     yield writer.writeheader()
     for entry in entries.iterator(chunk_size=CHUNK):
-        yield writer.writerow(ledger_row(entry))
+        yield writer.writerow({name: csv_cell(value) for name, value in ledger_row(entry).items()})
 
 
 def json_chunks(entries: QuerySet) -> Iterator[str]:

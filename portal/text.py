@@ -24,6 +24,9 @@ _BREAKS = re.compile(r"\r\n|[\r\n\v\f\x1c-\x1e\x85\u2028\u2029]")
 _COUNT = re.compile(r"[0-9]{1,4000}")
 # A number with a fraction, as people write one: ASCII digits and at most one point (Decimal() and float() also
 # take Arabic-Indic digits, "1_000", "1e3", "inf" and "nan").
+# What a spreadsheet reads as the start of a formula in a CSV cell, and the numbers that may start so.
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+_SIGNED_NUMBER = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)")
 _DECIMAL = re.compile(r"[0-9]+(\.[0-9]*)?|\.[0-9]+")
 
 
@@ -69,6 +72,14 @@ def ascii_decimal(text: str | None, *, signed: bool = False) -> Decimal | None:
     if text is None or not _DECIMAL.fullmatch(text.removeprefix("-") if signed else text):
         return None
     return Decimal(text)
+
+
+def csv_cell(value):
+    """A cell as a spreadsheet opens it: text that begins with =, +, -, @ (or a tab or a carriage return) is read
+    there as a formula, so it gets an apostrophe before it (OWASP's guard); a number (a credit's -3.60) stays."""
+    if isinstance(value, str) and value.startswith(_FORMULA_STARTS) and not _SIGNED_NUMBER.fullmatch(value):
+        return f"'{value}"
+    return value
 
 
 def shown(value, limit: int = 40) -> str:

@@ -12,7 +12,7 @@ import logging
 import os
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -32,6 +32,7 @@ from jobs.outputs.stitch import StitchError, stitch
 from jobs.retention import purge_staged_copy_if_due
 from jobs.scheduling import sizing
 from jobs.staging.shards import read_shard
+from portal.text import csv_cell
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +83,12 @@ def _opened(shards: list[Shard]) -> Iterator[File]:
             yield part
 
 
+def _guarded(rows: Iterable[tuple]) -> Iterator[tuple]:
+    """Rejects as rows of rejects.csv, their reason and raw text guarded against a spreadsheet's formulas."""
+    for position, line, reason, text in rows:
+        yield position, line, csv_cell(reason), csv_cell(text)
+
+
 def _write_rejects(job: Job, shards: list[Shard], failed: list[Shard], rejects: str) -> None:
     """Each done shard's rejects, and every record of a failed shard (partial output) as a reject."""
     with open(rejects, "w", newline="", encoding="utf-8") as handle:
@@ -91,11 +98,16 @@ def _write_rejects(job: Job, shards: list[Shard], failed: list[Shard], rejects: 
             if shard.status == Shard.Status.FAILED:
                 reason = f"shard {shard.index} failed {shard.attempts} times: {shard.last_error}"
                 records, raw = read_shard(job, shard)
-                out.writerows((record.position, record.line, reason, raw(record)) for record in records)
+                out.writerows(
+                    (record.position, record.line, csv_cell(reason), csv_cell(raw(record))) for record in records
+                )
                 continue
             with default_storage.open(shard.rejects_path, "rb") as part:
                 for batch in pq.ParquetFile(part).iter_batches():
-                    out.writerows(zip(*(batch.column(i).to_pylist() for i in range(4)), strict=True))
+                    rows = zip(*(batch.column(i).to_pylist() for i in range(4)), strict=True)
+                    out.writerows(
+                        (position, line, csv_cell(reason), csv_cell(text)) for position, line, reason, text in rows
+                    )
 
 
 def _staging(job: Job) -> dict:

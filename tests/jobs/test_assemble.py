@@ -35,8 +35,9 @@ RECORDS = 201
 REJECTED = [81, 101, 102, 103, 201]
 
 
-def finishing_job(organisation) -> Job:
-    """A test-slow-echo job whose last shard is done, each shard's part written as a slot writes it."""
+def finishing_job(organisation, raw=lambda n: f"raw {n}") -> Job:
+    """A test-slow-echo job whose last shard is done, each shard's part written as a slot writes it; `raw` gives
+    a rejected record's text by its position."""
     job = make_job(
         organisation,
         State.FINISHING,
@@ -58,7 +59,7 @@ def finishing_job(organisation) -> Job:
                 writer.write_table(schema.empty_table())
         rejects = io.BytesIO()
         rows = {"record": rejected, "line": [n + 1 for n in rejected], "reason": ["bad"] * len(rejected)}
-        pq.write_table(pa.table({**rows, "raw": [f"raw {n}" for n in rejected]}, schema=REJECT_SCHEMA), rejects)
+        pq.write_table(pa.table({**rows, "raw": [raw(n) for n in rejected]}, schema=REJECT_SCHEMA), rejects)
         base = f"{job.storage_prefix}/shards/{index:05d}-token"
         Shard.objects.create(
             job=job, index=index, first_record=first, record_count=kept + len(rejected), first_line=first + 1,
@@ -93,6 +94,15 @@ def test_it_stitches_every_record_once_in_input_order(organisation):
     assert manifest["files"]["output.parquet"] == {"bytes": len(output), "sha256": hashlib.sha256(output).hexdigest()}
     assert manifest["records"] == {"in": 201, "out": 196, "rejected": 5, "in_failed_shards": 0, "not_processed": 0}
     assert not any(default_storage.exists(shard.output_path) for shard in job.shards.all()), "the parts are gone"
+
+
+def test_a_rejects_text_that_a_spreadsheet_would_run_is_guarded_and_a_number_stays(organisation):
+    texts = {81: "=cmd|' /C calc'!A0", 101: "@SUM(1+1)*cmd", 102: "-2+3", 103: "-5", 201: "plain, quoted"}
+    job = finishing_job(organisation, raw=texts.get)
+    assert tasks.assemble(job.pk) is True
+    job.refresh_from_db()
+    rejects = list(csv.DictReader(io.StringIO(stored(job, "rejects.csv").decode())))
+    assert [row["raw"] for row in rejects] == ["'=cmd|' /C calc'!A0", "'@SUM(1+1)*cmd", "'-2+3", "-5", "plain, quoted"]
 
 
 def test_parts_it_cannot_stitch_are_encoded_again_and_every_record_still_lands_once(organisation, caplog):

@@ -5,7 +5,7 @@ from decimal import Decimal
 import pytest
 from django.test import RequestFactory
 
-from portal.text import ascii_count, ascii_decimal, clean_name, clean_text, hidden_character, shown
+from portal.text import ascii_count, ascii_decimal, clean_name, clean_text, csv_cell, hidden_character, shown
 from portal.throttling import client_ip
 
 # Right-to-left override, zero-width space, left-to-right isolate, byte-order mark, Arabic letter mark, left-to-right
@@ -98,3 +98,15 @@ def test_it_reads_a_proxy_s_port_only_in_ascii_digits(settings, forwarded, clien
     settings.E31_TRUSTED_PROXIES = 1
     request = RequestFactory().get("/", REMOTE_ADDR="10.0.0.9", HTTP_X_FORWARDED_FOR=forwarded)
     assert client_ip(request) == client
+
+
+@pytest.mark.parametrize(
+    ("value", "written"),
+    [
+        ("=HYPERLINK(\"http://x\")", "'=HYPERLINK(\"http://x\")"), ("+1+1", "'+1+1"), ("-2+3", "'-2+3"),
+        ("@SUM(A1)", "'@SUM(A1)"), ("\tx", "'\tx"), ("\r=1", "'\r=1"),
+        ("-3.60", "-3.60"), ("+2", "+2"), ("-.5", "-.5"), ("refund", "refund"), ("", ""), (-3, -3), (None, None),
+    ],
+)  # fmt: skip
+def test_a_csv_cell_that_a_spreadsheet_reads_as_a_formula_is_guarded_and_numbers_stay(value, written):
+    assert csv_cell(value) == written
