@@ -181,8 +181,8 @@ def two_nodes(django_db_setup, redis_server):
 
 
 def shared_by(item: pytest.Item) -> tuple[str, ...]:
-    """The shared processes a test asks for: the fixtures of this file that share one, where a test module does
-    not define its own of that name."""
+    """The shared processes a test asks for: the fixtures of SHARED_FIXTURES it uses, where its module does not
+    define its own of that name (as tests/jobs/test_sample.py does, whose `gpuworker` is the sampling one)."""
     names = item.fixturenames
     definitions = item._fixtureinfo.name2fixturedefs  # pytest's own record of which definition a name resolved to
     return tuple(

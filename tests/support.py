@@ -210,10 +210,10 @@ class Workers(list):
 
 
 class Shared:
-    """The processes that modules share across a run (a gpuworker fleet, a portal), each started by the first
-    test that asks for it and kept up while the next module asks for it too; the run's modules are ordered
-    so that those asking for the same ones run together (pytest_collection_modifyitems). A test that kills or
-    restarts a worker starts its own, and a module that asks for none runs with none up, as before."""
+    """The processes that tests share across a run (a gpuworker fleet, a portal), each started by the first test
+    that asks for it and kept up while the next test asks for it too; the run's tests are ordered so that those
+    asking for the same ones run together (tests/conftest.py's pytest_collection_modifyitems). A test that kills
+    or restarts a worker starts its own, and a test that asks for none runs with none up."""
 
     def __init__(self):
         self.running: dict[str, tuple[Any, contextlib.ExitStack]] = {}
