@@ -398,9 +398,6 @@ def submit_pass(sample: Job, user, request: Request, retention: Retention) -> Jo
     if not sample.staged_path or sample.staged_purged_at:
         gone = f"The staged copy of sample {sample.pk} is gone (purged, or used by a pass); submit the data again."
         raise SubmitError("sample", gone)
-    if sample.sample_was_whole:
-        whole = f"Sample {sample.pk} ran over every record: its output is the whole result, and no pass is needed."
-        raise SubmitError("sample", whole)
     checks = _Checks()
     gpus_hours = checks.run(_check_request, request, sample.work)
     deadline = checks.run(_check_deadline, request.deadline)
