@@ -155,6 +155,7 @@ def process_env(**extra) -> dict:
         "DJANGO_SETTINGS_MODULE": "tests.settings",
         "DATABASE_URL": database_url(),
         "PYTHONPATH": os.pathsep.join([str(ROOT), str(PLUGIN_PATH)]),
+        "PYTHONFAULTHANDLER": "1",  # a process that hangs prints where it is on SIGABRT
     }
     if not settings.EMBEDDED_REDIS:
         env["REDIS_URL"] = settings.REDIS_URL
