@@ -5,16 +5,19 @@ asks for that).
 A newline outside a quoted field ends a record. The scan finds the record ends a block at a time, in
 one compiled pass over its bytes (scankernel) that reads quotes as Python's csv module does, and
 checks on the way what it depends on. Whatever it cannot vouch for — bytes that are not UTF-8, a
-carriage return alone, a closing quote followed by more of the field, an unmatched quote, a
-one-column file — raises `Unsure`, and staging reads the file again the exact, slower way, which
-also words the error. A line no delimiter splits is a record unless it is blank (whitespace only);
-a quoted field alone on a line, even an empty one, is a record. Staging runs the scan on a thread
-beside the copy (ScanAlong), so the data is read once.
+carriage return alone, a record longer than the csv module's field limit, a one-column file — raises
+`Unsure`, and staging reads the file again the exact, slower way, which also words the error. A line
+no delimiter splits is a record unless it is blank (whitespace only); a quoted field alone on a line,
+even an empty one, is a record. A record the exact read rejects unread is counted as it counts it: a
+stray quote's to the end of its line, a quote left open at the end of the data's up to the line where
+it opened, the scan going on from the next line. Staging runs the scan on a thread beside the copy
+(ScanAlong), so the data is read once.
 
 A scanner that may work from a sample (clean-table's type count) sees about TYPE_SAMPLE_BYTES of
 records from across the file, parsed by pyarrow: kept by the scan beside the copy as it passes them
 (_Sampler), else read from the staged copy. One that needs every record (column-stats' ranges) sees
-every record parsed, a piece at a time.
+every record parsed, a piece at a time. Neither sees a record the exact read rejects unread: each
+piece is parsed with those cut out.
 """
 
 import bisect
@@ -32,8 +35,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from jobs.staging.formats import SAMPLE_BYTES, FormatError, detect, is_record, read_header
-from jobs.staging.scankernel import scan_block
+from jobs.staging.formats import SAMPLE_BYTES, FormatError, detect, is_record, open_quote_line, read_header
+from jobs.staging.scankernel import NEWLINE, ONE_FIELD, UNREADABLE, scan_block
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +60,8 @@ def _parse(block: bytes, columns: list[str], delimiter: str) -> tuple[pa.Table, 
     """The block's rows as a table, and how many rows it holds that have the wrong number of fields
     (records all the same: the pass rejects them, `""` alone on a line too); blank and whitespace-only
     lines are no records."""
+    if not block:
+        return pa.table({}), 0  # a piece of nothing but records the exact read rejects
     malformed = 0
 
     def invalid(row) -> str:
@@ -102,21 +107,24 @@ def read(
         raise Unsure  # too small for enough blocks to cut shards from; the exact read is quick here
     kept = None
     if scanned is not None and scanned.matches(layout, data_offset, header_lines):
-        records, cuts, kept = scanned.records, scanned.cuts, scanned.sample
+        records, cuts, rejected, kept = scanned.records, scanned.cuts, scanned.rejected, scanned.sample
     else:
-        records, cuts = _Scan(layout["delimiter"], data_offset, header_lines, grain, max_cuts).run(stream, advance)
+        scan = _Scan(layout["delimiter"], data_offset, header_lines, grain, max_cuts)
+        records, cuts = scan.run(stream, advance)
+        rejected = scan.rejected
     if add_table is None:
         return records, cuts, 0
     if every_record or kept is None:
         bounds = [data_offset] + [end for _, end, _ in cuts]
         kept = _read_pieces(stream, _every_piece(bounds) if every_record else _sample(bounds))
-    parsed = _parse_pieces(kept, layout, add_table, advance)
+    parsed = _parse_pieces(_without(kept, rejected), layout, add_table, advance)
     return records, cuts, records if every_record else parsed
 
 
 class _Scan:
     """Counts records and marks cut points every `grain` records (and at the end of each block),
-    reading the file block by block without parsing it."""
+    reading the file block by block without parsing it. The records the exact read rejects are
+    counted as it counts them, and their byte ranges kept (`rejected`), so no scanner sees them."""
 
     def __init__(
         self,
@@ -133,9 +141,11 @@ class _Scan:
         self.sampler = sampler  # keeps the type sample's pieces as they pass
         self.position, self.lines, self.records = data_offset, header_lines, 0
         self.grain, self.max_cuts = grain, max_cuts
+        self.field_limit = csv.field_size_limit()
         self.cuts: list[tuple[int, int, int]] = []
+        self.rejected: list[tuple[int, int]] = []  # the byte ranges of the records the exact read rejects
         self.ends = self.ends_line = np.empty(0, np.int64)  # scan_block's output, kept from block to block
-        self.split = np.empty(0, bool)
+        self.kinds = np.empty(0, np.uint8)
 
     def run(self, stream: BinaryIO, advance: Callable[[int], None]) -> tuple[int, list[tuple[int, int, int]]]:
         """Read into one buffer, the unfinished record after a block moved to its front (fresh
@@ -167,15 +177,19 @@ class _Scan:
         return the bytes taken. `data` starts where a record starts."""
         if len(self.ends) < filled:
             self.ends, self.ends_line = np.empty(len(data), np.int64), np.empty(len(data), np.int64)
-            self.split = np.empty(len(data), bool)
+            self.kinds = np.empty(len(data), np.uint8)
         view = np.frombuffer(data, np.uint8, filled)
         count, newlines, quoted, doubt = scan_block(
-            view, filled, last, self.delimiter[0], self.ends, self.ends_line, self.split
+            view, filled, last, self.delimiter[0], self.ends, self.ends_line, self.kinds
         )
-        ends, ends_line, record = self.ends[:count], self.ends_line[:count], self.split[:count]
+        ends, ends_line, kinds = self.ends[:count], self.ends_line[:count], self.kinds[:count]
+        if filled > self.field_limit and _longest(ends, filled) > self.field_limit:
+            raise Unsure  # a field may pass the csv module's limit: the exact read says where
+        if last and quoted:
+            if not count:
+                return self._left_open(data, filled, doubt)
+            last = False  # the records before the one left open; that one is taken alone next
         if last:
-            if quoted:
-                raise Unsure  # an unmatched quote: the exact read says on which line
             length = filled
         elif not count:
             return 0  # a record longer than what is read so far: read on to its end
@@ -185,11 +199,25 @@ class _Scan:
             raise Unsure
         if self.sampler:
             self.sampler.take(data, self.position, length, ends)
+        self._count(view, data, ends, ends_line, kinds)
+        tail = length - (int(ends[-1]) + 1 if len(ends) else 0)
+        if tail:
+            self._count_last(data[length - tail : length], self.position + length - tail)
+        self.lines += newlines + (1 if tail else 0)
+        self.position += length
+        self._cut()
+        return length
+
+    def _count(self, view: np.ndarray, data: bytearray, ends: np.ndarray, ends_line: np.ndarray, kinds: np.ndarray):
+        """Count the records that end at `ends`, marking a cut point every `grain` records, and keep
+        where each unreadable one lies."""
+        count = len(ends)
+        record = kinds != ONE_FIELD
         if record.all():  # every line split into fields, as in nearly every block: each is a record
             at = np.arange((-self.records - 1) % self.grain, count, self.grain)
             numbers, found = self.records + at + 1, count
         else:
-            record = self._one_field_lines_decided(view, data, ends, record.copy())
+            record = self._one_field_lines_decided(view, data, ends, record)
             counted = self.records + np.cumsum(record)
             at = np.flatnonzero(record & (counted % self.grain == 0))
             numbers, found = counted[at], int(np.count_nonzero(record))
@@ -202,16 +230,42 @@ class _Scan:
             )
         )
         self.records += found
-        tail = length - (int(ends[-1]) + 1 if len(ends) else 0)
-        if tail and self._one_field_record(data[length - tail : length]):
-            self.records += 1  # the last record, with no newline after it
-        self.lines += newlines + (1 if tail else 0)
+        unreadable = np.flatnonzero(kinds == UNREADABLE)
+        if len(unreadable):
+            starts = self.position + np.where(unreadable > 0, ends[unreadable - 1] + 1, 0)
+            self.rejected += zip(starts.tolist(), (self.position + ends[unreadable] + 1).tolist(), strict=True)
+
+    def _count_last(self, line: bytearray, start: int) -> None:
+        """Count the data's last record, `line` from byte `start`, which no newline ends."""
+        self.records += self._one_field_record(line)
+        if self._unreadable(line):
+            self.rejected.append((start, start + len(line)))
+
+    def _left_open(self, data: bytearray, filled: int, doubt: int) -> int:
+        """Take the record the data ends in, `data[:filled]`, left open by a quote, as the exact read
+        takes it: rejected up to the end of the line where that quote opened. Return the bytes taken."""
+        if doubt < filled:
+            raise Unsure
+        opened = open_quote_line(bytes(data[:filled]).decode(), self.delimiter.decode(), '"')
+        if opened is None:
+            raise Unsure  # the exact read would not find the quote left open: let it decide
+        breaks = np.flatnonzero(np.frombuffer(data, np.uint8, filled) == NEWLINE)
+        length = int(breaks[opened]) + 1 if opened < len(breaks) else filled
+        if self.sampler:
+            self.sampler.take(data, self.position, length, breaks[opened : opened + 1])
+        self.rejected.append((self.position, self.position + length))
+        self.records += 1
+        self.lines += opened + 1
         self.position += length
+        self._cut()
+        return length
+
+    def _cut(self) -> None:
+        """A cut point where the scan has got to, and no more of them than `max_cuts`."""
         if not self.cuts or self.cuts[-1][1] != self.position:
             self.cuts.append((self.records, self.position, self.lines))
         while len(self.cuts) > self.max_cuts:
             self.cuts, self.grain = self.cuts[1::2], self.grain * 2
-        return length
 
     def _one_field_lines_decided(self, view: np.ndarray, data: bytearray, ends: np.ndarray, record: np.ndarray):
         """`record` with each line that no delimiter split marked a record or not, as the exact read
@@ -229,6 +283,21 @@ class _Scan:
         row = next(csv.reader(io.StringIO(text, newline=""), delimiter=self.delimiter.decode()), [])
         return is_record(row, text)
 
+    def _unreadable(self, line: bytearray) -> bool:
+        """Whether the exact read rejects this line, the csv module unable to read it."""
+        try:
+            list(csv.reader(io.StringIO(line.decode(), newline=""), delimiter=self.delimiter.decode(), strict=True))
+        except csv.Error:
+            return True
+        return False
+
+
+def _longest(ends: np.ndarray, filled: int) -> int:
+    """The bytes of the longest record in a block of `filled` bytes whose records end at `ends`, the
+    unfinished one after them included."""
+    starts = np.concatenate(([0], ends + 1))
+    return int(np.diff(np.append(starts, filled)).max())
+
 
 class Scanned(NamedTuple):
     """What a ScanAlong found: the layout it scanned by, and the records and cut points."""
@@ -239,6 +308,7 @@ class Scanned(NamedTuple):
     header_lines: int
     records: int
     cuts: list[tuple[int, int, int]]
+    rejected: list[tuple[int, int]]  # the byte ranges of the records the exact read rejects
     sample: "list[tuple[bytes, int]] | None" = None  # the type sample's pieces, each with where it ends
 
     def matches(self, layout: dict, data_offset: int, header_lines: int) -> bool:
@@ -294,7 +364,9 @@ class ScanAlong:
             scan = _Scan(layout["delimiter"], data_offset, header_lines, self.grain, self.max_cuts, sampler)
             records, cuts = scan.run(stream, lambda done: None)
             sample = sampler.pieces if sampler and stream.position == self.size else None
-            self.scanned = Scanned(layout["delimiter"], columns, data_offset, header_lines, records, cuts, sample)
+            self.scanned = Scanned(
+                layout["delimiter"], columns, data_offset, header_lines, records, cuts, scan.rejected, sample
+            )
         except (Unsure, FormatError):
             return  # the read after the copy goes the exact way, and words any error
         except Exception:
@@ -455,24 +527,40 @@ def _read_pieces(stream: BinaryIO, pieces: list[tuple[int, int]]) -> Iterator[tu
         yield stream.read(end - begin), end
 
 
-def _parse_pieces(pieces: Iterable[tuple[bytes, int]], layout: dict, add_table, advance) -> int:
-    """Parse each piece (its bytes, where it ends) with pyarrow (PARSERS at once: it lets go of the
-    GIL) and hand its table to `add_table`, in order; the records parsed."""
+def _without(pieces: Iterable[tuple[bytes, int]], rejected: list[tuple[int, int]]) -> Iterator[tuple[bytes, int, int]]:
+    """Each piece (its bytes, where it ends) with the records the exact read rejects cut out, as
+    `rejected` places them, and how many were: pyarrow would read some of them (a stray quote), and a
+    scanner sees only the records the pass reads."""
+    begins = [begin for begin, _ in rejected]
+    for data, end in pieces:
+        start = end - len(data)
+        inside = rejected[bisect.bisect_left(begins, start) : bisect.bisect_left(begins, end)]
+        if not inside:
+            yield data, end, 0
+            continue
+        gaps = zip([start] + [stop for _, stop in inside], [begin for begin, _ in inside] + [end], strict=True)
+        yield b"".join(data[begin - start : stop - start] for begin, stop in gaps), end, len(inside)
+
+
+def _parse_pieces(pieces: Iterable[tuple[bytes, int, int]], layout: dict, add_table, advance) -> int:
+    """Parse each piece (its bytes, where it ends, the rejected records cut out of it) with pyarrow
+    (PARSERS at once: it lets go of the GIL) and hand its table to `add_table`, in order; the records
+    parsed or cut out."""
     columns, delimiter, parsed = layout["columns"], layout["delimiter"], 0
-    parsing: deque[tuple[Future, int]] = deque()
+    parsing: deque[tuple[Future, int, int]] = deque()
 
     def take_one() -> None:
         nonlocal parsed
-        future, end = parsing.popleft()
+        future, end, cut = parsing.popleft()
         table, malformed = future.result()
         if table.num_rows:
             add_table(table)
-        parsed += table.num_rows + malformed
+        parsed += table.num_rows + malformed + cut
         advance(end)
 
     with ThreadPoolExecutor(max_workers=PARSERS, thread_name_prefix="e31-csv") as parsers:
-        for data, end in pieces:
-            parsing.append((parsers.submit(_parse, data, columns, delimiter), end))
+        for data, end, cut in pieces:
+            parsing.append((parsers.submit(_parse, data, columns, delimiter), end, cut))
             if len(parsing) > PARSERS:
                 take_one()
         while parsing:

@@ -4,6 +4,13 @@ Every record carries its input position (1-based), the lines it spans and its by
 shard can be cut at a record boundary and re-read on its own. A blank line (nothing on it, or only
 whitespace) is no record; a line holding a quoted field is one, even an empty one (`""`), as Python's
 csv module reads it.
+
+A CSV record the csv module cannot read is a record all the same, rejected with the reason, and the
+read goes on: a stray quote rejects the record up to the line it is on, and the read goes on at the
+next line, as the csv module does; a quote left open at the end of the data (or of a shard, or past
+the field limit) rejects its record only up to the line where the quote opened, and the read goes
+on at the line after that one. The header alone cannot be rejected: a header the csv module cannot
+read fails staging.
 """
 
 import codecs
@@ -18,6 +25,9 @@ from jobs.processors import Record
 
 SAMPLE_BYTES = 64 * 1024
 PARQUET_MAGIC = b"PAR1"
+# The csv module's messages when it stops inside a field: at the data's end, or at the field limit.
+END_OF_DATA = "unexpected end of data"
+FIELD_LIMIT = "field larger than field limit"
 DELIMITERS = ",;\t|"
 # A field may be large (a document to embed) but not unbounded: an unmatched quote stops here.
 MAX_FIELD_CHARS = 16 * 1024 * 1024
@@ -230,6 +240,16 @@ def iter_records(
 
 
 def _csv_records(stream, layout, start, end, position, first_line) -> Iterator[Record]:
+    origin = stream.tell() - start  # where offset 0 of the data is in the stream
+    resume: tuple[int, int, int] | None = (start, first_line, position)
+    while resume is not None:
+        stream.seek(origin + resume[0])
+        resume = yield from _csv_run(stream, layout, end, *resume)
+
+
+def _csv_run(stream, layout, end, start, first_line, position):
+    """The records from byte `start` on; when one is rejected for a quote left open, the read stops
+    there and returns where it goes on (byte, line, position), else None at the end."""
     lines = _Lines(stream, start, end, first_line)
     width = len(layout["columns"])
     reader = csv.reader(iter(lines), delimiter=layout["delimiter"], quotechar=layout["quotechar"], strict=True)
@@ -238,14 +258,55 @@ def _csv_records(stream, layout, start, end, position, first_line) -> Iterator[R
         try:
             row = next(reader, None)
         except csv.Error as error:
-            raise _csv_error(error, lines, record_start, record_line, layout) from None
-        if row is None:
-            return
-        if is_record(row, lines.text):
-            error = None if len(row) == width else f"expected {width} fields, found {len(row)}"
-            yield Record(position, record_line, row, error, record_start, lines.pos, lines.line)
+            reject = _unreadable(error, lines, record_start, record_line, position, layout)
+            yield reject
             position += 1
+            if reject.end != lines.pos:  # the lines read past the open quote's are read again
+                return reject.end, reject.end_line + 1, position
+        else:
+            if row is None:
+                return None
+            if is_record(row, lines.text):
+                error = None if len(row) == width else f"expected {width} fields, found {len(row)}"
+                yield Record(position, record_line, row, error, record_start, lines.pos, lines.line)
+                position += 1
         record_start, record_line = lines.pos, lines.line + 1
+
+
+def _unreadable(error: csv.Error, lines: _Lines, start: int, line: int, position: int, layout: dict) -> Record:
+    """The record the csv module could not read, from byte `start` on `line`, rejected with the reason:
+    up to the line where a quote left open opened, else up to the line the read stopped on."""
+    lines.stream.seek(lines.origin + start)
+    raw = lines.stream.read(lines.pos - start)  # leaves the stream where the read stopped
+    opened = open_quote_line(raw.decode("utf-8", "replace"), layout["delimiter"], layout["quotechar"])
+    message = str(error)
+    at_end, at_limit = message == END_OF_DATA, message.startswith(FIELD_LIMIT)
+    if opened is None or not (at_end or at_limit):
+        return Record(position, line, None, _reason(message), start, lines.pos, lines.line)
+    if at_end:
+        reason = f"a quote opened on line {line + opened} is never closed"
+    else:
+        reason = f"a quote opened on line {line + opened} is not closed within {csv.field_size_limit():,} characters"
+    return Record(position, line, None, reason, start, start + _past_line(raw, opened), line + opened)
+
+
+def _past_line(raw: bytes, index: int) -> int:
+    """The offset just past line `index` (counted from 0) of `raw`: past its newline, else the end."""
+    at = -1
+    for _ in range(index + 1):
+        at = raw.find(b"\n", at + 1)
+        if at == -1:
+            return len(raw)
+    return at + 1
+
+
+def _reason(message: str) -> str:
+    """Why a record the csv module could not read is rejected, from the csv module's message."""
+    if message.endswith(" expected after '\"'"):
+        return f"a closing quote is followed by more of the field ({message})"
+    if message.startswith("new-line character seen in unquoted field"):
+        return "a carriage return inside an unquoted field"
+    return message
 
 
 def _jsonl_records(stream, start, end, position, first_line) -> Iterator[Record]:

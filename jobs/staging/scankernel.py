@@ -6,9 +6,11 @@ tells which bytes lie inside quoted fields (the way simdjson and simdcsv find st
 newlines outside them end records. Where 64 bytes hold something the masks cannot read as Python's
 csv module would — a quote inside an unquoted field (an inch mark), a closing quote followed by more
 of the field, a carriage return alone, bytes that are not UTF-8 — the same 64 bytes are read a byte
-at a time instead, which also says where the doubt lies. The code is compiled the first time a
-process scans, and cached on disk (numba's cache) for the processes after it; it lets go of the GIL,
-so it runs beside the copy's hashing and writes.
+at a time instead, which also says where the doubt lies. A closing quote followed by more of the
+field is the csv module's error: the record it is in ends at the end of that line, unreadable, as
+the exact read rejects it. The code is compiled the first time a process scans, and cached on disk
+(numba's cache) for the processes after it; it lets go of the GIL, so it runs beside the copy's
+hashing and writes.
 """
 
 import numpy as np
@@ -20,6 +22,7 @@ LANES = 64  # bytes a mask covers
 LOOKAHEAD = 4  # bytes past a 64 that the masked read looks at: the next byte, a UTF-8 sequence's tail
 EVERY_BIT = np.uint64(0xFFFFFFFFFFFFFFFF)
 QUOTE, NEWLINE, RETURN = 0x22, 0x0A, 0x0D
+ONE_FIELD, FIELDS, UNREADABLE = 0, 1, 2  # what a record is, in `kinds`: one field (maybe blank), split, rejected
 
 
 def _bytes_at(context, builder, array_type, array, start):
@@ -127,27 +130,27 @@ def _utf8_length(data, i, filled):
 
 
 @njit(nogil=True, cache=True)
-def scan_block(data, filled, last, delimiter, ends, lines, split):
+def scan_block(data, filled, last, delimiter, ends, lines, kinds):
     """Read data[:filled], which starts where a record starts, as Python's csv module in strict mode
     reads it: a quote opens a quoted field only at the field's start (after a delimiter or a newline);
     elsewhere in an unquoted field it is a plain character (an inch mark); in a quoted field two
-    quotes stand for one, and a quote before a delimiter or a line end closes it. Each newline
-    outside a quoted field ends a record: its offset goes into `ends`, the newlines up to it (itself
-    included) into `lines`, and into `split` whether a delimiter outside quotes split the record into
-    fields (else it is one field, which may be blank).
+    quotes stand for one, and a quote before a delimiter or a line end closes it; a closing quote
+    followed by anything else (csv's error) makes its record UNREADABLE, ended by the next newline.
+    Each newline outside a quoted field ends a record: its offset goes into `ends`, the newlines up
+    to it (itself included) into `lines`, and into `kinds` whether a delimiter outside quotes split
+    the record into FIELDS, or it is ONE_FIELD (which may be blank), or UNREADABLE.
 
     Return the records ended, the newlines, whether a quoted field is still open at the end, and the
     offset of the first byte this reading cannot vouch for (`filled` when there is none): a byte that
-    is not UTF-8, a carriage return not before a newline, a closing quote followed by anything but a
-    delimiter or a line end (csv's error). `last`: nothing follows data[:filled]."""
+    is not UTF-8, a carriage return not before a newline. `last`: nothing follows data[:filled]."""
     newlines = count = 0
-    quoted = fields = False
+    quoted = fields = broken = False  # broken: in an unreadable record, up to the end of its line
     closed = False  # the byte before i is a quote that closed a quoted field
     checked = 0  # the UTF-8 before this offset is checked
     doubt = filled
     i = 0
     while i < filled:
-        if i + LANES + LOOKAHEAD <= filled:
+        if not broken and i + LANES + LOOKAHEAD <= filled:
             quotes = _equal_bits(data, i, QUOTE)
             breaks = _equal_bits(data, i, NEWLINE)
             commas = _equal_bits(data, i, delimiter)
@@ -199,7 +202,7 @@ def scan_block(data, filled, last, delimiter, ends, lines, split):
                     upto = EVERY_BIT >> (uint64(LANES - 1) - _lowest(record_ends))
                     ends[count] = i + int(_lowest(record_ends))
                     lines[count] = newlines + int(_ones(breaks & upto))
-                    split[count] = fields or (fielded & upto & ~done) != 0
+                    kinds[count] = FIELDS if fields or (fielded & upto & ~done) != 0 else ONE_FIELD
                     count += 1
                     fields = False
                     done = upto
@@ -220,7 +223,7 @@ def scan_block(data, filled, last, delimiter, ends, lines, split):
         while i < end:
             byte = data[i]
             step = 1
-            if byte == QUOTE:
+            if byte == QUOTE and not broken:
                 if not quoted:
                     before = data[i - 1] if i > 0 else NEWLINE
                     quoted = before in (delimiter, NEWLINE)
@@ -231,7 +234,7 @@ def scan_block(data, filled, last, delimiter, ends, lines, split):
                     elif after in (delimiter, NEWLINE, RETURN):
                         quoted = False
                     else:
-                        doubt = min(doubt, i)
+                        quoted, broken = False, True
                 elif last:
                     quoted = False  # closed by the end of the data
             elif byte == NEWLINE:
@@ -239,9 +242,9 @@ def scan_block(data, filled, last, delimiter, ends, lines, split):
                 if not quoted:
                     ends[count] = i
                     lines[count] = newlines
-                    split[count] = fields
+                    kinds[count] = UNREADABLE if broken else FIELDS if fields else ONE_FIELD
                     count += 1
-                    fields = False
+                    fields = broken = False
             elif byte == RETURN:
                 if i + 1 >= filled or data[i + 1] != NEWLINE:
                     doubt = min(doubt, i)
@@ -263,5 +266,5 @@ def warm() -> None:
     wait for it (about 3 s the first time on a machine, 0.2 s after). The arguments have the types
     staging's own call gives (a writable block, Python ints, a bool), so this is the code it runs."""
     block = np.frombuffer(bytearray(b"id,name\n1,a\n" * 16), np.uint8)
-    ends, lines, split = np.empty(len(block), np.int64), np.empty(len(block), np.int64), np.empty(len(block), bool)
-    scan_block(block, len(block), True, ord(","), ends, lines, split)
+    ends, lines, kinds = np.empty(len(block), np.int64), np.empty(len(block), np.int64), np.empty(len(block), np.uint8)
+    scan_block(block, len(block), True, ord(","), ends, lines, kinds)

@@ -17,7 +17,7 @@ from jobs.models import Job, State
 from jobs.staging import fastcsv, scankernel, stage
 from jobs.staging.fastcsv import ScanAlong
 from jobs.staging.formats import FormatError, iter_records, read_header
-from jobs.staging.scankernel import scan_block
+from jobs.staging.scankernel import FIELDS, ONE_FIELD, UNREADABLE, scan_block
 from tests.jobs.staging.reading import described, job_for, read, shard_records
 from tests.support import EXAMPLE
 
@@ -47,6 +47,14 @@ DATASETS = {
     + rows(1500),
     "blank quoted fields alone on a line": HEADER + rows(1500) + b'""\n" "\n"\t"\n' + rows(1500),
     "a record longer than a block": HEADER + rows(300) + b'7,"' + b"long line\n" * 20_000 + b'",1.5,2026-01-01\n',
+    "stray quotes": HEADER
+    + rows(1500)
+    + b'5,"quoted" then more,3.5,2026-01-01\n6,"two\nlines"x,1,2026-01-02\n7,"x"y\n'
+    + rows(1500),
+    "a quote left open": HEADER
+    + rows(1500)
+    + b'5,"never closed,3.5,2026-01-01\n'
+    + b"".join(b"%d,plain %d,%d.5,2026-01-02\n" % (n, n, n) for n in range(1500)),
 }
 
 
@@ -81,25 +89,31 @@ def test_the_fast_read_agrees_with_the_exact_read(organisation, name):
     assert position == total + 1
 
 
-@pytest.mark.parametrize(
-    ("data", "error"),
-    [
-        (HEADER + rows(3000) + b'5,"quoted" then more,3.5,2026-01-01\n' + rows(10), "Line 3002: ',' expected"),
-        (HEADER + rows(3000) + b"5,carriage\rreturn,3.5,2026-01-01\n", "Line 3002:"),
-        (HEADER + rows(3000) + b"5,caf\xe9,3.5,2026-01-01\n", "Line 3002 is not UTF-8 text (byte 0xe9)."),
-        (HEADER + rows(3000) + b'5,"never closed,3.5,2026-01-01\n' + rows(5), "Line 3002:"),
-    ],
-    ids=["closing quote then more", "lone carriage return", "latin-1 byte", "unmatched quote"],
-)
+LONE_RETURN = HEADER + rows(3000) + b"5,carriage\rreturn,3.5,2026-01-01\n" + rows(10)
+LATIN_1 = HEADER + rows(3000) + b"5,caf\xe9,3.5,2026-01-01\n"
+
+
+@pytest.mark.parametrize("data", [LONE_RETURN, LATIN_1], ids=["lone carriage return", "latin-1 byte"])
 @pytest.mark.usefixtures("small_blocks")
-def test_what_the_fast_read_cannot_vouch_for_goes_the_exact_way(organisation, data, error):
-    job = job_for(organisation)
+def test_the_fast_read_leaves_what_it_cannot_vouch_for_to_the_exact_read(data):
     assert len(data) > fastcsv.BLOCKS_PER_FILE * fastcsv.MIN_BLOCK, "large enough for the fast read to try"
     layout = {"format": "csv", "delimiter": ",", "quotechar": '"', "columns": ["id", "name", "score", "day"]}
     with pytest.raises(fastcsv.Unsure):
         fastcsv.read(io.BytesIO(data), layout, len(HEADER), 1, len(data), None, lambda done: None)
-    with pytest.raises(FormatError, match=re.escape(error)):
-        described(job, data)
+
+
+def test_the_exact_read_rejects_a_lone_carriage_return_in_an_unquoted_field(organisation):
+    _, _, total, _ = described(job_for(organisation), LONE_RETURN)
+    assert total == 3011
+    _, records = read(LONE_RETURN)
+    assert [(record.line, record.error) for record in records if record.error] == [
+        (3002, "a carriage return inside an unquoted field")
+    ]
+
+
+def test_the_exact_read_names_the_line_of_a_byte_that_is_not_utf8(organisation):
+    with pytest.raises(FormatError, match=re.escape("Line 3002 is not UTF-8 text (byte 0xe9).")):
+        described(job_for(organisation), LATIN_1)
 
 
 @pytest.mark.usefixtures("small_blocks")
@@ -143,7 +157,16 @@ def staged_upload(organisation, data: bytes) -> Job:
     return job
 
 
-@pytest.mark.parametrize("name", ["example (quoted newlines, dirty rows)", "crlf", "blank and whitespace lines"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "example (quoted newlines, dirty rows)",
+        "crlf",
+        "blank and whitespace lines",
+        "stray quotes",
+        "a quote left open",
+    ],
+)
 @pytest.mark.usefixtures("small_blocks")
 def test_the_scan_beside_the_copy_finds_what_the_read_after_it_would(organisation, monkeypatch, name):
     """Staging scans a CSV while it copies it, once: the records and shards are those the staged copy,
@@ -213,36 +236,49 @@ def test_a_scan_beside_the_copy_of_what_is_no_csv_leaves_nothing_and_keeps_the_c
     assert along.chunks.empty()
 
 
-def scan(data: bytes) -> tuple[list[tuple[int, int, bool]], int, bool, int]:
-    """scan_block over all of `data`: each record's end, the newlines up to it, and whether it has
-    more than one field; the newlines, whether a quoted field is left open, where the first doubt lies."""
+def scan(data: bytes) -> tuple[list[tuple[int, int, int]], int, bool, int]:
+    """scan_block over all of `data`: each record's end, the newlines up to it, and its kind (one
+    field, more, unreadable); the newlines, whether a quoted field is left open, where the first doubt
+    lies."""
     buffer = bytearray(data)
-    ends, lines, split = np.empty(len(data) + 1, np.int64), np.empty(len(data) + 1, np.int64), np.empty(len(data), bool)
+    ends, lines = np.empty(len(data) + 1, np.int64), np.empty(len(data) + 1, np.int64)
+    kinds = np.empty(len(data) + 1, np.uint8)
     count, newlines, quoted, doubt = scan_block(
-        np.frombuffer(buffer, np.uint8), len(data), True, ord(","), ends, lines, split
+        np.frombuffer(buffer, np.uint8), len(data), True, ord(","), ends, lines, kinds
     )
-    found = zip(ends[:count].tolist(), lines[:count].tolist(), split[:count].tolist(), strict=True)
+    found = zip(ends[:count].tolist(), lines[:count].tolist(), kinds[:count].tolist(), strict=True)
     return list(found), newlines, quoted, doubt
 
 
-def records_by_the_csv_module(data: bytes) -> list[tuple[int, int, bool]]:
-    """Where Python's csv module (strict, as the exact read) ends each record, on which line, and
-    whether it has more than one field."""
+def records_by_the_csv_module(data: bytes) -> list[tuple[int, int, int]]:
+    """Where Python's csv module (strict, as the exact read) ends each record, on which line, and its
+    kind: one field, more, or unreadable (the csv module's error, which ends the record with its line)."""
     newline_at = [at for at, byte in enumerate(data) if byte == ord("\n")]
     reader = csv.reader(io.StringIO(data.decode(), newline=""), strict=True)
-    return [(newline_at[reader.line_num - 1], reader.line_num, len(row) > 1) for row in reader]
+    found = []
+    while True:
+        try:
+            row = next(reader, None)
+        except csv.Error:
+            kind = UNREADABLE
+        else:
+            if row is None:
+                return found
+            kind = FIELDS if len(row) > 1 else ONE_FIELD
+        found.append((newline_at[reader.line_num - 1], reader.line_num, kind))
 
 
 @pytest.mark.parametrize("seed", range(20))
 def test_the_scan_ends_records_where_the_csv_module_does(seed):
     """At every place in the scan's 64-byte masks: fields quoted or not, with commas, newlines,
     doubled quotes and multi-byte characters inside, quotes inside unquoted fields, blank lines,
-    CRLF or LF."""
+    CRLF or LF, and closing quotes followed by more of the field (unreadable to the end of the line)."""
     chosen = random.Random(seed)
     fields = [
         b"", b"12", b"plain", b'"a,b"', b'"two\nlines"', b'"say ""hi"""', b'""', b'""""', b"5'11\"", b'a "b" c',
         b' "x', "Ünïcödé €".encode(), "😀".encode(), b'"\xc3\xa9\n,"', b"  ", b"x" * 70, "é".encode() * 40,
         b'"' + b'long ""quoted"" text, ' * 4 + b'"', b'"' + b"y" * 61 + b'""\n"',
+        b'"x"stray', b'"two\nlines"x', b'""junk', b'"' + b"z" * 62 + b'"?',
     ]  # fmt: skip
     newline = chosen.choice([b"\n", b"\r\n"])
     records = [b",".join(chosen.choices(fields, k=chosen.randint(0, 5))) for _ in range(200)]
@@ -281,11 +317,11 @@ def test_the_scan_takes_as_utf8_what_python_does(text):
 @pytest.mark.parametrize(
     ("data", "doubt"),
     [
-        (b'1,"quoted"then more,x\n', 9), (b"1,a\rb\n", 3), (b"1,a\r", 3), (b'1,"\xff"\n', 3),
-        (b'1,5\'11",x\n2,a "b" c\n', None), (b'1,"a"\n2,"b"\r\n', None),
+        (b"1,a\rb\n", 3), (b"1,a\r", 3), (b'1,"\xff"\n', 3), (b'1,5\'11",x\n2,a "b" c\n', None),
+        (b'1,"a"\n2,"b"\r\n', None), (b'1,"quoted"then more,x\n', None), (b'1,"a"b,\xff\n', 7),
     ],
-    ids=["closing quote then more", "carriage return alone", "carriage return at the end", "not UTF-8",
-         "quotes inside unquoted fields", "none"],
+    ids=["carriage return alone", "carriage return at the end", "not UTF-8", "quotes inside unquoted fields",
+         "none", "closing quote then more", "not UTF-8 after a closing quote then more"],
 )  # fmt: skip
 def test_the_scan_doubts_what_the_exact_read_would_refuse_or_read_otherwise(data, doubt):
     for length in range(0, 140, 3):  # the case on each side of a 64-byte mask's edge, more records after
@@ -293,6 +329,21 @@ def test_the_scan_doubts_what_the_exact_read_would_refuse_or_read_otherwise(data
         after = b"" if data.endswith(b"\r") else b"9,z\n" * 20
         found = scan(before + data + after)[-1]
         assert found == (len(before + data + after) if doubt is None else len(before) + doubt), length
+
+
+@pytest.mark.parametrize("length", range(0, 140, 3))
+def test_the_scan_ends_a_record_unreadable_at_the_end_of_the_line_of_its_stray_quote(length):
+    """On each side of a 64-byte mask's edge: the quotes after a stray one on its line open nothing."""
+    before = b"0," + b"a" * length + b"\n"
+    data = before + b'1,"x"y,"z\n2,"a\nb"c\n3,d\n'
+    found, newlines, quoted, doubt = scan(data)
+    assert found == [
+        (len(before) - 1, 1, FIELDS),
+        (len(before) + 9, 2, UNREADABLE),
+        (len(before) + 18, 4, UNREADABLE),
+        (len(before) + 22, 5, FIELDS),
+    ]
+    assert (newlines, quoted, doubt) == (5, False, len(data))
 
 
 def test_the_scan_says_when_a_quoted_field_is_left_open():

@@ -248,9 +248,13 @@ def test_it_stops_at_the_end_of_the_byte_range():
     assert [r.value for r in iter_records(stream, layout, start=3, end=7, first_line=2)] == [["1"], ["2"]]
 
 
-def test_it_raises_on_an_unmatched_quote_with_the_line_of_its_record():
-    with pytest.raises(FormatError, match=r"^Line 3: a quote opened here is never closed\.$"):
-        read(b'a,b\n1,2\n"3,4\n5,6\n', COMMAS)
+def test_it_rejects_an_unmatched_quote_with_the_line_of_its_record_and_reads_on():
+    _, records = read(b'a,b\n1,2\n"3,4\n5,6\n', COMMAS)
+    assert [(record.line, record.value, record.error) for record in records] == [
+        (2, ["1", "2"], None),
+        (3, None, "a quote opened on line 3 is never closed"),
+        (4, ["5", "6"], None),
+    ]
 
 
 def test_it_names_the_line_holding_invalid_utf8():
