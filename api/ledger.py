@@ -64,7 +64,7 @@ def ledger(request):
 @api_view(["GET"])
 @any_accept
 def ledger_csv(request):
-    return exports.csv_response(_entries(request, LedgerFilters))
+    return exports.csv_response(_entries(request, LedgerFilters), organisation_for(request.user))
 
 
 @extend_schema(
@@ -76,4 +76,4 @@ def ledger_csv(request):
 @api_view(["GET"])
 @any_accept
 def ledger_json(request):
-    return exports.json_response(_entries(request, LedgerFilters))
+    return exports.json_response(_entries(request, LedgerFilters), organisation_for(request.user))

@@ -3,6 +3,7 @@ organisation and never updated or deleted."""
 
 from contextvars import ContextVar
 from decimal import Decimal
+from functools import partial
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -12,6 +13,7 @@ from django.db.models.signals import pre_save
 from django.dispatch import receiver
 from django.utils import timezone
 
+from billing import anchor
 from billing.chain import entry_hash
 from jobs.models import Job
 from portal.models import Organisation, TimeStamped
@@ -117,11 +119,12 @@ class LedgerEntryQuerySet(models.QuerySet):
     def append(self, **fields) -> tuple["LedgerEntry", bool]:
         """A new entry at the end of its organisation's chain; for a hold or a staging, the job's one
         entry of that kind if it is already written (False then). The organisation's row is locked
-        first, so two writers for one organisation take turns and cannot fork its chain."""
+        first, so two writers for one organisation take turns and cannot fork its chain. Once the
+        entry commits, the chain's new head is written to a checkpoint outside the database (billing.anchor)."""
         entry = self.model(**fields)
         entry.full_clean(exclude=["previous_hash", "hash"], validate_unique=False, validate_constraints=False)
         with transaction.atomic(using=self.db):
-            self.lock_chain(entry.organisation_id)
+            organisation = self.lock_chain(entry.organisation_id)
             if entry.kind != LedgerEntry.Kind.CORRECTION:
                 written = self.filter(job_id=entry.job_id, kind=entry.kind).first()
                 if written:
@@ -135,12 +138,17 @@ class LedgerEntryQuerySet(models.QuerySet):
                 models.Model.save(entry, force_insert=True, using=self.db)
             finally:
                 _appending.reset(appending)
+            # Counted under the lock: the entries before this one are all committed, none comes in meanwhile.
+            entries = self.filter(organisation_id=entry.organisation_id).count()
+            head = anchor.Head(organisation.slug, entries, entry.hash, entry.created)
+            # On commit, never before: a checkpoint of an entry rolled back would read as an entry deleted.
+            transaction.on_commit(partial(anchor.record, entry.organisation_id, head), using=self.db)
         return entry, True
 
-    def lock_chain(self, organisation_id: int) -> None:
+    def lock_chain(self, organisation_id: int) -> Organisation:
         """Lock the organisation's row until the transaction ends: its chain has one writer at a time.
         (SQLite's transactions take the database's write lock up front: transaction_mode IMMEDIATE.)"""
-        Organisation.objects.using(self.db).select_for_update().filter(pk=organisation_id).first()
+        return Organisation.objects.using(self.db).select_for_update().get(pk=organisation_id)
 
     def update(self, **kwargs):
         raise TypeError("Ledger entries are never updated: a correction is a new entry.")

@@ -6,6 +6,7 @@ from django.http import HttpResponse, JsonResponse
 from django.shortcuts import render
 
 from billing import exports, summary
+from billing.anchor import head_of
 from billing.models import LedgerEntry
 from jobs.scheduling import fleet
 from jobs.services import get_job_for_user
@@ -50,15 +51,15 @@ def ledger(request):
 
 
 def _export(request, respond, refuse):
-    """The entries the filters keep, streamed by `respond`; what `refuse` makes of a filter that means nothing
-    (an export has no page to say it set one aside on)."""
+    """The entries the filters keep, streamed by `respond` with the organisation's head; what `refuse` makes of a
+    filter that means nothing (an export has no page to say it set one aside on)."""
     query = ListQuery(request.GET)
     entries = _entries(request, query)
     if entries is None:
         return refuse("Your account is not in an organisation.", 403)
     if query.set_aside:
         return refuse(query.problems, 400)
-    return respond(entries)
+    return respond(entries, organisation_for(request.user))
 
 
 @login_required
@@ -75,13 +76,14 @@ def ledger_json(request):
 
 @login_required
 def receipt(request, job_id: int):
-    """What an ended job was charged, line by line from its ledger entries, to print or keep; 404 for a
-    job of another organisation, and for one that has not ended (its hold is not priced yet)."""
+    """What an ended job was charged, line by line from its ledger entries, to print or keep, with the
+    organisation's ledger head (billing.anchor); 404 for a job of another organisation, and for one that
+    has not ended (its hold is not priced yet)."""
     job = get_job_for_user(request, job_id)
     if not job.ended:
         return render(request, "billing/receipt_pending.html", {"job": job}, status=404)
     entries = job.ledger_entries.order_by("held_from", "pk")
     totals = exports.per_currency(entries)
     noun = job.held_noun or fleet().noun  # what the job held, whatever the fleet has now
-    context = {"job": job, "entries": entries, "totals": totals, "noun": noun}
+    context = {"job": job, "entries": entries, "totals": totals, "noun": noun, "head": head_of(job.organisation)}
     return render(request, "billing/receipt.html", context)

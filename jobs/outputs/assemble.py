@@ -23,6 +23,7 @@ from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
+from billing.anchor import head_of
 from billing.metering import ledger_row
 from billing.models import LedgerEntry
 from jobs import lifecycle, processors
@@ -201,6 +202,8 @@ def manifest(
         # What the job was billed, as the ledger holds it (each entry with its hash in the chain): its staging
         # and every hold, released before the output is assembled.
         "ledger": [ledger_row(entry) for entry in LedgerEntry.objects.filter(job=job).order_by("created", "pk")],
+        # The organisation's whole ledger as it then stood, sealed: the partner's proof of how far it went.
+        "ledger_head": head_of(job.organisation).as_json(),
         "assembled_at": timezone.now().isoformat(),
     }
     if job.model_path:

@@ -8,6 +8,7 @@ import pytest
 from django.utils import timezone
 
 from api.representation import job_json
+from billing.anchor import head_of
 from jobs import lifecycle
 from jobs.facts import JobFacts
 from jobs.models import Job, Shard, State
@@ -109,6 +110,7 @@ def test_an_ended_jobs_receipt_lists_its_entries_and_totals(finished_job, partne
     assert receipt["job"] == finished_job.pk and receipt["reference"] == f"E31-partner-lab-{finished_job.pk}"
     assert [entry["kind"] for entry in receipt["entries"]] == ["hold"]
     assert receipt["totals"] == [{"currency": "USD", "amount": "3.6000"}]
+    assert receipt["ledger_head"] == head_of(finished_job.organisation).as_json(), "the organisation's, as it stands"
 
 
 def test_a_job_still_running_has_no_receipt_yet(running_job, partner_api):

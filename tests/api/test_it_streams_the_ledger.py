@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from billing import exports
+from billing.anchor import head_of
 from billing.metering import ledger_row
 from billing.models import LedgerEntry
 from tests.api.support import entry
@@ -62,21 +63,25 @@ def test_the_csv_streams_every_row_of_the_export(ledger, small_chunks, partner_a
     assert answer.status_code == 200 and answer.streaming
     assert answer["Content-Type"] == "text/csv; charset=utf-8"
     body = answer.getvalue().decode()
-    parsed = list(csv.DictReader(io.StringIO(body)))
+    *parsed, head = csv.DictReader(io.StringIO(body))
     expected = [{name: "" if value is None else str(value) for name, value in row.items()} for row in rows(
         LedgerEntry.objects.filter(organisation=organisation))]  # fmt: skip
     assert parsed == expected
+    assert (head["kind"], head["reason"]) == ("head", head_of(organisation).line), "then the ledger's head"
     assert body == client_for(partner).get("/billing/ledger.csv").getvalue().decode(), "the page's export, the same"
 
 
 def test_the_json_streams_every_row_and_filters_as_the_pages_do(ledger, small_chunks, partner_api, organisation):
     answer = partner_api.get("/api/v1/ledger.json")
     assert answer.status_code == 200 and answer.streaming
-    assert json.loads(answer.getvalue()) == {"entries": rows(LedgerEntry.objects.filter(organisation=organisation))}
+    assert json.loads(answer.getvalue()) == {
+        "ledger_head": head_of(organisation).as_json(),
+        "entries": rows(LedgerEntry.objects.filter(organisation=organisation)),
+    }
     december = json.loads(partner_api.get("/api/v1/ledger.json?month=2026-12").getvalue())["entries"]
     assert [row["job"] for row in december] == [ledger[2].pk, ledger[1].pk]
     csv_december = partner_api.get(f"/api/v1/ledger.csv?job={ledger[2].pk}").getvalue().decode()
-    assert len(list(csv.DictReader(io.StringIO(csv_december)))) == 1
+    assert len(list(csv.DictReader(io.StringIO(csv_december)))) == 2, "its entry, and the ledger's head"
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ import hashlib
 import hmac
 import io
 import json
+import shutil
 import threading
 from datetime import timedelta
 from decimal import Decimal
@@ -18,6 +19,7 @@ from django.core.management.base import CommandError
 from django.db import IntegrityError, connection, connections, models, transaction
 from django.db.migrations.executor import MigrationExecutor
 from django.forms.models import model_to_dict
+from django.test import TestCase
 from django.utils import timezone
 
 from billing.chain import canonical_form, entry_hash
@@ -32,10 +34,12 @@ pytestmark = pytest.mark.django_db
 
 
 def staged_job(organisation, size: int = 10**9) -> LedgerEntry:
-    """A job whose staging is on the ledger, written as the stager writes it."""
+    """A job whose staging is on the ledger, written as the stager writes it, its checkpoint too: a test's
+    transaction never commits, so what waits on the commit runs here."""
     job = make_job(organisation)
     start = timezone.now() - timedelta(minutes=1)
-    return record_staging(Job, job=job, size=size, started=start, finished=start + timedelta(seconds=3))
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        return record_staging(Job, job=job, size=size, started=start, finished=start + timedelta(seconds=3))
 
 
 @pytest.fixture
@@ -195,11 +199,11 @@ def test_it_refuses_truncate_in_the_database(entry):
     assert LedgerEntry.objects.get() == entry
 
 
-def verify() -> tuple[str, str]:
+def verify(*options: str) -> tuple[str, str]:
     """verify_ledger's output, and its one-line refusal ('' when everything holds)."""
     out = io.StringIO()
     try:
-        call_command("verify_ledger", stdout=out)
+        call_command("verify_ledger", *options, stdout=out)
     except CommandError as error:
         return out.getvalue(), str(error)
     return out.getvalue(), ""
@@ -343,10 +347,11 @@ def test_it_keeps_one_chain_for_two_writers_at_once(organisation, rate_card):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_it_lets_the_tests_flush_empty_the_ledger_and_leaves_it_guarded(entry):
+def test_it_lets_the_tests_flush_empty_the_ledger_and_leaves_it_guarded(entry, checkpoints):
     with ledger_open_for_flush():
         call_command("flush", verbosity=0, interactive=False)
     assert not LedgerEntry.objects.exists()
+    shutil.rmtree(checkpoints)  # the emptied ledger's checkpoints, which would rightly say it lost its entries
     staged_job(Organisation.objects.create(name="A", slug="a"))
     with pytest.raises(IntegrityError, match="never deleted"), transaction.atomic():
         raw("DELETE FROM billing_ledgerentry")
@@ -370,6 +375,11 @@ def test_it_seals_the_entries_written_before_the_chain_in_the_migration(organisa
     executor.migrate(executor.loader.graph.leaf_nodes())
     first, elsewhere, second = LedgerEntry.objects.order_by("pk")
     assert (first.previous_hash, second.previous_hash, elsewhere.previous_hash) == ("", first.hash, "")
+    assert verify("--anchor") == (
+        "other-lab: 1 entry, chain intact, its head anchored now\n"
+        "partner-lab: 2 entries, chain intact, its head anchored now\n",
+        "",
+    ), "entries written before the ledger had checkpoints are anchored once, after the upgrade"
     assert verify() == ("other-lab: 1 entry, chain intact\npartner-lab: 2 entries, chain intact\n", "")
     with pytest.raises(IntegrityError, match="never updated"), transaction.atomic():
         raw("UPDATE billing_ledgerentry SET amount = 0")
@@ -470,10 +480,10 @@ def test_it_seals_again_under_the_key_only_the_entries_the_old_seals_vouch_for(o
 
     executor = MigrationExecutor(connection)
     executor.migrate(executor.loader.graph.leaf_nodes())
-    assert verify()[0].splitlines() == [
+    assert verify("--anchor")[0].splitlines() == [
         f"other-lab: broken at entry {rewritten.pk} (job {rewritten.job_id}, staging, {now:%Y-%m-%d %H:%M:%S}): "
         f"it is not chained to the entry before it (entry {rewritten.pk - 1})",
-        "partner-lab: 3 entries, chain intact",
+        "partner-lab: 3 entries, chain intact, its head anchored now",
     ], "the old seals vouched for partner-lab's chain and for other-lab's up to the rewritten entry"
     assert LedgerEntry.objects.get(pk=rewritten.pk).hash == rewritten.hash, "the rewritten entry keeps its old seal"
     with pytest.raises(IntegrityError, match="never updated"), transaction.atomic():

@@ -11,6 +11,7 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
+from billing.anchor import head_of
 from billing.metering import meter_for, price
 from billing.models import LedgerEntry, RateCard
 from jobs import lifecycle
@@ -94,9 +95,13 @@ def test_it_never_updates_or_deletes_an_entry(running_job):
         LedgerEntry.objects.all().delete()
 
 
-def test_it_shows_and_exports_only_the_organisations_entries(running_job, partner_client, outsider_client):
+def test_it_shows_and_exports_only_the_organisations_entries(
+    running_job, partner_client, outsider_client, other_organisation
+):
     lifecycle.release(running_job)
     entry = LedgerEntry.objects.get()
+    head = head_of(running_job.organisation)
+    assert (head.entries, head.hash, head.at) == (1, entry.hash, entry.created)
     page = partner_client.get("/billing/ledger/").content.decode()
     assert f"/jobs/{running_job.pk}/" in page
     shown = f'<code class="hash" title="HMAC-SHA256 {entry.hash}">{entry.hash[:12]}…</code>'
@@ -120,17 +125,26 @@ def test_it_shows_and_exports_only_the_organisations_entries(running_job, partne
             "reason": "",
             "hash": entry.hash,
             "previous_hash": "",
-        }
+        },
+        dict.fromkeys(rows[0], "") | {"kind": "head", "held_to": head.written, "reason": head.line, "hash": entry.hash},
     ]
-    assert json.loads(partner_client.get("/billing/ledger.json").getvalue())["entries"][0] == rows[0] | {
+    exported = json.loads(partner_client.get("/billing/ledger.json").getvalue())
+    assert exported["ledger_head"] == head.as_json()
+    assert exported["entries"][0] == rows[0] | {
         "job": running_job.pk,
         "gpus": 2,
         "seconds": entry.seconds,
         "bytes": None,
     }
     assert f"/jobs/{running_job.pk}/" not in outsider_client.get("/billing/ledger/").content.decode()
-    assert list(csv.DictReader(io.StringIO(outsider_client.get("/billing/ledger.csv").getvalue().decode()))) == []
-    assert json.loads(outsider_client.get("/billing/ledger.json").getvalue()) == {"entries": []}
+    nothing = head_of(other_organisation)
+    assert list(csv.DictReader(io.StringIO(outsider_client.get("/billing/ledger.csv").getvalue().decode()))) == [
+        dict.fromkeys(rows[0], "") | {"kind": "head", "reason": nothing.line}
+    ]
+    assert json.loads(outsider_client.get("/billing/ledger.json").getvalue()) == {
+        "ledger_head": nothing.as_json(),
+        "entries": [],
+    }
 
 
 def test_it_shows_the_ledger_read_only_to_operators(running_job, operator):

@@ -18,6 +18,7 @@ import boto3
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from django.conf import settings
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 from django.test import override_settings
@@ -53,6 +54,7 @@ def _s3_storages(endpoint: str) -> dict:
             "OPTIONS": {"bucket_name": BUCKET, "endpoint_url": endpoint, "file_overwrite": False},
         },
         "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+        "ledger": settings.STORAGES["ledger"],
     }
 
 
