@@ -14,12 +14,14 @@ from rest_framework.response import Response
 
 from api import submit
 from api.errors import Conflict, Gone
+from api.idempotency import KEY_PARAMETER, idempotent
 from api.negotiation import any_accept
 from api.pagination import PageParameters, Pages, query
 from api.ranges import ranged_file_response
 from api.representation import event_json, job_json
 from api.schema import OBJECT, answers
 from api.throttling import SubmitRate, TokenRate
+from billing.anchor import head_of
 from billing.exports import per_currency
 from billing.metering import ledger_row
 from billing.models import MONEY
@@ -64,13 +66,15 @@ class JobFilters(PageParameters):
     parameters=[
         OpenApiParameter(
             "dry_run", bool, description="Make every check and nothing else: 200 with the job as it would be made"
-        )
+        ),
+        KEY_PARAMETER,
     ],
     request=submit.JobIn,
     responses={**answers(OBJECT, 400, 403, ok_status=201), 200: OBJECT},
 )
 @api_view(["GET", "POST"])
 @throttle_classes([TokenRate, SubmitRate])
+@idempotent
 def job_list(request):
     if request.method == "POST":
         return submit.create(request)
@@ -189,5 +193,6 @@ def job_receipt(request, pk: int):
             "totals": [
                 {"currency": total["currency"], "amount": str(total["amount"].quantize(MONEY))} for total in totals
             ],
+            "ledger_head": head_of(job.organisation).as_json(),
         }
     )

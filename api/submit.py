@@ -16,12 +16,13 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
 from api.errors import Conflict, invalid
+from api.idempotency import KEY_PARAMETER, idempotent
 from api.pagination import query
 from api.representation import checked_json, job_json
 from api.schema import OBJECT, answers
 from api.throttling import SubmitRate, TokenRate
 from api.webhooks import endpoints
-from jobs import enqueue, services
+from jobs import enqueue, scheduling, services
 from jobs.facts import JobFacts
 from jobs.models import Job, Upload
 from jobs.spec import Data, JobSpec, NamedFile, Request, Retention, Work
@@ -306,6 +307,10 @@ def job_estimate(request, pk: int):
         found = facts.estimate(gpus) if gpus else None
         if found is None:
             raise invalid("gpus", f"Give a whole number of {facts.fleet.noun}s, not {shown(raw)}.")
+        try:
+            scheduling.check_fleet(gpus, facts.job.work)  # a pass on more would be refused: said now, in its words
+        except scheduling.RequestError as error:
+            raise invalid(error.field, str(error)) from None
     shapes = zip(("wide", "narrow"), facts.shapes, strict=False)
     return Response(
         {
@@ -320,10 +325,12 @@ def job_estimate(request, pk: int):
 @extend_schema(
     summary="The full pass of a finished sample, on the data the sample staged",
     request=PassIn,
+    parameters=[KEY_PARAMETER],
     responses=answers(OBJECT, 400, 403, 404, 409, ok_status=201),
 )
 @api_view(["POST"])
 @throttle_classes([TokenRate, SubmitRate])
+@idempotent
 def job_pass(request, pk: int):
     sample = _sample_for(request, pk).job  # as on the page, the pass is offered for a measured sample only
     given = _read(PassIn, request)

@@ -7,11 +7,13 @@ from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
 from api.models import ApiToken
 from portal.models import organisation_for
+from portal.sent_once import made, sent_once
 from portal.text import CountField, NameField
 
 MAX_EXPIRY_DAYS = 365
@@ -38,6 +40,7 @@ class TokenForm(forms.Form):
 
 @never_cache
 @login_required
+@sent_once("token")
 def tokens(request):
     """The list and the form; a valid post answers the page with the new token on it, once (never stored, never
     cached: the response is all there is of it)."""
@@ -47,6 +50,7 @@ def tokens(request):
     created = None
     if request.method == "POST" and form.is_valid():
         created = form.create(request.user)
+        made(request, reverse("api_tokens"), f"the token “{form.cleaned_data['name']}”, shown once when it was made")
         form = TokenForm()
     context = {"form": form, "created": created, "tokens": ApiToken.objects.filter(user=request.user)}
     return render(request, "api/tokens.html", context, status=400 if form.errors else 200)

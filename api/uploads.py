@@ -11,6 +11,7 @@ large file is sent in many of them."""
 from drf_spectacular.utils import extend_schema
 from rest_framework.decorators import api_view, throttle_classes
 
+from api.idempotency import KEY_PARAMETER, idempotent
 from api.negotiation import any_accept
 from api.throttling import TokenRate
 from jobs.uploads import views as tus
@@ -19,11 +20,13 @@ from jobs.uploads import views as tus
 @extend_schema(
     summary="tus 1.0: OPTIONS says what is supported, POST creates an upload (Upload-Length, Upload-Metadata)",
     request=None,
+    parameters=[KEY_PARAMETER],
     responses={201: None, 204: None},
 )
 @api_view(["OPTIONS", "POST"])
 @throttle_classes([TokenRate])
 @any_accept
+@idempotent
 def upload_create(request):
     return tus.upload_create(request._request)
 

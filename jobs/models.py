@@ -436,8 +436,9 @@ class Upload(TimeStamped):
     """A resumable upload (tus 1.0) in progress: its bytes so far lie in one file under E31_UPLOAD_DIR.
 
     `offset` counts the bytes confirmed; anything in the file past it is from a chunk that did not
-    complete and is cut off by the next one. When a job is submitted with the finished upload, the
-    file moves to storage and the row goes."""
+    complete and is cut off by the next one. `crc32` is the CRC-32 of those confirmed bytes, so a client
+    can check that its file still begins with them before it resumes. When a job is submitted with the
+    finished upload, the file moves to storage and the row goes."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     organisation = models.ForeignKey(Organisation, on_delete=models.CASCADE, related_name="uploads")
@@ -445,6 +446,11 @@ class Upload(TimeStamped):
     filename = models.CharField(max_length=200)
     length = models.PositiveBigIntegerField()
     offset = models.PositiveBigIntegerField(default=0)
+    crc32 = models.PositiveBigIntegerField(
+        null=True,
+        default=0,
+        help_text="The CRC-32 of the bytes confirmed; none for an upload begun before it was kept.",
+    )
     expires_at = models.DateTimeField()
 
     class Meta:

@@ -14,6 +14,7 @@ from django.http import FileResponse, Http404, HttpResponse, StreamingHttpRespon
 from django.shortcuts import redirect, render
 from django.template.defaultfilters import pluralize
 from django.template.loader import render_to_string
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseStopPolling
@@ -29,6 +30,7 @@ from jobs.scheduling import fleet
 from jobs.uploads import too_large_message
 from portal.listing import ListQuery, pager
 from portal.models import organisation_for
+from portal.sent_once import made, sent_once
 from portal.text import CountField, ascii_count
 
 
@@ -78,6 +80,7 @@ def job_list(request):
 
 
 @login_required
+@sent_once("job")
 def job_new(request):
     organisation = organisation_for(request.user)
     if organisation is None:
@@ -97,7 +100,7 @@ def job_new(request):
         if getattr(request, "upload_too_large", False):
             form.add_error(None, too_large_message())
         elif job := _submit(request, form, lambda: services.submit_job(organisation, request.user, form.spec())):
-            return redirect("jobs:detail", pk=job.pk)
+            return _made(request, job)
     status = 400 if form.errors else 200
     card = RateCard.in_force()
     context = {
@@ -152,6 +155,13 @@ def _submit(request, form: RequestForm, submit: Callable[[], Job]) -> Job | None
     if unsent:
         messages.warning(request, f"{enqueue.UNREACHABLE}: job {job.pk} is recorded and is staged once it is back.")
     return job
+
+
+def _made(request, job: Job):
+    """To the job's page, where a second post of the form that made it lands too."""
+    page = reverse("jobs:detail", args=[job.pk])
+    made(request, page, f"job #{job.pk}")
+    return redirect(page)
 
 
 def _pending_upload(form, organisation) -> Upload | None:
@@ -233,13 +243,14 @@ def job_estimate(request, pk: int):
 
 @login_required
 @require_POST
+@sent_once("pass")
 def job_pass(request, pk: int):
     """Submit the full pass a sample sized; its data is the sample's staged copy."""
     sample = services.get_job_for_user(request, pk)
     form = RequestForm(request.POST, policy=RetentionPolicy.in_force(sample.organisation))
     job = _submit(request, form, lambda: services.submit_pass(sample, request.user, form.request(), form.kept_for()))
     if job:
-        return redirect("jobs:detail", pk=job.pk)
+        return _made(request, job)
     return render(request, "jobs/detail.html", _detail_context(sample, form), status=400)
 
 

@@ -71,3 +71,21 @@ class Application(TimeStamped):
         self.reviewed_by = by
         self.reviewed_at = timezone.now()
         self.save(update_fields=["status", "reviewed_by", "reviewed_at", "modified"])
+
+
+class RequestKey(models.Model):
+    """A create sent under a key (the API's Idempotency-Key, a form's one-time token) and, once it is made, the
+    first request's answer, sealed (it may hold a secret shown once): the same key again gets that answer and
+    makes nothing more. Kept a day (portal.idempotency)."""
+
+    owner = models.CharField(max_length=40)
+    key = models.CharField(max_length=255)
+    fingerprint = models.CharField(max_length=64)
+    created = models.DateTimeField(default=timezone.now, db_index=True)
+    answer = models.TextField(blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["owner", "key"], name="one_request_per_key")]
+
+    def __str__(self) -> str:
+        return f"{self.key} of {self.owner}"

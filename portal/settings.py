@@ -239,6 +239,9 @@ CACHES = {
 E31_INTAKE_POSTS_PER_HOUR = env_int("E31_INTAKE_POSTS_PER_HOUR", 10, minimum=1)
 # The same for asking a password reset: each ask emails an address that may not be the asker's.
 E31_PASSWORD_RESETS_PER_HOUR = env_int("E31_PASSWORD_RESETS_PER_HOUR", 5, minimum=1)
+# A create sent again with its key (Idempotency-Key, a form's one-time token) while the first is still being
+# answered waits this long for that answer (portal.idempotency), then is told to try again.
+E31_IDEMPOTENCY_WAIT_SECONDS = env_int("E31_IDEMPOTENCY_WAIT_SECONDS", 60, minimum=1)
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -251,7 +254,14 @@ AUTH_PASSWORD_VALIDATORS = [
 # together, so nobody can lock a partner out from elsewhere. The records are rows in the database
 # (migrate makes their tables), shared by every web process; an operator lifts a lock early by deleting
 # its access attempt in the admin console.
-AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "portal.backends.EmailOrUsernameBackend"]
+AUTHENTICATION_BACKENDS = [
+    "portal.backends.AddressLimit",
+    "axes.backends.AxesStandaloneBackend",
+    "portal.backends.EmailOrUsernameBackend",
+]
+# Failed logins from one address in any hour across usernames (password spraying), then every login from it
+# waits out the hour's oldest failure (portal.backends.AddressLimit).
+E31_LOGIN_FAILURES_PER_ADDRESS_PER_HOUR = env_int("E31_LOGIN_FAILURES_PER_ADDRESS_PER_HOUR", 10, minimum=1)
 AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_FAILURE_LIMIT = env_int("E31_LOGIN_FAILURE_LIMIT", 5, minimum=1)
@@ -335,9 +345,37 @@ else:
         "BACKEND": "django.core.files.storage.FileSystemStorage",
         "OPTIONS": {"location": MEDIA_ROOT},
     }
+
+
+def _ledger_checkpoints(location: str) -> dict:
+    """The storage of the ledger's checkpoints (billing/anchor.py): a folder, or an S3 bucket and prefix
+    (s3://bucket/prefix) on E31_S3_ENDPOINT_URL; never the database, whose superuser they hold to account."""
+    if not location.startswith("s3://"):
+        return {
+            "BACKEND": "django.core.files.storage.FileSystemStorage",
+            "OPTIONS": {"location": Path(location).resolve()},
+        }
+    bucket, _, prefix = location.removeprefix("s3://").partition("/")
+    if not bucket:
+        raise ImproperlyConfigured(f"E31_LEDGER_CHECKPOINTS must name a bucket (s3://bucket/prefix), not {location!r}")
+    options = {
+        "bucket_name": bucket,
+        "location": prefix.strip("/"),
+        "endpoint_url": env_str("E31_S3_ENDPOINT_URL", "") or None,
+        "region_name": env_str("E31_S3_REGION", "") or None,
+        "file_overwrite": False,
+    }
+    return {"BACKEND": "storages.backends.s3.S3Storage", "OPTIONS": options}
+
+
+E31_LEDGER_CHECKPOINTS = env_str(
+    "E31_LEDGER_CHECKPOINTS",
+    f"s3://{_bucket}/ledger-checkpoints" if E31_STORAGE == "s3" else str(VAR_DIR / "ledger-checkpoints"),
+)
 STORAGES = {
     "default": _default_storage,
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+    "ledger": _ledger_checkpoints(E31_LEDGER_CHECKPOINTS),
 }
 
 # Uploads always go to a temporary file on disk, never into memory, through a size guard.
@@ -431,6 +469,7 @@ CELERY_BEAT_SCHEDULE = {
     "purge-abandoned-uploads": {"task": "jobs.tasks.purge_abandoned_uploads", "schedule": 600.0},
     "send-due-webhooks": {"task": "api.webhooks.tasks.send_due", "schedule": 60.0},
     "sample-the-fleet": {"task": "jobs.tasks.sample_fleet", "schedule": 60.0},
+    "forget-spent-request-keys": {"task": "portal.tasks.purge_request_keys", "schedule": 3600.0},
 }
 
 LOGGING = {

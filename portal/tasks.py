@@ -1,7 +1,8 @@
-"""The portal's Celery task, sent by name (portal.views.PasswordReset): nothing imports this module."""
+"""The portal's Celery tasks, sent by name (portal.views.PasswordReset, beat): nothing imports this module."""
 
 from celery import shared_task
 
+from portal import idempotency
 from portal.forms import ResetForm
 
 
@@ -14,3 +15,9 @@ def send_password_reset(email: str) -> bool:
         return False
     form.send_links()
     return True
+
+
+@shared_task
+def purge_request_keys() -> int:
+    """Forget the idempotency keys and form tokens older than a day."""
+    return idempotency.purge()

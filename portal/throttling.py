@@ -85,3 +85,44 @@ def _posts_wait(request: HttpRequest, group: str, per_hour: int) -> int:
         log.warning("The %s form's limit is not counted, the cache is unreachable: %s", group, error)
         return 0
     return max(math.ceil(limit.wait() or 0), 1)
+
+
+class FailuresPerHour(PostsPerHour):
+    """Failed logins from one client in any hour, whatever usernames they tried (password spraying: the lockout
+    per username and address lets one address try a few passwords on every account). Counted on failure,
+    checked before the next try."""
+
+    def __init__(self):
+        super().__init__("login-failures", settings.E31_LOGIN_FAILURES_PER_ADDRESS_PER_HOUR)
+
+    def _read(self, request) -> None:
+        self.key = self.get_cache_key(request, None)
+        self.history = self.cache.get(self.key, [])
+        self.now = self.timer()
+        while self.history and self.history[-1] <= self.now - self.duration:
+            self.history.pop()
+
+    def wait_for(self, request) -> int:
+        """The seconds until the client may try again; 0 while it is under the limit."""
+        self._read(request)
+        return 0 if len(self.history) < self.num_requests else max(math.ceil(self.wait() or 0), 1)
+
+    def count(self, request) -> None:
+        self._read(request)
+        self.throttle_success()
+
+
+def login_failures_wait(request: HttpRequest) -> int:
+    """The seconds the client's address waits before its next login; without the cache, none (logged)."""
+    try:
+        return FailuresPerHour().wait_for(request)
+    except redis.RedisError as error:
+        log.warning("Failed logins per address are not counted, the cache is unreachable: %s", error)
+        return 0
+
+
+def count_login_failure(request: HttpRequest) -> None:
+    try:
+        FailuresPerHour().count(request)
+    except redis.RedisError as error:
+        log.warning("A failed login is not counted against its address, the cache is unreachable: %s", error)

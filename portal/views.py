@@ -17,6 +17,7 @@ from jobs import enqueue
 from portal import throttling, units
 from portal.forms import ApplicationForm, ResetForm, reset_days
 from portal.models import Application, organisation_for
+from portal.sent_once import made, sent_once
 
 
 def landing(request):
@@ -33,6 +34,7 @@ def design_partners(request):
     return render(request, "portal/design_partners.html")
 
 
+@sent_once("application")
 def apply(request):
     form = ApplicationForm(request.POST or None)
     if request.method == "POST" and (wait := throttling.intake_wait(request)):
@@ -42,6 +44,7 @@ def apply(request):
     if request.method == "POST" and form.is_valid():
         form.save()
         request.session["application"] = form.instance.pk
+        made(request, reverse("applied"), "your application")
         return redirect("applied")  # so that a reload does not send the application again
     return render(request, "portal/apply.html", {"form": form}, status=400 if form.errors else 200)
 
@@ -78,6 +81,7 @@ def locked_out(request, original_response: HttpResponse | None, credentials: dic
     context = {
         "username": (credentials or {}).get("username") or request.POST.get("username", ""),
         "minutes": settings.E31_LOGIN_LOCKOUT_MINUTES,
+        "whole_address": getattr(request, "address_locked_out", False),
     }
     return render(request, "registration/locked_out.html", context, status=429)
 

@@ -10,6 +10,7 @@ from rest_framework.decorators import api_view
 from rest_framework.response import Response
 
 from api.errors import invalid
+from api.idempotency import KEY_PARAMETER, idempotent
 from api.pagination import Pages
 from api.representation import at
 from api.schema import OBJECT, answers
@@ -37,9 +38,11 @@ class EndpointIn(serializers.Serializer):
 @extend_schema(
     summary="The organisation's webhook endpoints; POST makes one and shows its secret, once",
     request=EndpointIn,
+    parameters=[KEY_PARAMETER],
     responses={**answers(OBJECT, 400, 403), 201: OBJECT},
 )
 @api_view(["GET", "POST"])
+@idempotent
 def endpoint_list(request):
     organisation = organisation_for(request.user)
     mine = Endpoint.objects.of_organisation(organisation).select_related("created_by")

@@ -108,6 +108,13 @@ def parse_request(gpus, hours, shape: str = Job.Shape.SHORT_WIDE, work: str = ""
         gpus, hours = 1, gpus * hours
     if hours > settings.E31_MAX_HOURS:
         raise RequestError("hours", f"A job can run at most {settings.E31_MAX_HOURS} hours; this asks for {hours}.")
+    check_fleet(gpus, work)
+    return gpus, hours
+
+
+def check_fleet(gpus: int, work: str = "") -> None:
+    """That the fleet online (its slots that can run `work`, when it is given) can hold `gpus` at once; RequestError
+    says why not, in the words a job's request is refused in (a sample's estimate for a pass says the same)."""
     current = fleet()
     if current.online == 0:
         raise RequestError("gpus", "No GPUs are online right now; try again when the fleet is back.")
@@ -123,7 +130,6 @@ def parse_request(gpus, hours, shape: str = Job.Shape.SHORT_WIDE, work: str = ""
     if gpus > online:
         where = "" if online == current.online else f" that can run {work}"
         raise RequestError("gpus", f"The fleet has {current.count(online)} online{where}; ask for {online} or fewer.")
-    return gpus, hours
 
 
 def _read(read, given, refusals: list):

@@ -3,7 +3,9 @@ the creation, termination, expiration and checksum extensions.
 
 A client creates an upload with its length and file name, then sends the bytes in chunks, each with
 the offset it starts at and, best, a checksum. Only a chunk that starts at the confirmed offset is
-taken; a chunk whose checksum fails leaves the upload as it was. The body is streamed to the upload's
+taken; a chunk whose checksum fails leaves the upload as it was. The CRC-32 of the confirmed bytes is kept
+with the offset (each chunk's folded in, `crc32_combine`), so a client that comes back to resume can check
+that its file still begins with what the portal has. The body is streamed to the upload's
 file in blocks, never held in memory, and on disk before its offset is confirmed: a thread writes the
 blocks out behind the request as they arrive, so the fsync at the end waits only for the last few."""
 
@@ -46,8 +48,44 @@ class Crc32:
         return self.value.to_bytes(4, "big")
 
 
+def _times_mod_p(a: int, b: int) -> int:
+    """a × b modulo CRC-32's polynomial, both in zlib's reflected order (zlib's multmodp)."""
+    product, bit = 0, 1 << 31
+    while a:
+        if a & bit:
+            product ^= b
+            a ^= bit
+        bit >>= 1
+        b = (b >> 1) ^ 0xEDB88320 if b & 1 else b >> 1
+    return product
+
+
+_X_TO_2_TO_THE = [1 << 30]  # x^(2^k) modulo the polynomial, k = 0..31: x^1, x^2, x^4, ...
+for _ in range(31):
+    _X_TO_2_TO_THE.append(_times_mod_p(_X_TO_2_TO_THE[-1], _X_TO_2_TO_THE[-1]))
+
+
+def crc32_combine(first: int, second: int, second_length: int) -> int:
+    """The CRC-32 of two runs of bytes one after the other, from each one's CRC-32 and the second's length
+    (zlib's crc32_combine, which Python's zlib does not offer): the first's shifted past the second's bytes."""
+    shift, bits, k = 1 << 31, second_length * 8, 0
+    while bits:
+        if bits & 1:
+            shift = _times_mod_p(_X_TO_2_TO_THE[k % 32], shift)
+        bits >>= 1
+        k += 1
+    return _times_mod_p(shift, first) ^ second
+
+
+def crc32_header(value: int) -> str:
+    """A CRC-32 as an `Upload-Checksum` is written: `crc32 <base64 of its four bytes, big-endian>`."""
+    return "crc32 " + base64.b64encode(value.to_bytes(4, "big")).decode()
+
+
 ALGORITHMS = {"crc32": Crc32, "sha1": hashlib.sha1, "sha256": hashlib.sha256, "md5": hashlib.md5}
 CHUNK_TYPE = "application/offset+octet-stream"
+# Not tus's: the answer's header that gives the CRC-32 of the bytes up to Upload-Offset, as crc32_header writes it.
+OFFSET_CHECKSUM = "Upload-Offset-Checksum"
 BLOCK = 1024 * 1024
 FLUSH_EVERY = 8 * BLOCK
 _flushes = ThreadPoolExecutor(4, thread_name_prefix="upload-flush")
@@ -171,34 +209,39 @@ def write_chunk(upload: Upload, offset: str | None, body: BinaryIO, length: str 
     size = _count(length, "Content-Length")
     expected = parse_checksum(checksum)
     with _writing(upload) as handle:
-        upload.refresh_from_db(fields=["offset"])
+        upload.refresh_from_db(fields=["offset", "crc32"])
         if start != upload.offset:
             raise UploadError(409, f"The upload is at byte {upload.offset}, not {start}: resume from there.")
         if start + size > upload.length:
             raise UploadError(400, f"The chunk ends at byte {start + size}, past the upload's {upload.length} bytes.")
         handle.seek(start)
         handle.truncate()  # what a chunk that did not complete left behind
-        digest = ALGORITHMS[expected[0]]() if expected else None
+        crc = Crc32()
+        digest = crc if not expected or expected[0] == "crc32" else ALGORITHMS[expected[0]]()
+        digests = (crc,) if digest is crc else (crc, digest)  # a chunk sent with its CRC-32 is read once
         received = 0
         flusher = _Flusher(handle.fileno())
         try:
             while received < size and (block := body.read(min(BLOCK, size - received))):
                 handle.write(block)
-                if digest:
-                    digest.update(block)
+                for taken in digests:
+                    taken.update(block)
                 received += len(block)
                 handle.flush()
                 flusher.wrote(len(block))
         finally:
             flusher.wait()
-        if digest and (received != size or digest.digest() != expected[1]):
+        if expected and (received != size or digest.digest() != expected[1]):
             handle.truncate(start)
             raise UploadError(460, "The chunk's checksum does not match what arrived: send it again.")
         os.fsync(handle.fileno())
         Upload.objects.filter(pk=upload.pk, offset=start).update(
-            offset=start + received, expires_at=renewed_expiry(), modified=timezone.now()
+            offset=start + received,
+            crc32=None if upload.crc32 is None else crc32_combine(upload.crc32, crc.value, received),
+            expires_at=renewed_expiry(),
+            modified=timezone.now(),
         )
-    upload.refresh_from_db(fields=["offset", "expires_at"])
+    upload.refresh_from_db(fields=["offset", "crc32", "expires_at"])
     return upload.offset
 
 

@@ -1,6 +1,7 @@
-"""The resumable-upload endpoints (tus 1.0, see resumable.py): create an upload, then ask its offset,
-send its chunks or discard it. Members of an organisation only: logged in on the pages, or by an API token
-(api/uploads.py serves these same views under /api/v1/uploads/)."""
+"""The resumable-upload endpoints (tus 1.0, see resumable.py): create an upload, then ask its offset (with
+the CRC-32 of the bytes before it, Upload-Offset-Checksum), send its chunks or discard it. Members of an
+organisation only: logged in on the pages, or by an API token (api/uploads.py serves these same views under
+/api/v1/uploads/)."""
 
 from functools import wraps
 
@@ -93,6 +94,8 @@ def upload_detail(request, organisation, upload_id):
         return HttpResponseNotAllowed(["HEAD", "PATCH", "DELETE"])
     upload.refresh_from_db()
     response["Upload-Offset"] = upload.offset
+    if upload.crc32 is not None:
+        response[resumable.OFFSET_CHECKSUM] = resumable.crc32_header(upload.crc32)
     response["Upload-Length"] = upload.length
     response["Upload-Expires"] = http_date(upload.expires_at.timestamp())
     return response

@@ -12,3 +12,22 @@ document.addEventListener("click", (event) => {
     });
   }
 });
+
+// A form that makes something carries a one-time token (name="once"): once its post is on its way, another
+// click sends nothing more, and its buttons show they wait. Back to the page makes them ready again.
+document.addEventListener("submit", (event) => {
+  const form = event.target;
+  if (event.defaultPrevented || !form.querySelector("input[name=once]")) return;
+  if (form.dataset.sending) {
+    event.preventDefault();
+    return;
+  }
+  form.dataset.sending = "true";
+  form.querySelectorAll("button").forEach((button) => button.setAttribute("aria-disabled", "true"));
+});
+window.addEventListener("pageshow", () => {
+  document.querySelectorAll("form[data-sending]").forEach((form) => {
+    delete form.dataset.sending;
+    form.querySelectorAll("button[aria-disabled]").forEach((button) => button.removeAttribute("aria-disabled"));
+  });
+});

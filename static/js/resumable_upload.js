@@ -1,7 +1,9 @@
 // The job form's dataset goes up as a resumable upload (tus 1.0): in chunks, each with its offset
 // and a SHA-256 checksum. After a reload, a closed laptop or a dropped network, choosing the same file
-// again resumes it from the offset the server confirmed. When it is done, the form sends the upload's
-// id instead of the file. Without JavaScript the form still posts the file itself, up to a lower limit.
+// again resumes it from the offset the server confirmed, once the CRC-32 of the file up to there is the
+// server's of the bytes it has (a file edited since can keep its name, size and date); else it starts
+// over. When it is done, the form sends the upload's id instead of the file. Without JavaScript the form
+// still posts the file itself, up to a lower limit.
 (function () {
   const form = document.querySelector("form.job-form");
   if (!form || !window.fetch || !window.Blob || !form.dataset.uploads) return;
@@ -22,6 +24,12 @@
   const sleep = (seconds) => new Promise((resolve) => setTimeout(resolve, seconds * 1000));
   const bytesToBase64 = (bytes) => btoa(String.fromCharCode(...new Uint8Array(bytes)));
   const storageKey = (file) => `e31-upload:${file.name}:${file.size}:${file.lastModified}`;
+  const CRC_TABLE = new Uint32Array(256).map((_, byte) => {
+    let crc = byte;
+    for (let bit = 0; bit < 8; bit++) crc = crc & 1 ? 0xedb88320 ^ (crc >>> 1) : crc >>> 1;
+    return crc;
+  });
+  const READ_BYTES = 8 * 1024 * 1024;
   const headers = (extra) => ({ "Tus-Resumable": "1.0.0", "X-CSRFToken": csrf, ...extra });
   // Sizes as the pages write them (portal.units.size): 999 bytes, 31.6 MB, 2.0 GB.
   function size(bytes) {
@@ -60,6 +68,44 @@
     return url;
   }
 
+  // The CRC-32 of a part of the file, read a few MB at a time (onRead hears the bytes read so far),
+  // written as the server's Upload-Offset-Checksum: "crc32 " and its four bytes, big-endian, in base64.
+  async function crc32(blob, onRead) {
+    let crc = 0xffffffff;
+    for (let start = 0; start < blob.size; start += READ_BYTES) {
+      const bytes = new Uint8Array(await blob.slice(start, start + READ_BYTES).arrayBuffer());
+      for (let i = 0; i < bytes.length; i++) crc = CRC_TABLE[(crc ^ bytes[i]) & 0xff] ^ (crc >>> 8);
+      onRead(start + bytes.length);
+    }
+    const digest = new DataView(new ArrayBuffer(4));
+    digest.setUint32(0, (crc ^ 0xffffffff) >>> 0);
+    return `crc32 ${bytesToBase64(digest.buffer)}`;
+  }
+
+  // The offset to resume an earlier upload of this file from, when the server still has it and its bytes
+  // are the file's beginning; else null, with why it starts over, and the earlier upload discarded.
+  async function resumable(file, url) {
+    const anew = { offset: null, why: "" };
+    let response;
+    try {
+      response = await fetch(url, { method: "HEAD", credentials: "same-origin", headers: headers({}) });
+    } catch (error) {
+      return anew;
+    }
+    if (!response.ok) return anew;
+    const offset = Number(response.headers.get("Upload-Offset"));
+    const theirs = response.headers.get("Upload-Offset-Checksum");
+    if (offset === 0) return { offset, why: "" };
+    const checked = (read) => {
+      const text = `Checking the part of ${file.name} uploaded before: ${size(read)} of ${size(offset)}…`;
+      show(text, read / offset, "uploading");
+    };
+    if (theirs && theirs === (await crc32(file.slice(0, offset), checked))) return { offset, why: "" };
+    fetch(url, { method: "DELETE", credentials: "same-origin", headers: headers({}) }).catch(() => {});
+    const why = theirs ? "the file changed since part of it was uploaded" : "the portal could not check its part";
+    return { offset: null, why };
+  }
+
   async function confirmedOffset(url) {
     try {
       const response = await fetch(url, { method: "HEAD", credentials: "same-origin", headers: headers({}) });
@@ -85,8 +131,8 @@
 
   async function upload(file, job) {
     let url = localStorage.getItem(storageKey(file));
-    let offset = url ? await confirmedOffset(url) : null;
-    if (offset === null || offset === undefined) {
+    let { offset, why } = url ? await resumable(file, url) : { offset: null, why: "" };
+    if (offset === null) {
       url = await create(file);
       offset = 0;
     }
@@ -99,7 +145,7 @@
       while (samples.length > 2 && now - samples[0][0] > 10000) samples.shift();
       const seconds = (now - samples[0][0]) / 1000;
       const rate = seconds > 0.5 ? (at - samples[0][1]) / seconds : NaN;
-      const resumed = resumedAt ? ` (resumed at ${size(resumedAt)})` : "";
+      const resumed = resumedAt ? ` (resumed at ${size(resumedAt)})` : why ? ` (started over: ${why})` : "";
       show(
         `Uploading ${file.name}: ${size(at)} of ${size(file.size)} · ` +
           `${isFinite(rate) ? size(rate) : "…"}/s · ${duration((file.size - at) / rate)} left${resumed}`,

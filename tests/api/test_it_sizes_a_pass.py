@@ -7,7 +7,7 @@ from jobs.facts import JobFacts
 from jobs.models import Job, State
 from tests.api.loopback import upload
 from tests.datasets import csv_bytes
-from tests.factories import make_job
+from tests.factories import finished_sample, make_job
 from tests.support import wait_for_end
 
 SECONDS_PER_BATCH = "0.2"  # test-slow-echo: 50 records a batch, so at most 250 records a second
@@ -100,6 +100,19 @@ def test_an_estimate_needs_a_whole_number_of_gpus(partner_api, organisation, onl
         assert answer.json()["error"]["field"] == "gpus"
         assert answer.json()["error"]["message"] == f"Give a whole number of CPU slots, not '{gpus}'."
     assert partner_api.get(f"/api/v1/jobs/{sample.pk}/estimate/?gpus=3").json()["estimate"]["gpus"] == 3
+
+
+@pytest.mark.django_db
+def test_an_estimate_on_more_gpus_than_the_fleet_has_is_refused_as_the_pass_would_be(
+    partner_api, organisation, online_slots
+):  # fmt: skip
+    sample = finished_sample(organisation)
+    answer = partner_api.get(f"/api/v1/jobs/{sample.pk}/estimate/?gpus=5")
+    assert answer.status_code == 400
+    refusal = {"code": "invalid", "field": "gpus", "message": "The fleet has 4 CPU slots online; ask for 4 or fewer."}
+    assert {name: answer.json()["error"][name] for name in refusal} == refusal
+    passed = post(partner_api, f"/api/v1/jobs/{sample.pk}/pass/", {"request": {"gpus": 5, "hours": 1}})
+    assert passed.json()["error"]["message"] == refusal["message"]
 
 
 @pytest.mark.django_db

@@ -45,7 +45,7 @@ def test_a_pass_takes_its_time_limit_from_the_samples_estimate_unless_given(e31,
     sample = finished_sample(organisation)
     made = e31("pass", str(sample.pk), "--gpus", "2")
     assert made.returncode == 0, made.stderr
-    estimate = e31("estimate", str(sample.pk), "--gpus", "2")
+    estimate = e31("estimate", str(sample.pk), "--gpus", "2", "--json")
     hours = json.loads(estimate.stdout)["estimate"]["hours"]
     assert f"The time limit is the sample's estimate for 2: {hours} h." in made.stderr
     full = Job.objects.get(pk=int(made.stdout))

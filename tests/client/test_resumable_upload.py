@@ -1,12 +1,15 @@
 """The upload resumes: after Ctrl-C, the same command run again sends only what the portal had not
 confirmed; a connection dropped mid-chunk is retried within the same run; an upload the portal no
-longer has is started over. All against the portal the tests start, through real sockets."""
+longer has, or whose bytes are no longer the file's beginning, is started over. All against the portal
+the tests start, through real sockets."""
 
 import hashlib
 import json
 import math
+import os
 import shutil
 import signal
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import e31 as library
@@ -18,6 +21,7 @@ from tests.support import EXAMPLE, wait_for, wait_for_end
 
 CHUNK = 64 * 1024
 SUBMIT = ("submit", "big.csv", "--work", "clean-table", "--gpus", "1", "--hours", "1", "--chunk-size", "64K")
+SUBMIT_EXAMPLE = ("submit", "customers.csv", *SUBMIT[2:])
 
 
 def staged_sha256(job_id: int) -> str:
@@ -109,6 +113,81 @@ def test_it_starts_over_when_the_portal_no_longer_has_the_upload(e31, fleet, por
     assert done.returncode == 0, done.stderr
     assert "Resuming" not in done.stderr
     assert store.get(key) is None
+    job_id = int(done.stdout)
+    assert staged_sha256(job_id) == hashlib.sha256(data.read_bytes()).hexdigest()
+    wait_for_end(Job.objects.get(pk=job_id))  # before the next test: its fleet is free again
+
+
+def cut_off_upload(e31, portal, token, data: Path, length: int) -> str:
+    """An upload of the file's first `length` bytes, remembered as `e31 submit` remembers one it was stopped in."""
+    stat = data.stat()
+    store = ResumeStore(e31.folder.parent / "cache" / "e31" / "uploads")
+    start = data.read_bytes()[:length]
+    with library.Client(portal.url, token) as client:
+        url = client.create_upload(stat.st_size, data.name)
+        for offset in range(0, length, CHUNK):
+            chunk = start[offset : offset + CHUNK]
+            assert client.upload_chunk(url, offset, chunk, checksum(chunk)) == offset + len(chunk)
+    store.put(resume_key(portal.url, data, stat.st_size, stat.st_mtime_ns), url)
+    return url
+
+
+def upload_of(url: str) -> Upload | None:
+    return Upload.objects.filter(pk=url.rstrip("/").rsplit("/", 1)[-1]).first()
+
+
+def test_an_unchanged_file_resumes_without_sending_its_first_bytes_again(e31, fleet, portal, token):
+    data = e31.folder / "customers.csv"
+    shutil.copy(EXAMPLE, data)
+    size = data.stat().st_size
+    url = cut_off_upload(e31, portal, token, data, 4 * CHUNK)
+    mark = len(portal.lines())
+    done = e31(*SUBMIT_EXAMPLE)
+    assert done.returncode == 0, done.stderr
+    assert f"Resuming the upload of customers.csv at byte {4 * CHUNK:,} of {size:,}." in done.stderr
+    assert "starts over" not in done.stderr
+    sent = portal.requests("PATCH", urlsplit(url).path, after=mark)
+    assert len(sent) == math.ceil((size - 4 * CHUNK) / CHUNK), "only the chunks after the portal's bytes"
+    job_id = int(done.stdout)
+    assert staged_sha256(job_id) == hashlib.sha256(data.read_bytes()).hexdigest()
+    wait_for_end(Job.objects.get(pk=job_id))  # before the next test: its fleet is free again
+
+
+def test_it_starts_over_when_a_byte_the_portal_has_changed_though_size_and_mtime_did_not(e31, fleet, portal, token):
+    data = e31.folder / "customers.csv"
+    shutil.copy(EXAMPLE, data)
+    url = cut_off_upload(e31, portal, token, data, 4 * CHUNK)
+    before = data.stat()
+    edited = bytearray(data.read_bytes())
+    edited[edited.index(b"@example.com", 3 * CHUNK) + 1] = ord("E")  # one byte of the fourth chunk sent
+    data.write_bytes(edited)
+    os.utime(data, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (data.stat().st_size, data.stat().st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    done = e31(*SUBMIT_EXAMPLE)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == (
+        f"customers.csv changed since its upload began: its first {4 * CHUNK:,} bytes are not those the portal "
+        "has, so the upload starts over.\n"
+        f"Job {done.stdout.strip()} submitted: 1 × 1 h of clean-table over customers.csv\n"
+    )
+    assert upload_of(url) is None, "the upload of the old bytes is discarded"
+    job_id = int(done.stdout)
+    assert staged_sha256(job_id) == hashlib.sha256(edited).hexdigest()
+    wait_for_end(Job.objects.get(pk=job_id))  # before the next test: its fleet is free again
+
+
+def test_it_starts_over_when_the_portal_cannot_say_what_its_bytes_hold(e31, fleet, portal, token):
+    data = e31.folder / "customers.csv"
+    shutil.copy(EXAMPLE, data)
+    url = cut_off_upload(e31, portal, token, data, 2 * CHUNK)
+    Upload.objects.filter(pk=upload_of(url).pk).update(crc32=None)  # an upload begun before the portal kept it
+    done = e31(*SUBMIT_EXAMPLE)
+    assert done.returncode == 0, done.stderr
+    assert (
+        f"The portal cannot say what its {2 * CHUNK:,} bytes of customers.csv hold, so the upload starts over.\n"
+        in done.stderr
+    )
+    assert "Resuming" not in done.stderr and upload_of(url) is None
     job_id = int(done.stdout)
     assert staged_sha256(job_id) == hashlib.sha256(data.read_bytes()).hexdigest()
     wait_for_end(Job.objects.get(pk=job_id))  # before the next test: its fleet is free again

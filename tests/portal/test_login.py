@@ -118,3 +118,19 @@ def test_it_tells_clients_apart_by_the_address_the_outermost_proxy_saw(client, p
 def test_it_reads_the_client_address(rf, settings, proxies, remote, forwarded, client):
     settings.E31_TRUSTED_PROXIES = proxies
     assert client_ip(rf.post("/accounts/login/", REMOTE_ADDR=remote, HTTP_X_FORWARDED_FOR=forwarded)) == client
+
+
+def spray(client, usernames: int, address=HOME, url="/accounts/login/"):
+    """One wrong password for each of `usernames` accounts, none of them locked on its own; the answers."""
+    return [log_in(client, "Winter2026!", f"user{number}", address, url) for number in range(usernames)]
+
+
+@pytest.mark.parametrize("url", ["/accounts/login/", "/admin/login/"])
+def test_one_address_trying_many_usernames_is_locked_out_whatever_username_it_tries(client, partner, url, settings):
+    settings.E31_LOGIN_FAILURES_PER_ADDRESS_PER_HOUR = 10
+    answers = spray(client, 10, url=url)
+    assert not any(locked_out(answer) for answer in answers), "ten failures, each on another account"
+    sprayed = log_in(client, "Winter2026!", "user10", url=url)
+    assert locked_out(sprayed) and "too many logins failed from it this hour" in sprayed.content.decode()
+    assert locked_out(log_in(client, "pw-partner", url=url)), "the right password of another account too"
+    assert log_in(Client(), "pw-partner", address="10.0.0.2").status_code == 302, "another address logs in"

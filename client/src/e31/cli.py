@@ -24,11 +24,11 @@ import httpx
 from tqdm import tqdm
 
 from e31 import config, pack
-from e31.client import VERSION, Client, job_spec, request_spec
+from e31.client import VERSION, Client, job_spec, new_key, request_spec
 from e31.download import DownloadError, download_file
 from e31.errors import APIError, error_lines
 from e31.schema import ENDED, Job
-from e31.upload import CHUNK_SIZE, ResumeStore, Uploaded, upload_file
+from e31.upload import CHUNK_SIZE, ResumeStore, Uploaded, resume_key, upload_file
 
 INTERRUPTED = 130
 SIZE_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
@@ -313,6 +313,37 @@ def job_summary(job: Job) -> list[str]:
     return lines
 
 
+def print_table(rows: list[tuple[str, ...]]) -> None:
+    """Rows of text in columns as wide as their widest cell, the first row the heading."""
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+
+
+def measured_text(answer: dict[str, Any]) -> str:
+    """What a sample measured, in a sentence as the job's page says it."""
+    measured = answer["measured"]
+    on = f" on {measured['slot']}" if measured.get("slot") else ""
+    text = (
+        f"Sample {answer['job']} ran over {measured['records']:,} of {measured['records_total']:,} records{on} in "
+        f"{measured['seconds']:,.1f} s: {measured['records_per_second']:,.1f} records per second per slot"
+    )
+    if measured.get("tokens_per_second"):
+        text += f" ({measured['tokens_per_second']:,.1f} tokens generated per second)"
+    if (measured.get("startup_seconds") or 0) >= 0.1:
+        text += f", after {measured['startup_seconds']:,.1f} s to start"
+    if measured.get("peak_memory_mb"):
+        text += f"; peak memory {measured['peak_memory_mb']:,} MB"
+    return text + "."
+
+
+def estimate_row(label: str, estimate: dict[str, Any]) -> tuple[str, ...]:
+    """One pass of an estimate as a row: its GPUs, expected time, GPU-hours and cost, and the hours to ask for."""
+    cost = "no rate set" if estimate["cost"] is None else f"{estimate['cost']} {estimate['currency']}"
+    hours = f"{estimate['hours']} h"
+    return (label, str(estimate["gpus"]), estimate["duration"], estimate["gpu_hours"], cost, hours)
+
+
 # What several commands share.
 
 
@@ -488,13 +519,62 @@ def submit_spec(args: argparse.Namespace, location: str, credentials: dict | Non
     )
 
 
+def without_uploads(spec: dict[str, Any]) -> dict[str, Any]:
+    return {**spec, "data": {**spec["data"], "upload": None}, "work": {**spec["work"], "model_upload": None}}
+
+
+def made_before(portal: Client, store: ResumeStore, data_key: str, spec: dict[str, Any]) -> Job | None:
+    """The job an earlier run of this command made of this file, which broke before it said so: the request that
+    run sent, sent again with the Idempotency-Key it kept beside its upload's resume state, answered by the
+    portal with that job. None when no run left one, or it asked for something else."""
+    earlier = store.state(data_key).get("job")
+    if not isinstance(earlier, dict) or not isinstance(earlier.get("spec"), dict):
+        return None
+    if without_uploads(earlier["spec"]) != without_uploads(spec):
+        return None
+    try:
+        return portal.create_job(earlier["spec"], str(earlier.get("key")))
+    except APIError:
+        return None  # its key has expired, or that run never made the job: this run makes it
+
+
+def submitted(portal: Client, args: argparse.Namespace, spec: dict[str, Any], model_path: Path | None) -> Job:
+    """The job, made once: its files uploaded (resumed where a run left them), then created under an
+    Idempotency-Key kept with the data's resume state, so that a run after one that broke in between hears of
+    the job that one made instead of making another."""
+    store, location, path = ResumeStore(), spec["data"]["location"], Path(args.data)
+    data_key = "" if location else resume_key(portal.url, path, path.stat().st_size, path.stat().st_mtime_ns)
+    if data_key and (job := made_before(portal, store, data_key, spec)):
+        store.forget(data_key)
+        return job
+    uploaded, model = None, None
+    if not location:
+        uploaded = upload_with_bar(portal, path, args.chunk_size, store)
+        spec["data"]["upload"] = uploaded.upload_id
+    if model_path:
+        model = upload_with_bar(portal, model_path, args.chunk_size, store)
+        spec["work"]["model_upload"] = model.upload_id
+    key = new_key()
+    if uploaded:
+        store.note(uploaded.key, job={"key": key, "spec": spec})
+    try:
+        job = portal.create_job(spec, key)
+    except APIError as error:
+        if uploaded and (error.field or "").startswith("data"):
+            store.forget(uploaded.key)  # the portal no longer takes that upload: the next run sends the file
+        raise
+    for done in (uploaded, model):
+        if done:
+            store.forget(done.key)  # a job's data now; the same file again is a new upload
+    return job
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
     if args.output and not args.wait:
         raise Failure("-o needs --wait (or run e31 download later).")
     if args.model and args.model_from:
         raise Failure("Give the model one way: --model or --model-from.")
-    store = ResumeStore()
-    location, credentials, model_credentials, uploaded, model = "", None, None, None, None
+    location, credentials, model_credentials = "", None, None
     if "://" in args.data or args.on_server:
         location = args.data
     model_location = args.model if args.model and "://" in args.model else ""
@@ -516,22 +596,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     spec = submit_spec(args, location, credentials, given_model)
     with connect() as portal:
         to_upload = {field for field, pending in (("data", not location), ("work.model_upload", model_path)) if pending}
-        job = check_first(portal, spec, to_upload)
-        if not location:
-            uploaded = upload_with_bar(portal, path, args.chunk_size, store)
-            spec["data"]["upload"] = uploaded.upload_id
-        if model_path:
-            model = upload_with_bar(portal, model_path, args.chunk_size, store)
-            spec["work"]["model_upload"] = model.upload_id
-        try:
-            job = job or portal.create_job(spec)
-        except APIError as error:
-            if uploaded and (error.field or "").startswith("data"):
-                store.forget(uploaded.key)  # the portal no longer takes that upload: the next run sends the file
-            raise
-        for done in (uploaded, model):
-            if done:
-                store.forget(done.key)  # a job's data now; the same file again is a new upload
+        job = check_first(portal, spec, to_upload) or submitted(portal, args, spec, model_path)
         if model_path and Path(args.model).is_dir():
             pack.discard(model_path)
         request = job.get("request") or {}
@@ -566,9 +631,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
                 str(job.get("created", ""))[:16].replace("T", " "),
             )
         )
-    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
-    for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    print_table(rows)
     if page.get("count", 0) > len(page["results"]):
         say(f"{len(page['results'])} of {page['count']} jobs; --limit shows more.")
     return 0
@@ -628,7 +691,15 @@ def cmd_ledger(args: argparse.Namespace) -> int:
 
 def cmd_estimate(args: argparse.Namespace) -> int:
     with connect() as portal:
-        print(json.dumps(portal.estimate(args.id, args.gpus), indent=2))
+        answer = portal.estimate(args.id, args.gpus)
+    if args.json:
+        print(json.dumps(answer, indent=2))
+        return 0
+    print(measured_text(answer))
+    rows = [("PASS", "GPUS", "EXPECTED TIME", "GPU-HOURS", "EXPECTED COST", "ASK FOR")]
+    rows += [estimate_row(shape["shape"], shape) for shape in answer["shapes"]]
+    rows.append(estimate_row(f"--gpus {args.gpus}" if args.gpus else "as sampled", answer["estimate"]))
+    print_table(rows)
     return 0
 
 
@@ -765,7 +836,8 @@ def build_parser() -> Parser:
 
     estimate = commands.add_parser("estimate", help="a finished sample's estimate of the full pass")
     estimate.add_argument("id", type=int)
-    estimate.add_argument("--gpus", type=int)
+    estimate.add_argument("--gpus", type=int, help="the GPUs of the pass (the sample's request by default)")
+    estimate.add_argument("--json", action="store_true", help="the portal's answer as it is")
     estimate.set_defaults(run=cmd_estimate)
 
     full_pass = commands.add_parser("pass", help="run the full pass a finished sample sized")

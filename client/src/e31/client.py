@@ -1,10 +1,12 @@
 """`e31.Client`: one method for each route of the portal's API (docs/api.md), over one HTTP connection
 pool. Every answer of 400 or more raises APIError with the portal's code and sentence; a 429 is
-waited out (its Retry-After) and asked again, a bounded number of times."""
+waited out (its Retry-After) and asked again, a bounded number of times. Every create is sent under an
+Idempotency-Key: a connection lost before its answer is asked again with the key, and makes nothing twice."""
 
 import importlib.metadata
 import logging
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,7 @@ from e31.config import normalise_url
 from e31.download import download_file
 from e31.errors import APIError, error_of
 from e31.schema import ENDED, Event, Job, Page, UploadOffset
-from e31.upload import FileSpan, backoff, metadata, upload_file
+from e31.upload import FileSpan, backoff, metadata, upload_file, wait_to_retry
 
 log = logging.getLogger("e31")
 
@@ -26,6 +28,11 @@ except importlib.metadata.PackageNotFoundError:  # a source tree that was not in
     VERSION = "0+unknown"
 TUS_VERSION = "1.0.0"
 CHUNK_TYPE = "application/offset+octet-stream"
+
+
+def new_key() -> str:
+    """An Idempotency-Key for one create."""
+    return str(uuid.uuid4())
 
 
 def retry_after(value: str | None, default: float = 1.0) -> float:
@@ -116,11 +123,13 @@ class Client:
         timeout: float = 60.0,
         max_throttled: int = 5,
         max_throttle_wait: float = 120.0,
+        retries: int = 4,
         transport: httpx.BaseTransport | None = None,
     ):
         self.url = normalise_url(url)
         self.max_throttled = max_throttled
         self.max_throttle_wait = max_throttle_wait
+        self.retries = retries
         self._http = httpx.Client(
             headers={"Authorization": f"Bearer {token}", "User-Agent": f"e31/{VERSION}"},
             timeout=httpx.Timeout(timeout, connect=10.0),
@@ -188,6 +197,19 @@ class Client:
     def _json(self, method: str, path: str, **kwargs: Any) -> Any:
         return json_of(self.send(method, self.api_url(path), **kwargs))
 
+    def _create(self, path: str, key: str | None, **kwargs: Any) -> httpx.Response:
+        """A POST that makes something, under the Idempotency-Key `key` (a new one unless given): a connection
+        lost before the answer is asked again with the same key, up to `retries` times in a row, and the portal
+        answers as it did the first time."""
+        headers = {**kwargs.pop("headers", {}), "Idempotency-Key": key or new_key()}
+        failures = 0
+        while True:
+            try:
+                return self.send("POST", self.api_url(path), headers=headers, **kwargs)
+            except httpx.TransportError as error:
+                failures += 1
+                wait_to_retry(error, failures, self.retries, f"Making {path}")
+
     def pages(self, path: str, params: dict[str, Any] | None = None, page_size: int = 100) -> Iterator[Any]:
         """Every result of a paginated route, page after page, newest first."""
         page: Page = self._json("GET", path, params={**(params or {}), "page_size": page_size})
@@ -208,11 +230,11 @@ class Client:
 
     # Uploads (tus 1.0): the protocol's steps; upload() runs them with resume.
 
-    def create_upload(self, length: int, filename: str) -> str:
+    def create_upload(self, length: int, filename: str, key: str | None = None) -> str:
         """A new upload of `length` bytes; its absolute URL (the Location, whose last part is its id)."""
-        response = self.send(
-            "POST",
-            self.api_url("uploads/"),
+        response = self._create(
+            "uploads/",
+            key,
             headers={"Tus-Resumable": TUS_VERSION, "Upload-Length": str(length), "Upload-Metadata": metadata(filename)},
         )
         location = response.headers.get("Location")
@@ -221,11 +243,13 @@ class Client:
         return urljoin(str(response.url), location)
 
     def upload_offset(self, upload_url: str) -> UploadOffset:
-        """The bytes the portal has confirmed for an upload, and its length (tus HEAD)."""
+        """The bytes the portal has confirmed for an upload, its length, and the CRC-32 of those bytes (tus HEAD,
+        with the portal's Upload-Offset-Checksum)."""
         response = self.send("HEAD", upload_url, headers={"Tus-Resumable": TUS_VERSION})
         return {
             "offset": int(response.headers["Upload-Offset"]),
             "length": int(response.headers.get("Upload-Length", -1)),
+            "checksum": response.headers.get("Upload-Offset-Checksum"),
         }
 
     def upload_chunk(self, upload_url: str, offset: int, chunk: bytes | FileSpan, checksum: str) -> int:
@@ -253,9 +277,9 @@ class Client:
 
     # Jobs.
 
-    def create_job(self, spec: dict[str, Any]) -> Job:
-        """A new job (the body is job_spec()'s); 201 with the job."""
-        return self._json("POST", "jobs/", json=spec)
+    def create_job(self, spec: dict[str, Any], key: str | None = None) -> Job:
+        """A new job (the body is job_spec()'s); 201 with the job. The same `key` again answers with this job."""
+        return json_of(self._create("jobs/", key, json=spec))
 
     def check_job(self, spec: dict[str, Any]) -> dict[str, Any]:
         """The portal's dry run of create_job: every check it makes, nothing made. The job as it would be made
@@ -286,10 +310,12 @@ class Client:
     def estimate(self, job_id: int, gpus: int | None = None) -> dict[str, Any]:
         return self._json("GET", f"jobs/{job_id}/estimate/", params={"gpus": gpus})
 
-    def start_pass(self, sample_id: int, request: dict[str, Any], retention: dict[str, Any] | None = None) -> Job:
+    def start_pass(
+        self, sample_id: int, request: dict[str, Any], retention: dict[str, Any] | None = None, key: str | None = None
+    ) -> Job:
         """The full pass of a finished sample (request_spec() for `request`); the new job."""
         body = {"request": request, "retention": retention or {"staged_days": 0, "output_days": None}}
-        return self._json("POST", f"jobs/{sample_id}/pass/", json=body)
+        return json_of(self._create(f"jobs/{sample_id}/pass/", key, json=body))
 
     def receipt(self, job_id: int) -> dict[str, Any]:
         return self._json("GET", f"jobs/{job_id}/receipt/")
@@ -360,9 +386,9 @@ class Client:
     def webhooks(self) -> Any:
         return self._json("GET", "webhooks/")
 
-    def create_webhook(self, url: str) -> dict[str, Any]:
-        """A new endpoint of the organisation; its secret is in this answer only."""
-        return self._json("POST", "webhooks/", json={"url": url})
+    def create_webhook(self, url: str, key: str | None = None) -> dict[str, Any]:
+        """A new endpoint of the organisation; its secret is in this answer (and its replays under `key`) only."""
+        return json_of(self._create("webhooks/", key, json={"url": url}))
 
     def delete_webhook(self, webhook_id: int | str) -> None:
         self.send("DELETE", self.api_url(f"webhooks/{webhook_id}/"))

@@ -77,3 +77,4 @@ class Event(TypedDict):
 class UploadOffset(TypedDict):
     offset: int
     length: int
+    checksum: str | None  # the CRC-32 of the bytes up to `offset`, as upload.checksum writes it; None if not given

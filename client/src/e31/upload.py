@@ -4,10 +4,14 @@ The file is read one chunk at a time at its offset, so memory stays at a chunk w
 size; each chunk goes with its CRC-32, and the portal keeps only a chunk that arrived whole. The
 upload's URL is remembered in the user's cache folder under (server, absolute path, size, mtime):
 the same command run again after a dropped network or a Ctrl-C asks the portal for the offset it
-confirmed and goes on from there, or starts over when the portal says the upload is gone.
+confirmed and goes on from there, or starts over when the portal says the upload is gone. Size and
+mtime do not prove the bytes are the same (an edit can keep both), so before it goes on, the client reads
+the file up to that offset, a block at a time, and compares its CRC-32 with the portal's of the bytes it
+has; when they differ, or the portal gives none, it discards that upload and starts over, saying why.
 """
 
 import base64
+import contextlib
 import hashlib
 import json
 import logging
@@ -96,10 +100,21 @@ class ResumeStore:
         return self.folder / f"{key}.json"
 
     def get(self, key: str) -> str | None:
+        return self.state(key).get("url")
+
+    def state(self, key: str) -> dict:
+        """All that is remembered of the upload (its URL and what put() and note() added); {} for none."""
         try:
-            return json.loads(self._path(key).read_text(encoding="utf-8"))["url"]
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
+            state = json.loads(self._path(key).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return state if isinstance(state, dict) and isinstance(state.get("url"), str) else {}
+
+    def note(self, key: str, **facts: object) -> None:
+        """Add `facts` to a remembered upload's state."""
+        state = self.state(key)
+        if state:
+            self.put(key, **{**state, **facts})
 
     def put(self, key: str, url: str, **facts: object) -> None:
         self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -141,7 +156,7 @@ def upload_file(
     stat = path.stat()
     size = stat.st_size
     key = resume_key(client.url, path, size, stat.st_mtime_ns)
-    url, offset = _resumed(client, store, key)
+    url, offset = _resumed(client, store, key, path)
     resumed_from = offset if url else None
     if url is None:
         url = client.create_upload(size, path.name)
@@ -154,20 +169,48 @@ def upload_file(
     return Uploaded(url.rstrip("/").rsplit("/", 1)[-1], url, key, size, resumed_from, sent)
 
 
-def _resumed(client: "Client", store: ResumeStore, key: str) -> tuple[str | None, int]:
+def _resumed(client: "Client", store: ResumeStore, key: str, path: Path) -> tuple[str | None, int]:
     """The remembered upload of this file and the offset the portal confirmed; (None, 0) when there is
-    none, or the portal no longer has it."""
+    none, the portal no longer has it, or what it has is not the file's beginning (said, and discarded)."""
     url = store.get(key)
     if url is None:
         return None, 0
     try:
-        return url, client.upload_offset(url)["offset"]
+        found = client.upload_offset(url)
     except APIError as error:
         if error.status not in GONE:
             raise
-    log.info("The portal no longer has the earlier upload of this file; starting over.")
+        log.info("The portal no longer has the earlier upload of this file; starting over.")
+        store.forget(key)
+        return None, 0
+    offset, theirs = found["offset"], found["checksum"]
+    if offset == 0 or theirs == prefix_checksum(path, offset):
+        return url, offset
+    if theirs is None:
+        log.warning(
+            "The portal cannot say what its %s bytes of %s hold, so the upload starts over.", f"{offset:,}", path.name
+        )
+    else:
+        log.warning(
+            "%s changed since its upload began: its first %s bytes are not those the portal has, "
+            "so the upload starts over.",
+            path.name,
+            f"{offset:,}",
+        )
     store.forget(key)
+    with contextlib.suppress(APIError):  # else the portal keeps the stale bytes until the upload expires
+        client.delete_upload(url)
     return None, 0
+
+
+def prefix_checksum(path: Path, length: int) -> str | None:
+    """The CRC-32 of the file's first `length` bytes, as the portal gives it for the bytes it has (read a block at
+    a time); None when the file is shorter."""
+    with path.open("rb") as handle:
+        try:
+            return checksum(FileSpan(path, handle.fileno(), 0, length))
+        except OSError:
+            return None
 
 
 class FileSpan:

@@ -94,6 +94,37 @@ def test_it_takes_a_chunk_with_its_crc32_as_the_e31_client_sends_it(partner_clie
     assert upload_of(url).path.read_bytes() == data
 
 
+def crc32_header(data: bytes) -> str:
+    return "crc32 " + b64(zlib.crc32(data).to_bytes(4, "big"))
+
+
+def test_it_answers_the_crc32_of_the_bytes_it_has_however_each_chunk_came(partner_client):
+    url = created(partner_client)
+    assert partner_client.head(url, **TUS)["Upload-Offset-Checksum"] == crc32_header(b"")
+    # The page's chunks come with their SHA-256, the client's with their CRC-32, another tus client's with none.
+    chunks = [(0, 1000, "computed"), (1000, 4096, "crc32"), (5096, 1, None), (5097, 70_000, "computed")]
+    for start, length, checksum in chunks:
+        chunk = DATA[start : start + length]
+        response = send(
+            partner_client, url, start, chunk, checksum=crc32_header(chunk) if checksum == "crc32" else checksum
+        )
+        assert response["Upload-Offset-Checksum"] == crc32_header(DATA[: start + length])
+    refused = send(partner_client, url, 75_097, DATA[75_097:76_000], checksum="crc32 AAAAAA==")
+    assert refused.status_code == 460
+    assert partner_client.head(url, **TUS)["Upload-Offset-Checksum"] == crc32_header(DATA[:75_097])
+    resumable.write_chunk(upload_of(url), "75097", io.BytesIO(DATA[75_097:75_600]), "1000", "")  # cut off
+    assert partner_client.head(url, **TUS)["Upload-Offset-Checksum"] == crc32_header(DATA[:75_600])
+
+
+def test_an_upload_begun_before_its_crc32_was_kept_answers_none(partner_client):
+    url = created(partner_client)
+    send(partner_client, url, 0, DATA[:1000])
+    Upload.objects.filter(pk=upload_of(url).pk).update(crc32=None)
+    send(partner_client, url, 1000, DATA[1000:2000])
+    head = partner_client.head(url, **TUS)
+    assert head["Upload-Offset"] == "2000" and "Upload-Offset-Checksum" not in head
+
+
 @pytest.mark.parametrize(
     ("checksum", "message"),
     [

@@ -1,9 +1,11 @@
 """The job form's resumable upload in a real browser (Chromium): it survives a dropped network and a
-reload, and the finished upload becomes the job's data.
+reload, and the finished upload becomes the job's data; a file changed since part of it was sent starts
+over rather than resume onto the old bytes.
 
 Needs Debian's `chromium`; CI installs it and sets E31_BROWSER_TESTS=1, so there it cannot skip."""
 
 import hashlib
+import os
 import re
 
 import pytest
@@ -71,3 +73,30 @@ def test_an_upload_survives_a_dropped_network_and_a_reload(
     assert job.state == State.SUCCEEDED, job.error
     assert job.input_sha256 == hashlib.sha256(dataset.read_bytes()).hexdigest()
     assert not Upload.objects.exists()
+
+
+def test_a_file_changed_since_part_of_it_was_sent_starts_over(browser, live_server, settings, partner, dataset):
+    settings.E31_UPLOAD_CHUNK_BYTES = 128 * 1024
+    page = logged_in_page(browser, live_server.url)
+    page.goto(f"{live_server.url}/jobs/new/")
+    network = Network(page)
+    network(SLOW)
+    page.set_input_files("input[name=data]", str(dataset))
+    wait_for(lambda: Upload.objects.filter(offset__gt=0).exists(), what="a first chunk confirmed")
+    page.reload()
+    earlier = Upload.objects.get()
+    before = dataset.stat()
+    edited = bytearray(dataset.read_bytes())
+    edited[edited.index(b"record number 7 ")] = ord("R")  # in the first chunk, which the portal has
+    dataset.write_bytes(edited)
+    os.utime(dataset, ns=(before.st_atime_ns, before.st_mtime_ns))  # the same name, size and date to the page
+
+    page.set_input_files("input[name=data]", str(dataset))
+    told = "(started over: the file changed since part of it was uploaded)"
+    wait_for(lambda: told in page.inner_text("#upload-status"), what="the page to say why it starts over")
+    network(FAST)
+    state_is(page, "done")
+    upload = Upload.objects.get()
+    assert upload.pk != earlier.pk, "the earlier upload was discarded, not resumed"
+    assert upload.complete and upload.path.read_bytes() == edited
+    assert "records.csv is uploaded" in page.inner_text("#upload-status")
