@@ -390,6 +390,11 @@ def _create(**fields) -> Job:
     return job
 
 
+def no_pass_needed(sample: Job) -> str:
+    """What a sample that ran over every record says of its pass, wherever it is asked for."""
+    return f"Sample {sample.pk} ran over every record: its output is the whole result; no pass is needed."
+
+
 def submit_pass(sample: Job, user, request: Request, retention: Retention) -> Job:
     """The full pass a sample was run for: the same work on all of the data, whose staged copy it
     takes over from the sample (the data is not staged again), cut into shards sized by the sample."""
@@ -398,6 +403,8 @@ def submit_pass(sample: Job, user, request: Request, retention: Retention) -> Jo
     if not sample.staged_path or sample.staged_purged_at:
         gone = f"The staged copy of sample {sample.pk} is gone (purged, or used by a pass); submit the data again."
         raise SubmitError("sample", gone)
+    if sample.sample_was_whole:  # the same work again, billed again, for the same output
+        raise SubmitError("sample", no_pass_needed(sample))
     checks = _Checks()
     gpus_hours = checks.run(_check_request, request, sample.work)
     deadline = checks.run(_check_deadline, request.deadline)

@@ -1,7 +1,11 @@
 """A sample through the API, its estimate and the full pass it sized: the estimate is the page's (JobFacts), the
 pass takes the sample's staged copy over; a job that is no finished sample is a conflict, in the page's words."""
 
+import html
+import re
+
 import pytest
+from django.core.management import CommandError, call_command
 
 from jobs.facts import JobFacts
 from jobs.models import Job, State
@@ -139,3 +143,21 @@ def test_a_pass_is_refused_in_the_services_words(partner_api, organisation, onli
         "request.gpus", "request.hours", "request.deadline", "retention.staged_days",
     ]  # fmt: skip
     assert Job.objects.count() == 1
+
+
+def test_a_pass_after_a_sample_that_ran_over_every_record_is_refused_at_every_door(
+    partner_api, partner_client, organisation, partner, online_slots
+):
+    sample = finished_sample(organisation)
+    sample.sample_result = {**sample.sample_result, "records": 36_000}  # every one of its 36,000 records
+    sample.save()
+    said = f"Sample {sample.pk} ran over every record: its output is the whole result; no pass is needed."
+    answer = post(partner_api, f"/api/v1/jobs/{sample.pk}/pass/", {"request": {"gpus": 1, "hours": 1}})
+    assert answer.status_code == 409, "as for any job that is no sample to pass from"
+    assert answer.json()["error"]["message"] == said
+    page = partner_client.post(f"/jobs/{sample.pk}/pass/", {"gpus": "1", "hours": "1", "retention": "delete"})
+    assert said in html.unescape(page.content.decode())
+    with pytest.raises(CommandError, match=re.escape(f"Refused: {said}")):
+        call_command("submit", "--org", organisation.slug, "--as", partner.username, "--from-sample", str(sample.pk),
+                     "--gpus", "1", "--hours", "1")  # fmt: skip
+    assert Job.objects.count() == 1, "nothing made, nothing billed"

@@ -155,5 +155,5 @@ def test_after_a_sample_it_says_to_run_the_pass_unless_the_sample_ran_over_every
         "Sample 9 sized the full pass: e31 estimate 9, then e31 pass 9 --gpus N."
     )
     assert cli.sample_hint({"id": 9, "sample": {"result": {**measured, "records": 36_000}}}) == (
-        "Sample 9 ran over all 36,000 records: its output is the whole result; no pass is needed."
+        "Sample 9 ran over every record: its output is the whole result; no pass is needed."
     )

@@ -174,7 +174,7 @@ def test_the_cli_says_a_sample_that_ran_over_every_record_needs_no_pass(fleet, o
     )  # fmt: skip
     sample = Job.objects.get()
     assert sample.sample_was_whole
-    whole = f"Sample {sample.pk} ran over every record: its output is the whole result; no pass needed."
+    whole = f"Sample {sample.pk} ran over every record: its output is the whole result; no pass is needed."
     assert whole in err.getvalue()
     assert "--from-sample" not in err.getvalue()
 

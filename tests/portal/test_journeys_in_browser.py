@@ -15,6 +15,7 @@ from jobs import services
 from jobs.models import Job, State
 from jobs.spec import Data, JobSpec, NamedFile, Request, Work
 from portal.models import Application
+from tests.client.world import grown_csv
 from tests.datasets import csv_bytes
 from tests.screens import look
 from tests.support import EXAMPLE, ids_from, needs_chromium, state_is, submit_example, wait_for, wait_for_end
@@ -145,6 +146,10 @@ def test_a_new_partner_applies_is_accepted_and_runs_a_first_job_to_its_receipt(
     dataset = tmp_path / "customers.csv"
     download.value.save_as(dataset)
     assert dataset.read_bytes() == EXAMPLE.read_bytes()
+    # Their own data is bigger than a sample takes (E31_SAMPLE_MAX_RECORDS), so the sample sizes a pass: one
+    # that ran over every record would be the whole result, and its pass refused.
+    (tmp_path / "theirs").mkdir()
+    dataset = grown_csv(tmp_path / "theirs" / "customers.csv", 10 * 1024 * 1024)
 
     applicant.get_by_role("link", name="New job").first.click()
     look(applicant, "job-new")
@@ -160,6 +165,7 @@ def test_a_new_partner_applies_is_accepted_and_runs_a_first_job_to_its_receipt(
     applicant.wait_for_url(re.compile(r"/jobs/\d+/$"))
     sample = wait_for_end(Job.objects.get(kind=Job.Kind.SAMPLE), timeout=120)
     assert sample.state == State.SUCCEEDED, sample.error
+    assert not sample.sample_was_whole, sample.sample_result
     applicant.wait_for_selector("form.pass-form", timeout=30_000)  # brought in when the page saw the sample end
     look(applicant, "sample-done")
 

@@ -726,7 +726,7 @@ def sample_hint(job: dict[str, Any]) -> str:
     result = (job.get("sample") or {}).get("result") or {}
     total = result.get("records_total")
     if total and result.get("records", 0) >= total:
-        return f"Sample {job['id']} ran over all {total:,} records: its output is the whole result; no pass is needed."
+        return f"Sample {job['id']} ran over every record: its output is the whole result; no pass is needed."
     return f"Sample {job['id']} sized the full pass: e31 estimate {job['id']}, then e31 pass {job['id']} --gpus N."
 
 

@@ -284,7 +284,7 @@ class Command(BaseCommand):
                 f"{cost}; ask for --hours {found.hours}"
             )
         if job.sample_was_whole:
-            self.stderr.write(f"Sample {job.pk} ran over every record: its output is the whole result; no pass needed.")
+            self.stderr.write(services.no_pass_needed(job))
         else:
             self.stderr.write(
                 f"Run the full pass with: submit --org {job.organisation.slug} --as {job.created_by.get_username()} "

@@ -174,4 +174,5 @@ def test_a_sample_that_ran_over_every_record_says_its_output_is_the_whole_result
     result = {**part.sample_result, "records": 36_000}
     complete = finished_sample(organisation, sample_result=result)
     page = client_for(partner).get(f"/jobs/{complete.pk}/").content.decode()
-    assert whole in page and "Run the full pass" in page, "said, and the pass still offered"
+    assert whole in page and "No pass is needed" in page
+    assert "Run the full pass" not in page, "no pass offered: it would be refused"
