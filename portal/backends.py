@@ -3,7 +3,7 @@ operators' accounts have an email beside their username. Either one logs in. Bef
 failed too many logins this hour, across usernames, is refused (AddressLimit)."""
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.backends import BaseBackend, ModelBackend
+from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.signals import user_login_failed
 from django.core.exceptions import PermissionDenied
 from django.dispatch import receiver
@@ -11,16 +11,16 @@ from django.dispatch import receiver
 from portal import throttling
 
 
-class AddressLimit(BaseBackend):
+class AddressLimit:
     """Refuses every login from an address past E31_LOGIN_FAILURES_PER_ADDRESS_PER_HOUR failures, the right
-    password too, and has the lockout page say so (axes' middleware draws it: portal.views.locked_out)."""
+    password too, and has the lockout page say so (axes' middleware draws it: portal.views.locked_out). It only
+    refuses: with no get_user, a session is never its (as axes' own backend)."""
 
     def authenticate(self, request, **credentials):
         if request is not None and throttling.login_failures_wait(request):
             request.axes_locked_out = True
             request.address_locked_out = True
             raise PermissionDenied
-        return None
 
 
 @receiver(user_login_failed)
