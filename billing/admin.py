@@ -16,6 +16,7 @@ from django.utils.html import format_html
 from billing.metering import record_correction
 from billing.models import LedgerEntry, RateCard, RetentionPolicy
 from jobs.models import Allocation, Gpu, Job
+from portal import units
 
 # A card whose start the operator left at the form's "now" may be saved a little later; it starts then.
 FORM_OPEN = timedelta(minutes=30)
@@ -151,7 +152,7 @@ class LedgerEntryAdmin(admin.ModelAdmin):
 
     @admin.display(description="Amount", ordering="amount")
     def charged(self, entry: LedgerEntry) -> str:
-        return f"{entry.amount} {entry.currency}"
+        return units.money(entry.amount, entry.currency)
 
     @admin.display(description="Entry (sha256)")
     def entry(self, entry: LedgerEntry) -> str:
@@ -192,9 +193,8 @@ class LedgerEntryAdmin(admin.ModelAdmin):
                 form.add_error(None, error)
             else:
                 self.log_addition(request, entry, f"Correction of job #{entry.job_id}: {entry.reason}")
-                messages.success(
-                    request, f"Job #{entry.job_id}: {entry.amount} {entry.currency} recorded, entry {entry.short_hash}."
-                )
+                recorded = units.money(entry.amount, entry.currency)
+                messages.success(request, f"Job #{entry.job_id}: {recorded} recorded, entry {entry.short_hash}.")
                 return redirect("admin:billing_ledgerentry_changelist")
         context = {
             **self.admin_site.each_context(request),

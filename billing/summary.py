@@ -11,7 +11,8 @@ from django.db.models.functions import TruncMonth
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from billing.models import MONEY, LedgerEntry
+from billing.models import LedgerEntry
+from portal import units
 
 CHART_MONTHS = 12
 WIDTH, HEIGHT, LABELS = 640, 170, 44  # the chart's box, and the room under the bars for their month and year
@@ -66,12 +67,12 @@ def bar_chart(months: list[Month]) -> SafeString:
                 f"{HEIGHT - LABELS - tall:.1f}",
                 f"{slot * 0.7:.1f}",
                 f"{tall:.1f}",
-                f"{month.start:%Y-%m}: {month.amount.quantize(MONEY)} {currency}",
+                f"{month.start:%Y-%m}: {units.money(month.amount, currency)}",
                 f"{x + slot * 0.35:.1f}",
                 f"{HEIGHT - LABELS + 14}",
                 f"{month.start:%b}",
                 f"{HEIGHT - LABELS - tall - 4:.1f}",
-                f"{month.amount.quantize(MONEY)}",
+                f"{units.hundredths(month.amount)}",
                 f"{month.start:%Y}",
             )
         )

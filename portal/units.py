@@ -1,8 +1,10 @@
-"""Sizes and prices as the product shows them. Sizes in decimal units everywhere (MB/s, the per-GB
+"""Sizes, money and hours as the product shows them. Sizes in decimal units everywhere (MB/s, the per-GB
 staging rate, the upload page's figures), so one file reads the same on every page and a ledger's
-bytes times its rate is its amount: Django's filesizeformat counts in 1024s under the same names."""
+bytes times its rate is its amount: Django's filesizeformat counts in 1024s under the same names.
+Amounts in cents with thousands separators and the currency after (1,234.56 USD), hours held to the
+hundredth (1.25): pages, emails and the CLI alike; the exports keep the ledger's exact figures."""
 
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 
 UNITS = ("kB", "MB", "GB", "TB", "PB")
 BINARY_UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB")  # only where a limit was set in them
@@ -47,3 +49,30 @@ def rate(price: Decimal) -> str:
     """A price per unit to its last significant decimal, at least cents: 3.60, 0.005, 12.125."""
     cents = Decimal("0.01")
     return str(price.quantize(cents) if price == price.quantize(cents) else price.normalize())
+
+
+CENT = Decimal("0.01")
+
+
+def hundredths(value: Decimal | float | int | str | None) -> str:
+    """A figure to the hundredth with thousands separators: 1,234.56; under a hundredth, not 0: < 0.01."""
+    if value is None or value == "":
+        return "–"
+    figure = Decimal(str(value))
+    if figure and abs(figure) < CENT:
+        return "< 0.01" if figure > 0 else "> -0.01"
+    return f"{figure.quantize(CENT, ROUND_HALF_UP):,}"
+
+
+def money(amount: Decimal | float | int | str | None, currency: str = "") -> str:
+    """1,234.56 USD; a credit -3.60 USD; under a cent, < 0.01 USD."""
+    if amount is None or amount == "":
+        return "–"
+    return f"{hundredths(amount)} {currency}".rstrip()
+
+
+def price(per_unit: Decimal | str, currency: str) -> str:
+    """A rate: at least cents, more where the rate has them (0.005 USD), thousands separated."""
+    figure = Decimal(str(per_unit))
+    shown = figure.quantize(CENT) if figure == figure.quantize(CENT) else figure.normalize()
+    return f"{shown:,} {currency}"

@@ -19,7 +19,11 @@
   const cost = form.querySelector("[data-cost]");
   const warning = form.querySelector("[data-fleet-warning]");
   // Four decimals, as the ledger writes amounts: a job of 0.0021 must not read 0.00.
-  const money = (amount) => `${amount.toFixed(4)} ${cost.dataset.currency}`;
+  // As the pages write an amount (portal/units.py): 1,234.56 USD; under a cent, < 0.01 USD.
+  const money = (amount) => {
+    const figure = amount > 0 && amount < 0.01 ? "< 0.01" : amount.toLocaleString("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 2 });
+    return `${figure} ${cost.dataset.currency}`;
+  };
 
   function updateCost() {
     const gpus = parseInt(form.elements.gpus.value, 10);

@@ -58,12 +58,12 @@ def test_an_operator_records_a_credit_as_an_entry_of_its_own(ended_job, operator
     assert credit.previous_hash == written[-1]["hash"], "chained after the organisation's last entry"
 
     page = partner_client.get("/billing/ledger/").content.decode()
-    assert "Correction: Slot 1 stalled for five minutes" in page and "-0.5000 USD" in page
-    assert re.search(r"<tfoot>.*>0\.7000 USD</th>", page, re.S), "1.2000 held less the credit"
+    assert "Correction: Slot 1 stalled for five minutes" in page and "-0.50 USD" in page
+    assert re.search(r"<tfoot>.*>0\.70 USD</th>", page, re.S), "1.20 held less the credit"
     receipt = partner_client.get(f"/billing/receipts/{ended_job.pk}/").content.decode()
     assert "Correction: Slot 1 stalled for five minutes" in receipt
     assert f'<code class="hash" title="HMAC-SHA256 {credit.hash}">{credit.hash[:12]}…</code>' in receipt
-    assert '<th class="num when">0.7000 USD</th>' in receipt
+    assert '<th class="num when">0.70 USD</th>' in receipt
 
     rows = list(csv.DictReader(io.StringIO(partner_client.get("/billing/ledger.csv").getvalue().decode())))
     assert rows[0] | {"held_from": "", "held_to": ""} == {
@@ -80,9 +80,9 @@ def test_the_job_page_costs_what_the_receipt_adds_up_after_a_credit(ended_job, o
         page = partner_client.get(f"/jobs/{ended_job.pk}/").content.decode()
         return re.search(r"<dt>Cost</dt><dd>(.*?) <small><a", page, re.S)[1]
 
-    assert cost() == "1.2000 USD", "the hold alone: staging was free"
+    assert cost() == "1.20 USD", "the hold alone: staging was free"
     assert client_for(operator).post(CORRECT, correction(ended_job)).status_code == 302
-    assert cost() == '0.7000 USD <small class="muted">(hold 1.2000, correction -0.5000)</small>'
+    assert cost() == '0.70 USD <small class="muted">(hold 1.20 USD, correction -0.50 USD)</small>'
 
 
 def test_a_second_correction_of_one_job_is_another_entry(ended_job, operator):

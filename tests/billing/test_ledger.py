@@ -10,6 +10,7 @@ from decimal import Decimal
 
 import pytest
 from django.utils import timezone
+from django.utils.html import escape
 
 from billing.anchor import head_of
 from billing.metering import meter_for, price
@@ -17,6 +18,7 @@ from billing.models import LedgerEntry, RateCard
 from jobs import lifecycle
 from jobs.models import Gpu, Job, State
 from jobs.signals import staging_finished
+from portal import units
 from tests.factories import make_job
 from tests.support import client_for
 
@@ -152,7 +154,7 @@ def test_it_shows_the_ledger_read_only_to_operators(running_job, operator):
     client = client_for(operator)
     entry = LedgerEntry.objects.get()
     listed = client.get("/admin/billing/ledgerentry/").content.decode()
-    assert f"{entry.held_from:%Y-%m-%d %H:%M:%S} → " in listed and f"{entry.amount} USD" in listed
+    assert f"{entry.held_from:%Y-%m-%d %H:%M:%S} → " in listed and escape(units.money(entry.amount, "USD")) in listed
     assert '<td class="field-what">CPU slot hold</td>' in listed and "GPU hold" not in listed, "it held CPU slots"
     Gpu.objects.filter(allocations__job=running_job).update(kind=Gpu.Kind.GPU)
     assert '<td class="field-what">GPU hold</td>' in client.get("/admin/billing/ledgerentry/").content.decode()
@@ -237,8 +239,8 @@ def test_the_ledger_page_adds_amounts_up_per_currency_and_shows_rates_to_their_l
         began = start + timedelta(days=day, hours=1)
         staging_finished.send(sender=Job, job=job, size=size, started=began, finished=began + timedelta(seconds=5))
     page = partner_client.get("/billing/ledger/").content.decode()
-    assert "0.005 USD/GB" in page and "0.0125 EUR/GB" in page
-    assert re.search(r"<tfoot>.*0\.0500 EUR<br>0\.0100 USD</th>", page, re.S), page
+    assert "0.005 USD per GB" in page and "0.0125 EUR per GB" in page
+    assert re.search(r"<tfoot>.*0\.05 EUR<br>0\.01 USD</th>", page, re.S), page
 
 
 def test_operators_are_warned_while_no_rate_card_is_in_force(organisation, online_slots, operator, caplog):

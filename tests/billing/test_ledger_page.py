@@ -38,7 +38,7 @@ def test_it_pages_the_entries_newest_first_with_the_totals_of_all(ledger, partne
     first = partner_client.get(LEDGER).content.decode()
     assert _jobs_listed(first) == [str(december.pk)] * 50
     assert "Page 1 of 2 · 1–50 of 55 entries" in first
-    assert "Total of all 55 entries" in first and "57.6000 USD" in first, "54 × 1 + 3.6, not the page's"
+    assert "Total of all 55 entries" in first and "57.60 USD" in first, "54 × 1 + 3.6, not the page's"
     last = partner_client.get(LEDGER, {"page": "2"}).content.decode()
     assert _jobs_listed(last) == [str(december.pk)] * 4 + [str(november.pk)]
 
@@ -47,7 +47,7 @@ def test_it_filters_by_month_and_job(ledger, partner_client):
     november, december = ledger
     page = partner_client.get(LEDGER, {"month": "2026-11"}).content.decode()
     assert _jobs_listed(page) == [str(november.pk)], "the last minute of November is November's"
-    assert "3.6000 USD</th>" in page, "the total of what is shown"
+    assert "3.60 USD</th>" in page, "the total of what is shown"
     page = partner_client.get(LEDGER, {"job": f"#{november.pk}"}).content.decode()
     assert _jobs_listed(page) == [str(november.pk)]
     page = partner_client.get(LEDGER, {"job": december.pk, "month": "2026-12", "page": "2"}).content.decode()

@@ -38,14 +38,14 @@ def test_it_lists_each_charge_and_the_total(ended_job, partner_client):
     page = partner_client.get(f"/billing/receipts/{ended_job.pk}/").content.decode()
     staging, hold = ended_job.ledger_entries.order_by("held_from")
     assert f"Receipt for job #{ended_job.pk} <small>E31-partner-lab-{ended_job.pk}</small>" in page
-    assert "Staging 2.5\xa0GB from upload" in page and "2.5 GB</td>" in page and "0.005 USD/GB" in page
-    assert staging.amount == Decimal("0.0125") and "0.0125 USD" in page
+    assert "Staging 2.5\xa0GB from upload" in page and "2.5 GB</td>" in page and "0.005 USD per GB" in page
+    assert staging.amount == Decimal("0.0125") and "0.01 USD" in page
     assert (
         "2 CPU slots held 4 min" in page
-        and f"{hold.gpu_hours:.6f} CPU slot-h" in page
-        and "3.60 USD/CPU slot-h" in page
+        and f"{units.hundredths(hold.gpu_hours)} CPU slot-hours" in page
+        and "3.60 USD per CPU slot-hour" in page
     )
-    assert f'<th class="num when">{staging.amount + hold.amount:.4f} USD</th>' in page
+    assert f'<th class="num when">{units.money(staging.amount + hold.amount, "USD")}</th>' in page
     assert "by partner" in page and "succeeded" in page and "ab" * 32 in page
     for entry in (staging, hold):
         assert f'<code class="hash" title="HMAC-SHA256 {entry.hash}">{entry.hash[:12]}…</code>' in page
@@ -55,7 +55,7 @@ def test_it_lists_each_charge_and_the_total(ended_job, partner_client):
 def test_it_names_what_the_job_held_whatever_the_fleet_has_now(ended_job, partner_client):
     Gpu.objects.update(last_seen=None)  # no slot online: the fleet would say "GPU"
     page = partner_client.get(f"/billing/receipts/{ended_job.pk}/").content.decode()
-    assert "2 CPU slots held" in page and "USD/CPU slot-h" in page and "GPU-h" not in page
+    assert "2 CPU slots held" in page and "USD per CPU slot-hour" in page and "GPU-hour" not in page
 
 
 def test_only_the_organisation_reads_it(ended_job, outsider_client, teammate, operator):

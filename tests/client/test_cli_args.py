@@ -119,10 +119,10 @@ def test_it_prints_a_receipt_whichever_way_its_totals_come():
     assert cli.receipt_totals({"totals": {"USD": "0.18", "EUR": "1"}}) == [("USD", "0.18"), ("EUR", "1")]
     assert cli.receipt_totals({"total": {"currency": "USD", "amount": "0.18"}}) == [("USD", "0.18")]
     assert cli.receipt_entries({"entries": [entry]}) == [entry]
-    assert cli.ledger_line(entry) == "job 4 hold: 2 × 90 s = 0.050000 GPU-hours × 3.6000 = 0.1800 USD"
+    assert cli.ledger_line(entry) == "job 4 hold: 2 × 90 s = 0.05 GPU-hours at 3.60 USD per GPU-hour = 0.18 USD"
     staging = {"job": 4, "kind": "staging", "gpus": 0, "seconds": 2, "bytes": 167_680_567}
     staging.update(amount="0.0000", currency="USD")
-    assert cli.ledger_line(staging) == "job 4 staging: 167.7 MB in 2 s = 0.0000 USD"
+    assert cli.ledger_line(staging) == "job 4 staging: 167.7 MB in 2 s = 0.00 USD"
 
 
 def test_it_shows_the_portals_times_in_utc():

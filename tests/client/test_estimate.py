@@ -4,6 +4,8 @@ the fleet has refused in the words a pass on them is refused in."""
 
 import json
 
+from e31 import cli
+
 from tests.factories import finished_sample
 
 
@@ -21,8 +23,9 @@ def test_it_shows_the_estimate_as_a_sentence_and_a_table(e31, organisation, onli
     rows = [("wide", answer["shapes"][0]), ("narrow", answer["shapes"][1]), ("--gpus 2", answer["estimate"])]
     assert len(lines) == 2 + len(rows)
     for line, (label, estimate) in zip(lines[2:], rows, strict=True):
-        cost = f"{estimate['cost']} {estimate['currency']}"
-        expected = [label, str(estimate["gpus"]), estimate["duration"], estimate["gpu_hours"], cost, estimate["hours"]]
+        cost = cli.money(estimate["cost"], estimate["currency"])  # as the pages write it: 3.60 USD
+        held = cli.hundredths(estimate["gpu_hours"])
+        expected = [label, str(estimate["gpus"]), estimate["duration"], held, cost, estimate["hours"]]
         assert line.startswith(label) and " ".join(line.split()) == " ".join([*expected, "h"]), line
     assert answer["estimate"]["gpus"] == 2 and answer["shapes"][0]["gpus"] == 4
     planned = e31("estimate", str(sample.pk)).stdout.splitlines()[-1]

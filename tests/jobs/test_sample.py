@@ -15,6 +15,7 @@ from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 from django.core.management import CommandError, call_command
 from django.utils import timezone
+from django.utils.html import escape
 
 from billing.models import LedgerEntry, RateCard
 from jobs import services
@@ -22,6 +23,7 @@ from jobs.models import Job, Shard, State
 from jobs.scheduling import sizing
 from jobs.spec import Request, Retention
 from jobs.workers.runner import skip_past_budget
+from portal import units
 from tests.factories import finished_sample
 from tests.support import OutputZip, job_form, wait_for_end
 
@@ -101,7 +103,7 @@ def test_a_sample_measures_the_work_and_its_pass_reuses_the_staged_copy(fleet, p
     two = sizing.estimate(result, 2)
     assert "Sample: sizing the full pass" in page
     assert f'value="{two.hours}"' in page, "the pass form is pre-filled from the estimate for the GPUs asked"
-    assert f"{two.gpu_hours}" in page and f"{two.cost} USD" in page
+    assert escape(units.hundredths(two.gpu_hours)) in page and escape(units.money(two.cost, "USD")) in page
 
     one = sizing.estimate(result, 1)
     response = partner_client.get(f"/jobs/{sample.pk}/estimate/", {"gpus": "1"}, headers={"HX-Request": "true"})

@@ -16,7 +16,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
@@ -121,6 +121,25 @@ def size_text(count: int | None) -> str:
             return f"{value:,.0f} {unit}" if unit == "B" else f"{value:,.1f} {unit}"
         value /= 1000
     return f"{value:,.1f} TB"
+
+
+def hundredths(value: object) -> str:
+    """A figure as the portal's pages write it: to the hundredth, thousands separated (1,234.56); under a
+    hundredth, not 0: < 0.01. What is no number is shown as it came."""
+    try:
+        figure = Decimal(str(value))
+    except ArithmeticError:
+        return str(value)
+    if not figure.is_finite():
+        return str(value)
+    if figure and abs(figure) < Decimal("0.01"):
+        return "< 0.01" if figure > 0 else "> -0.01"
+    return f"{figure.quantize(Decimal('0.01'), ROUND_HALF_UP):,}"
+
+
+def money(amount: object, currency: object = "") -> str:
+    """1,234.56 USD, as the pages write an amount."""
+    return f"{hundredths(amount)} {currency or ''}".rstrip()
 
 
 class Bar:
@@ -263,10 +282,11 @@ def ledger_line(entry: dict[str, Any]) -> str:
     """A ledger entry as one line: what was held, for how long, at what rate, for how much; an entry
     that held no GPU (staging) says what it moved."""
     what = f"job {entry.get('job')} {entry.get('kind', '')}".strip()
-    amount = f"{entry.get('amount')} {entry.get('currency', '')}".strip()
+    amount = money(entry.get("amount"), entry.get("currency"))
     if entry.get("gpus"):
         held = f"{entry['gpus']} × {entry.get('seconds')} s"
-        line = f"{what}: {held} = {entry.get('gpu_hours')} GPU-hours × {entry.get('rate')} = {amount}"
+        rate = f"{money(entry.get('rate'), entry.get('currency'))} per GPU-hour"
+        line = f"{what}: {held} = {hundredths(entry.get('gpu_hours'))} GPU-hours at {rate} = {amount}"
     else:
         line = f"{what}: {size_text(entry.get('bytes'))} in {entry.get('seconds')} s = {amount}"
     if entry.get("reason"):
@@ -282,7 +302,7 @@ def print_receipt(portal: Client, job_id: int) -> None:
     for entry in entries:
         print(ledger_line(entry))
     for currency, amount in receipt_totals(receipt):
-        print(f"Total: {amount} {currency}")
+        print(f"Total: {money(amount, currency)}")
 
 
 def job_summary(job: Job) -> list[str]:
@@ -304,7 +324,8 @@ def job_summary(job: Job) -> list[str]:
             f"{progress['records_total']:,} records" + (f" · {rate:,.0f} rec/s" if rate else "")
         )
     if meter.get("gpu_hours"):
-        lines.append(f"  meter    {meter['gpu_hours']} GPU-hours, {meter.get('amount')} {meter.get('currency', '')}")
+        held = f"{hundredths(meter['gpu_hours'])} GPU-hours"
+        lines.append(f"  meter    {held}, {money(meter.get('amount'), meter.get('currency'))}")
     files = (job.get("output") or {}).get("files") or []
     if files:
         lines.append("  output   " + ", ".join(file["name"] for file in files))
@@ -339,9 +360,9 @@ def measured_text(answer: dict[str, Any]) -> str:
 
 def estimate_row(label: str, estimate: dict[str, Any]) -> tuple[str, ...]:
     """One pass of an estimate as a row: its GPUs, expected time, GPU-hours and cost, and the hours to ask for."""
-    cost = "no rate set" if estimate["cost"] is None else f"{estimate['cost']} {estimate['currency']}"
+    cost = "no rate set" if estimate["cost"] is None else money(estimate["cost"], estimate["currency"])
     hours = f"{estimate['hours']} h"
-    return (label, str(estimate["gpus"]), estimate["duration"], estimate["gpu_hours"], cost, hours)
+    return (label, str(estimate["gpus"]), estimate["duration"], hundredths(estimate["gpu_hours"]), cost, hours)
 
 
 # What several commands share.
@@ -685,7 +706,7 @@ def cmd_ledger(args: argparse.Namespace) -> int:
             currency = str(entry.get("currency", ""))
             totals[currency] = totals.get(currency, Decimal(0)) + Decimal(str(entry.get("amount") or 0))
     for currency, amount in sorted(totals.items()):
-        print(f"Total: {amount} {currency}")
+        print(f"Total: {money(amount, currency)}")
     return 0
 
 

@@ -30,6 +30,7 @@ from jobs.outputs.assemble import open_output_file
 from jobs.scheduling import sizing
 from jobs.spec import Data, JobSpec, NamedFile, Request, Retention, Work
 from jobs.staging import sources
+from portal import units
 from portal.models import Organisation, organisation_for
 from portal.text import clean_name
 
@@ -278,11 +279,10 @@ class Command(BaseCommand):
             + (f", peak memory {result['peak_memory_mb']:,} MB" if result.get("peak_memory_mb") else "")
         )
         for found in estimates:
-            cost = f"{found.cost} {found.currency}" if found.cost is not None else "no rate set"
-            self.stderr.write(
-                f"  {online.count(found.gpus)}: expected {found.duration}, {found.gpu_hours} {online.noun}-hours, "
-                f"{cost}; ask for --hours {found.hours}"
-            )
+            cost = units.money(found.cost, found.currency) if found.cost is not None else "no rate set"
+            held = f"{units.hundredths(found.gpu_hours)} {online.noun}-hours"
+            expected = f"expected {found.duration}, {held}, {cost}"
+            self.stderr.write(f"  {online.count(found.gpus)}: {expected}; ask for --hours {found.hours}")
         if job.sample_was_whole:
             self.stderr.write(services.no_pass_needed(job))
         else:

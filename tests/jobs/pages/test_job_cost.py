@@ -14,8 +14,8 @@ from tests.support import logged_in_page, needs_chromium
 @pytest.mark.django_db
 def test_the_form_shows_the_rate_and_the_most_the_default_request_costs(partner_client, online_slots, rate_card):
     page = partner_client.get("/jobs/new/").content.decode()
-    assert "At 3.6 USD per CPU slot-hour, this job costs at most" in page
-    assert "<strong data-most>7.2000 USD</strong>" in page  # the form's 2 slots for 1 h
+    assert "At 3.60 USD per CPU slot-hour, this job costs at most" in page
+    assert "<strong data-most>7.20 USD</strong>" in page  # the form's 2 slots for 1 h
     assert "You pay only for the time its CPU slots are held." in page
 
 
@@ -23,8 +23,8 @@ def test_the_form_shows_the_rate_and_the_most_the_default_request_costs(partner_
 @pytest.mark.parametrize(
     ("gpus", "hours", "shown"),
     [
-        ("3", "0.25", "2.7000 USD"),
-        ("1", "0.01", "0.0360 USD"),
+        ("3", "0.25", "2.70 USD"),
+        ("1", "0.01", "0.04 USD"),
         ("abc", "1", "CPU slots × hours × the rate"),
         ("2", "-1", "CPU slots × hours × the rate"),
         ("2", "NaN", "CPU slots × hours × the rate"),
@@ -47,8 +47,8 @@ def test_it_names_the_staging_rate_when_the_card_has_one(partner_client, online_
         effective_from=timezone.now() - timedelta(hours=1),
     )
     page = partner_client.get("/jobs/new/").content.decode()
-    assert "At 2.5 EUR per CPU slot-hour and 0.02 EUR per GB staged, this job costs at most" in page
-    assert "<strong data-most>5.0000 EUR</strong>" in page
+    assert "At 2.50 EUR per CPU slot-hour and 0.02 EUR per GB staged, this job costs at most" in page
+    assert "<strong data-most>5.00 EUR</strong>" in page
 
 
 @pytest.mark.django_db
@@ -67,15 +67,15 @@ def test_the_cost_and_the_fleet_warning_follow_what_is_typed(browser, live_serve
     warning = page.locator("[data-fleet-warning]")
     page.fill("input[name=gpus]", "3")
     page.fill("input[name=hours]", "0.5")
-    assert most.inner_text() == "5.4000 USD"
+    assert most.inner_text() == "5.40 USD"
     assert warning.is_hidden()
     page.fill("input[name=gpus]", "6")
-    assert most.inner_text() == "10.8000 USD"
+    assert most.inner_text() == "10.80 USD"
     assert warning.is_visible()
     assert warning.inner_text() == "The fleet has 4 CPU slots online: ask for 4 or fewer, or choose long-narrow."
     page.check("input[name=shape][value=long-narrow]")
     assert warning.is_hidden(), "one slot for 6 × 0.5 h"
-    assert most.inner_text() == "10.8000 USD", "as many slot-hours either way"
+    assert most.inner_text() == "10.80 USD", "as many slot-hours either way"
     page.fill("input[name=gpus]", "")
     assert most.inner_text() == "CPU slots × hours × the rate"
     assert warning.is_hidden()

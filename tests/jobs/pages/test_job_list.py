@@ -131,7 +131,7 @@ def test_each_row_shows_what_the_job_processed_cost_and_took(organisation, partn
         row = page.split(f'<td><a href="/jobs/{job.pk}/">')[1].split("</tr>")[0]
         return re.findall(r"<td[^>]*>([^<]*)</td>", row)[-4:-1]
 
-    assert cells(done) == ["5,000", "2.1000 USD", "3 min 20 s"], "its entries added up, a credit too"
+    assert cells(done) == ["5,000", "2.10 USD", "3 min 20 s"], "its entries added up, a credit too"
     assert cells(cancelled)[0] == "1,200 of 5,000", "what it processed, not the dataset's size"
     assert cells(queued) == ["5,000", "–", "–"]
 
