@@ -54,7 +54,7 @@ def test_a_wrong_email_or_password_is_refused(partner, username, password):
     partner.save()
     response = log_in(username, password)
     assert response.status_code == 200
-    assert "Your email and password didn't match" in response.content.decode()
+    assert "That username or email and password didn't match" in response.content.decode()
 
 
 def test_an_email_two_accounts_share_logs_neither_in(partner, teammate):
@@ -65,9 +65,9 @@ def test_an_email_two_accounts_share_logs_neither_in(partner, teammate):
     assert log_in("partner", "pw-partner").status_code == 302, "the username still does"
 
 
-def test_the_login_page_says_email_and_offers_a_forgotten_password(client):
+def test_the_login_page_asks_for_a_username_or_email_and_offers_a_forgotten_password(client):
     page = client.get("/accounts/login/").content.decode()
-    assert ">Email</label>" in page and 'href="/accounts/password_reset/">Forgot password?</a>' in page
+    assert ">Username or email</label>" in page and 'href="/accounts/password_reset/">Forgot password?</a>' in page
 
 
 def test_an_operator_lands_in_the_console(operator):

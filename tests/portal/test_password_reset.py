@@ -42,6 +42,15 @@ def test_the_login_page_links_to_it(client):
     assert 'href="/accounts/password_reset/"' in page and "Forgot password?" in page
 
 
+def test_without_a_mail_server_the_pages_say_no_email_comes_and_to_ask_an_operator(client, settings):
+    settings.E31_EMAIL_HOST = ""  # the README's embedded run: emails go to the process's output
+    assert "An operator sends you a link to set a new one." in client.get("/accounts/login/").content.decode()
+    form = client.get("/accounts/password_reset/").content.decode()
+    assert "This portal sends no email" in form and "an operator sends it to you" in form
+    done = client.get("/accounts/password_reset/done/").content.decode()
+    assert "Ask an operator for the link" in done and "Check your email" not in done
+
+
 def test_it_emails_a_link_that_sets_a_new_password_to_log_in_with(client, partner, sent):
     page = client.get("/accounts/password_reset/").content.decode()
     assert "Set a new password" in page and "works once, for 3 days" in page

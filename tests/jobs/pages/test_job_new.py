@@ -2,6 +2,7 @@
 nothing is stored or queued."""
 
 import html
+import re
 
 import pytest
 from django.core.files.storage import default_storage
@@ -162,3 +163,18 @@ def test_a_partner_without_a_dataset_downloads_the_example(partner_client, clien
     assert response["Content-Disposition"] == 'attachment; filename="customers.csv"'
     assert b"".join(response.streaming_content) == EXAMPLE.read_bytes()
     assert client.get("/jobs/example/customers.csv")["Location"].startswith("/accounts/login/")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("days", ["500", "-1", "abc", "99999999999999999999", "٣"])
+def test_every_error_is_told_at_once_and_each_once(partner_client, online_slots, days):
+    form = job_form(gpus="0", deadline="2020-01-01T00:00", retention="keep", keep_days=days)
+    page = html.unescape(partner_client.post("/jobs/new/", form).content.decode())
+    told = re.findall(r'class="errorlist[^"]*"[^>]*>\s*<li>(.*?)</li>', page, re.S)
+    shown = days if days.lstrip("-").isdecimal() and days.isascii() else repr(days)
+    assert told == [
+        "Ask for at least one GPU, not 0.",
+        "The deadline, 2020-01-01 00:00 UTC, has passed; give a later one.",
+        f"Keep the staged copy 0 to 90 days, not {shown}.",
+    ], "the days refused, not a second sentence asking for them"
+    assert not Job.objects.exists()
