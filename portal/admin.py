@@ -12,15 +12,19 @@ def _send(request, application: Application, link: str) -> str:
     """Email the applicant their link, and tell the operator, with the link to send another way if need be."""
     days = round(settings.PASSWORD_RESET_TIMEOUT / 86400)
     url = request.build_absolute_uri(link)
-    if onboarding.send_link(application, url):
+    if not onboarding.send_link(application, url):
         return (
-            f"Emailed {application.email} a link to set a password and log in; it works once, for {days} days. "
-            f"Should the email not arrive, send them the link yourself: {url}"
+            f"Could not email {application.email}: send them this link to set a password and log in; it works once, "
+            f"for {days} days: {url}"
         )
-    why = "Could not email" if settings.E31_EMAIL_HOST else "No mail server is set (E31_EMAIL_HOST) to email"
+    if not settings.E31_EMAIL_HOST:
+        return (
+            f"No mail server is set (E31_EMAIL_HOST): the email to {application.email} was written to the portal's "
+            f"output. Send them this link to set a password and log in; it works once, for {days} days: {url}"
+        )
     return (
-        f"{why} {application.email}: send them this link to set a password and log in; it works once, "
-        f"for {days} days: {url}"
+        f"Emailed {application.email} a link to set a password and log in; it works once, for {days} days. "
+        f"Should the email not arrive, send them the link yourself: {url}"
     )
 
 
@@ -69,6 +73,7 @@ class ApplicationAdmin(admin.ModelAdmin):
     search_fields = ["organisation", "name", "email"]
     readonly_fields = ["reviewed_by", "reviewed_at", "created"]
     actions = ["accept", "new_link", "decline"]
+    change_form_template = "admin/portal/application/change_form.html"  # Accept, Decline, a new link
 
     def get_readonly_fields(self, request, application=None):
         """An accepted application stays accepted: its organisation and account exist."""
