@@ -264,6 +264,7 @@ def job_progress(request, pk: int):
     html = render_to_string("jobs/detail.html#progress", {"job": job, "facts": facts}, request=request)
     if request.GET.get("shown") != job.state:
         context = {**_detail_context(job), "out_of_band": True}
+        html += render_to_string("jobs/detail.html#heading", context, request=request)  # "Submit again" once ended
         html += render_to_string("jobs/detail.html#panels", context, request=request)
     return HttpResponseStopPolling(html) if job.ended else HttpResponse(html)
 

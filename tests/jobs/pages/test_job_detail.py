@@ -86,6 +86,8 @@ def test_it_stops_the_polling_when_the_job_ends(running_job, partner_client):
     html = fragment.content.decode()
     assert "Cancelled" in html and "hx-trigger" not in html and "Cancel job" not in html
     assert 'id="panels" hx-swap-oob="true"' in html and "cancelled" in html, "the timeline says so too"
+    heading = html[html.index('<div class="heading" id="heading" hx-swap-oob="true">') :]
+    assert f'href="/jobs/new/?again={running_job.pk}">Submit again</a>' in heading, "offered without a reload"
 
 
 def test_it_polls_the_job_list_only_while_a_job_is_active(running_job, partner_client):
