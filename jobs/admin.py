@@ -204,7 +204,7 @@ class JobAdmin(admin.ModelAdmin):
         template = "admin/jobs/job/queue.html#live" if request.htmx else "admin/jobs/job/queue.html"
         return TemplateResponse(request, template, context)
 
-    @admin.action(description="Cancel the selected jobs (releases their GPUs)", permissions=["change"])
+    @admin.action(description="Cancel the selected jobs (releases the slots they hold)", permissions=["change"])
     def cancel(self, request, queryset):
         with enqueue.unsent() as unsent:
             cancelled = [job.pk for job in queryset if lifecycle.cancel(job, by=request.user)]
@@ -226,7 +226,7 @@ class JobAdmin(admin.ModelAdmin):
 
     @admin.action(description="Put the selected jobs on hold (they stage but do not start)", permissions=["change"])
     def put_on_hold(self, request, queryset):
-        """First a page that asks why, for the partner; then the hold, for each job that holds no GPU yet."""
+        """First a page that asks why, for the partner; then the hold, for each job that holds no slot yet."""
         form = HoldForm(request.POST if "apply" in request.POST else None)
         if not form.is_valid():
             context = {
@@ -248,7 +248,7 @@ class JobAdmin(admin.ModelAdmin):
             else:
                 messages.error(
                     request,
-                    f"Job #{job.pk} is {job.get_state_display().lower()}: only a job that holds no GPU yet "
+                    f"Job #{job.pk} is {job.get_state_display().lower()}: only a job that holds no slot yet "
                     "can be put on hold; cancel it to stop it.",
                 )
         return None

@@ -137,7 +137,7 @@ def test_the_operator_gives_a_reason_and_lifts_the_hold_in_the_console(organisat
         client, "put_on_hold", [queued, running], apply="Put on hold", reason="quota review"
     ).content.decode()
     assert f"Job #{queued.pk} is on hold: it will not start until the hold is lifted." in done
-    assert f"Job #{running.pk} is running: only a job that holds no GPU yet can be put on hold" in done
+    assert f"Job #{running.pk} is running: only a job that holds no slot yet can be put on hold" in done
     queued.refresh_from_db()
     assert queued.on_hold and queued.on_hold_reason == "quota review"
     assert not Job.objects.get(pk=running.pk).on_hold_since
