@@ -9,6 +9,7 @@ from django.core.files.storage import default_storage
 from django.test import override_settings
 
 from jobs.models import Allocation, Job
+from jobs.scheduling import fleet
 from tests.support import EXAMPLE, job_form
 
 pytestmark = pytest.mark.django_db
@@ -178,3 +179,16 @@ def test_every_error_is_told_at_once_and_each_once(partner_client, online_slots,
         f"Keep the staged copy 0 to 90 days, not {shown}.",
     ], "the days refused, not a second sentence asking for them"
     assert not Job.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_kinds_the_fleet_runs_come_first_and_the_cost_sits_by_the_submit_button(
+    partner_client, online_slots, rate_card
+):
+    page = partner_client.get("/jobs/new/").content.decode()
+    kinds = re.findall(r'name="work" value="([\w-]+)"', page)
+    cannot = [kind for kind in kinds if kind not in fleet().work_kinds]
+    assert cannot and kinds[-len(cannot) :] == cannot, f"the ones no node runs last: {kinds}"
+    assert page.count("No online node can run it now.") == len(cannot)
+    bar = page[page.index('class="actions submit-bar"') :]
+    assert bar.index("this job costs at most") < bar.index("Submit the job</button>") < bar.index("</div>")
