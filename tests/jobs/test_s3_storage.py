@@ -104,15 +104,15 @@ def test_it_stages_runs_and_returns_the_output_through_s3(s3_endpoint, s3_worker
         rows = sum(1 for _ in csv.DictReader(handle))
     assert sorted(table.column("_record").to_pylist() + [int(r["record"]) for r in rejects]) == list(range(1, rows + 1))
 
+    bucket = boto3.client("s3", endpoint_url=s3_endpoint, **_client_credentials())
+
+    def keys() -> set[str]:
+        return {item["Key"] for item in bucket.list_objects_v2(Bucket=BUCKET)["Contents"]}
+
     wait_for(lambda: Job.objects.get(pk=job.pk).staged_purged_at, timeout=10, what="the staged copy's purge")
-    keys = {
-        item["Key"]
-        for item in boto3.client("s3", endpoint_url=s3_endpoint, **_client_credentials()).list_objects_v2(
-            Bucket=BUCKET
-        )["Contents"]
-    }
-    assert {f"{job.output_path}/{name}" for name in ("output.parquet", "rejects.csv", "manifest.json")} <= keys
-    assert job.staged_path not in keys, "the staged copy was purged, as chosen"
+    # The purge is recorded, then the object deleted: the bucket is read once it is gone.
+    wait_for(lambda: job.staged_path not in keys(), timeout=10, what="the staged copy purged, as chosen")
+    assert {f"{job.output_path}/{name}" for name in ("output.parquet", "rejects.csv", "manifest.json")} <= keys()
     assert not any(key.startswith("uploads/") for key in keys), "the upload was removed once staged"
 
 
