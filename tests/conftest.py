@@ -226,12 +226,15 @@ def fleet(gpuworker, transactional_db):
 
 @pytest.fixture
 def online_slots(db):
-    """A fleet of four CPU slots that are online, with no worker behind them (form and request tests)."""
+    """A fleet of four CPU slots that are online, with no worker behind them (form and request tests). No worker
+    beats for them, so they are seen a day ahead: online for as long as the test takes, however loaded the machine
+    (a timeout of E31_NODE_TIMEOUT_SECONDS from now would make a slow test see its fleet go)."""
     Gpu.objects.update(last_seen=None)
-    node = Node.objects.create(name="fake-node", hostname="fake", last_seen=timezone.now())
+    seen = timezone.now() + timedelta(days=1)
+    node = Node.objects.create(name="fake-node", hostname="fake", last_seen=seen)
     return [
         Gpu.objects.create(
-            node=node, index=i, kind=Gpu.Kind.CPU, name="CPU slot", queue=f"slot.fake.{i}", last_seen=timezone.now()
+            node=node, index=i, kind=Gpu.Kind.CPU, name="CPU slot", queue=f"slot.fake.{i}", last_seen=seen
         )
         for i in range(4)
     ]

@@ -36,7 +36,7 @@ class LosesAnswers(httpx.HTTPTransport):
         return response
 
 
-def test_a_create_whose_answer_is_lost_is_asked_again_and_made_once(portal, token, online_slots, tmp_path):
+def test_a_create_whose_answer_is_lost_is_asked_again_and_made_once(portal, token, fleet, tmp_path):
     network = LosesAnswers("/api/v1/uploads/", "/api/v1/jobs/", "/api/v1/webhooks/")
     with library.Client(portal.url, token, transport=network) as client:
         upload_id = client.upload(EXAMPLE, store=ResumeStore(tmp_path))
@@ -103,7 +103,7 @@ class BreaksAfterTheJobIsMade:
         self.listener.close()
 
 
-def test_a_submit_run_again_after_one_that_broke_once_the_job_was_made_names_that_job(e31, portal, online_slots):
+def test_a_submit_run_again_after_one_that_broke_once_the_job_was_made_names_that_job(e31, portal, fleet):
     (e31.folder / "customers.csv").write_bytes(EXAMPLE.read_bytes())
     submit = ("submit", "customers.csv", "--work", "clean-table", "--gpus", "1", "--hours", "1")
     relay = BreaksAfterTheJobIsMade(int(urlsplit(portal.url).port))
