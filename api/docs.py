@@ -11,3 +11,5 @@ class SwaggerDocs(SpectacularSwaggerSplitView):
     template_name = "api/swagger_ui.html"
     authentication_classes = []
     throttle_classes = [AddressRate]
+    # OPTIONS describes a route's JSON, and this route has none: its description rendered as the page was a 500.
+    metadata_class = None

@@ -70,7 +70,7 @@ if SECURE_HSTS_SECONDS and not E31_HTTPS:
     raise ImproperlyConfigured("E31_HSTS_SECONDS needs E31_HTTPS: browsers take HSTS only from an HTTPS answer.")
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "portal.apps.ConsoleConfig",  # django.contrib.admin, with our site
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
