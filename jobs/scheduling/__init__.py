@@ -1,8 +1,12 @@
 """The request (GPUs × hours in a shape) and the scheduler that starts a queued job's hold.
 
 A queued job starts only when all the GPUs it asked for are free at once. Jobs start in the order
-they were queued: the head of the queue is never overtaken, so a wide job cannot starve, unless it
-asks for more GPUs than are online at all (a node left): it then waits without holding up the rest.
+they were queued, with EASY backfill: the first job that must wait is given a reservation (the
+earliest time enough of the slots it can run on free up, if the running jobs run to their time
+limits), and a job behind it starts now only if that cannot delay the reservation: it ends before
+it, by its own time limit, or it takes only slots the reserved job will not need. So a wide job cannot
+starve, and slots do not stay idle behind it while narrower jobs wait. A job that asks for more GPUs
+than are online at all (a node left) waits without holding up the rest.
 """
 
 import heapq
@@ -294,8 +298,8 @@ def refresh_queue_figures(now=None) -> bool:
 
 def _head_of_queue(chunk: int = 64):
     """The jobs the scheduler may start, in queue order, with only what a pass reads of them, a few at a
-    time: a pass stops at the first job that must wait, and reads no further."""
-    jobs = waiting().only("pk", "gpus", "work", "deadline", "started_at", "queued_at")
+    time: a pass reads up to BACKFILL_WINDOW jobs behind the first that must wait, and no further."""
+    jobs = waiting().only("pk", "gpus", "hours", "held_before", "work", "deadline", "started_at", "queued_at")
     after = Q()
     while batch := list(jobs.filter(after)[:chunk]):
         yield from batch
@@ -334,34 +338,106 @@ class _Slots:
     def online_for(self, work: str) -> int:
         return self._able(work)[1]
 
-    def take(self, work: str, gpus: int) -> list[_Slot]:
-        """The first `gpus` free slots that can run `work`, taken; none when fewer are free."""
+    def nodes_for(self, work: str) -> frozenset[int]:
+        return self._able(work)[0]
+
+    def peek(self, work: str, gpus: int) -> list[_Slot]:
+        """The first `gpus` free slots that can run `work`, not yet taken; none when fewer are free."""
         nodes = self._able(work)[0]
         fit = list(islice((slot for slot in self.free.values() if slot.node_id in nodes), gpus))
-        if len(fit) < gpus:
-            return []
+        return fit if len(fit) == gpus else []
+
+    def take(self, fit: list[_Slot]) -> None:
         for slot in fit:
             del self.free[slot.pk]
-        return fit
+
+
+# How many jobs behind the first that must wait a pass considers for backfill: a pass's work stays bounded
+# whatever the queue's length.
+BACKFILL_WINDOW = 256
+
+
+class _Reservation:
+    """The first job that must wait, and what backfill may not take from it: by `shadow`, the time its
+    slots are free if the jobs holding them run to their time limits, it needs `job.gpus` of the slots on
+    `nodes`; `extra` of those free then are more than it needs, for a job that runs past `shadow`."""
+
+    def __init__(self, job: Job, slots: "_Slots", plan: list[tuple[Job, list]], now):
+        self.job = job
+        self.nodes = slots.nodes_for(job.work)
+        free = sum(1 for slot in slots.free.values() if slot.node_id in self.nodes)
+        releases = sorted(self._held_until(plan, now))
+        self.shadow = None
+        while free < job.gpus and releases:
+            self.shadow, count = releases.pop(0)
+            free += count
+        self.extra = free - job.gpus if self.shadow is not None else 0
+
+    def _held_until(self, plan: list[tuple[Job, list]], now) -> list[tuple]:
+        """When the slots on the reserved job's nodes held now come free at the latest: (when, how many), the
+        running jobs' at their time limits and this pass's starts' at theirs."""
+        on_nodes = Count(
+            "allocations", filter=Q(allocations__held_to__isnull=True, allocations__gpu__node__in=self.nodes)
+        )
+        running = Job.objects.filter(state=State.RUNNING).only("started_at", "hours", "held_before", "deadline")
+        held = [(max(now, job.time_limit_at()), count) for job in running.annotate(on=on_nodes) if (count := job.on)]
+        for job, taken in plan:
+            count = sum(1 for slot in taken if slot.node_id in self.nodes)
+            if count:
+                held.append((_ends(job, now), count))
+        return held
+
+    def allows(self, job: Job, taken: list, now) -> bool:
+        """Whether `job`, on the slots `taken`, leaves the reservation as it was: it ends by `shadow`, or it
+        takes no more of the reserved job's slots than `extra` (which it then uses up)."""
+        if self.shadow is None:
+            return False  # no running job frees what the reserved job needs: nothing can be promised
+        if _ends(job, now) <= self.shadow:
+            return True
+        needed = sum(1 for slot in taken if slot.node_id in self.nodes)
+        if needed > self.extra:
+            return False
+        self.extra -= needed
+        return True
+
+
+def _ends(job: Job, now):
+    """When a job started now ends at the latest: its hours left, or its deadline."""
+    ends = now + timedelta(hours=float(job.hours)) - job.held_before
+    return min(ends, job.deadline) if job.deadline else ends
 
 
 def schedule() -> list[int]:
     """Start the hold of every queued job, in queue order, whose GPUs are all free now, on nodes that
-    can run its work; a job on hold is passed by. The pass reads the queue only up to the first job that
-    must wait, and starts the jobs it found room for together: one UPDATE of the jobs, one insert of
-    their holds, whatever their number."""
+    can run its work, and behind the first that must wait, the jobs that backfill cannot delay it (see the
+    module's docstring); a job on hold is passed by. The jobs it found room for start together: one UPDATE
+    of the jobs, one insert of their holds, whatever their number."""
+    now = timezone.now()
     with transaction.atomic():
         slots = _Slots()
-        plan = []
+        plan: list[tuple[Job, list]] = []
+        blocked, reserved, behind = None, None, 0
         for job in _head_of_queue():
-            if job.deadline_passed():
+            if job.deadline_passed(now):
                 lifecycle.miss_deadline(job)  # never held: starting it now could do nothing it was asked for
                 continue
             if job.gpus > slots.online_for(job.work):
                 continue  # more than the fleet can give it online now (a node left): it waits without blocking others
-            taken = slots.take(job.work, job.gpus)
+            if blocked is not None:
+                behind += 1
+                if behind > BACKFILL_WINDOW:
+                    break
+            taken = slots.peek(job.work, job.gpus)
             if not taken:
-                break
+                if not slots.free:
+                    break  # no slot left for any job behind it
+                blocked = blocked or job
+                continue
+            if blocked is not None:  # the reservation is worked out once a job could backfill
+                reserved = reserved or _Reservation(blocked, slots, plan, now)
+                if not reserved.allows(job, taken, now):
+                    continue
+            slots.take(taken)
             plan.append((job, taken))
         started = list(lifecycle.start_holds(plan, send=True))
     if started:

@@ -1,6 +1,7 @@
 """Transitions: each one wins once, illegal ones are refused, and holds are all-or-nothing."""
 
 from datetime import timedelta
+from decimal import Decimal
 
 import pytest
 from django.utils import timezone
@@ -148,3 +149,17 @@ def test_it_tells_listeners_of_each_move_once_it_is_committed(job, django_captur
     # cancel moves from one of four states: the one it left is the one it was in.
     assert heard == [(job.pk, State.SUBMITTED, State.STAGING), (job.pk, State.STAGING, State.CANCELLED)]
     assert Job.objects.get(pk=job.pk).state == State.CANCELLED
+
+
+def test_behind_a_job_that_must_wait_only_jobs_that_cannot_delay_it_start(organisation, online_slots):
+    """EASY backfill. 4 slots, 2 held by a job for an hour: the 4-slot job at the head is promised the slots
+    in an hour; a job that ends before then starts now, one that would run past it and take its slots waits."""
+    running = make_job(organisation, State.QUEUED, gpus=2, hours=Decimal("1"))
+    lifecycle.start_hold(running, online_slots[:2])
+
+    def queued(gpus, hours):
+        return make_job(organisation, State.QUEUED, gpus=gpus, hours=Decimal(hours))
+
+    head, short, long, also_short = queued(4, "1"), queued(1, "0.5"), queued(1, "2"), queued(1, "0.5")
+    assert schedule() == [short.pk, also_short.pk], "the head's slots are free again before it could start"
+    assert set(Job.objects.filter(state=State.QUEUED).values_list("pk", flat=True)) == {head.pk, long.pk}
