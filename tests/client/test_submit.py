@@ -4,7 +4,8 @@ value the portal refuses said in its own sentence, a line for each, and before a
 the portal's dry run of the job refuses it."""
 
 import shutil
-from decimal import Decimal
+
+from e31 import cli
 
 from billing.models import LedgerEntry
 from jobs.models import Job, State
@@ -33,10 +34,9 @@ def test_it_uploads_waits_and_writes_the_output_the_job_page_serves(e31, fleet, 
     for name in job.output_names:
         assert (e31.folder / "out" / name).read_bytes() == served(partner, job, name), name
     hold = LedgerEntry.objects.get(job=job, kind=LedgerEntry.Kind.HOLD)
-    assert f"= {hold.amount} {hold.currency}" in done.stdout
-    total = done.stdout.strip().splitlines()[-1]
-    assert total.startswith("Total: ") and total.endswith(f" {hold.currency}")
-    assert Decimal(total.split()[1]) == sum(entry.amount for entry in job.ledger_entries.all())
+    assert f"= {cli.money(hold.amount, hold.currency)}" in done.stdout, "as the pages write it"
+    total = sum(entry.amount for entry in job.ledger_entries.all())
+    assert done.stdout.strip().splitlines()[-1] == f"Total: {cli.money(total, hold.currency)}"
 
 
 def test_it_says_the_portals_sentence_for_a_refused_value_and_keeps_the_upload(e31, fleet, portal):

@@ -1,7 +1,8 @@
 """`e31 watch`, `receipt` and `ledger` against the portal the tests start: a job followed to its
 end, its output written as the job page serves it, and its bill as the ledger has it."""
 
-from decimal import Decimal
+
+from e31 import cli
 
 from billing.models import LedgerEntry
 from jobs.models import Job, State
@@ -22,17 +23,16 @@ def test_it_watches_a_job_to_its_end_and_prints_its_bill(e31, fleet, partner):
         assert (e31.folder / "out" / name).read_bytes() == served, name
     hold = LedgerEntry.objects.get(job=job, kind=LedgerEntry.Kind.HOLD)
     total = sum(entry.amount for entry in job.ledger_entries.all())
-    assert f"= {hold.amount} {hold.currency}" in watched.stdout
-    assert watched.stdout.splitlines()[-1].startswith("Total: ")
-    assert Decimal(watched.stdout.splitlines()[-1].split()[1]) == total
+    assert f"= {cli.money(hold.amount, hold.currency)}" in watched.stdout, "as the pages write it"
+    assert watched.stdout.splitlines()[-1] == f"Total: {cli.money(total, hold.currency)}"
     receipt = e31("receipt", str(job.pk))
     assert receipt.returncode == 0 and receipt.stdout and watched.stdout.endswith(receipt.stdout)
     exported = e31("ledger", "--csv", text=False)
     assert exported.returncode == 0, exported.stderr
     assert exported.stdout == b"".join(page.get("/billing/ledger.csv").streaming_content)
     listed = e31("ledger")
-    assert f"= {hold.amount} {hold.currency}" in listed.stdout
-    assert Decimal(listed.stdout.splitlines()[-1].split()[1]) == total
+    assert f"= {cli.money(hold.amount, hold.currency)}" in listed.stdout
+    assert listed.stdout.splitlines()[-1] == f"Total: {cli.money(total, hold.currency)}"
 
 
 def test_it_exits_non_zero_with_the_reason_when_the_job_fails(e31, fleet, partner):

@@ -113,7 +113,7 @@ def test_it_stages_runs_and_returns_the_output_through_s3(s3_endpoint, s3_worker
     # The purge is recorded, then the object deleted: the bucket is read once it is gone.
     wait_for(lambda: job.staged_path not in keys(), timeout=10, what="the staged copy purged, as chosen")
     assert {f"{job.output_path}/{name}" for name in ("output.parquet", "rejects.csv", "manifest.json")} <= keys()
-    assert not any(key.startswith("uploads/") for key in keys), "the upload was removed once staged"
+    assert not any(key.startswith("uploads/") for key in keys()), "the upload was removed once staged"
 
 
 def test_a_slot_reads_only_its_part_of_a_staged_copy_on_s3(s3_endpoint, monkeypatch):
