@@ -1,7 +1,6 @@
 """`e31 watch`, `receipt` and `ledger` against the portal the tests start: a job followed to its
 end, its output written as the job page serves it, and its bill as the ledger has it."""
 
-
 from e31 import cli
 
 from billing.models import LedgerEntry
