@@ -50,6 +50,10 @@ class RateCard(TimeStamped):
     def in_force(cls, at=None) -> "RateCard | None":
         return cls.objects.filter(effective_from__lte=at or timezone.now()).order_by("-effective_from").first()
 
+    def price(self, gpu_hours: Decimal) -> Decimal:
+        """What these GPU-hours cost at this card's rate, to the MONEY quantum."""
+        return (gpu_hours * self.rate_per_gpu_hour).quantize(MONEY)
+
 
 class RetentionPolicy(TimeStamped):
     """The operators' limits on retention for the jobs submitted from a moment on: for every

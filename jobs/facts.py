@@ -14,9 +14,8 @@ from functools import cached_property
 from django.db.models import Count, Max, Q, QuerySet, Sum
 from django.utils import timezone
 
-from billing.metering import Charged, Meter, charged, holds_meter, meter_for
 from jobs import queue_figures, retention, scheduling
-from jobs.charts import JobCharts, job_charts
+from jobs.billing_port import Charged, Meter, billing
 from jobs.models import Gpu, Job, Shard, State
 from jobs.queue_figures import QueueFigures
 from jobs.scheduling import Fleet, sizing
@@ -90,13 +89,13 @@ class JobFacts:
         if self.job.started_at is None:
             return None  # never held: nothing to read
         if self.job.state == State.RUNNING:  # no ledger entry before its hold ends: priced from the holds read here
-            return holds_meter(self.allocations)
-        return meter_for(self.job)
+            return billing().holds_meter(self.allocations)
+        return billing().meter(self.job)
 
     @cached_property
     def charged(self) -> list[Charged]:
         """An ended job's cost per currency, every ledger entry counted: staging and corrections too."""
-        return charged(self.job) if self.job.ended else []
+        return billing().charged(self.job) if self.job.ended else []
 
     @cached_property
     def noun(self) -> str:
@@ -163,11 +162,6 @@ class JobFacts:
         if job.kind != Job.Kind.SAMPLE or job.staged_path or job.staged_purged_at or job.input_bytes is None:
             return None
         return job.passes.exclude(input_bytes=None).order_by("pk").first()
-
-    @cached_property
-    def charts(self) -> JobCharts | None:
-        """Its records and its slots' use over its hold, drawn with the panels, not with the polled status card."""
-        return job_charts(self.job)
 
     @cached_property
     def fleet(self) -> Fleet:

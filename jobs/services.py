@@ -20,8 +20,8 @@ from django.db.models import Q, QuerySet
 from django.http import Http404
 from django.utils import timezone
 
-from billing.models import RetentionPolicy
 from jobs import enqueue, processors, uploads
+from jobs.billing_port import RetentionLimits, billing
 from jobs.models import ACTIVE, Job, State, Upload
 from jobs.scheduling import RequestError, parse_request, sizing
 from jobs.spec import Data, JobSpec, NamedFile, Request, Retention, Work
@@ -147,7 +147,7 @@ def _checked(organisation: Organisation, spec: JobSpec, files: contextlib.ExitSt
     upload, source = checks.run(_data_of, processor, organisation, data, credentials) or (None, None)
     gpus_hours = checks.run(_check_request, spec.request, processor.name if processor else "")
     deadline = checks.run(_check_deadline, spec.request.deadline)
-    policy = RetentionPolicy.in_force(organisation)
+    policy = billing().retention_limits(organisation)
     kept_for = checks.run(_check_retention, policy, retention)
     checks.done()
     model, kept, model_source = _model_of(processor, organisation, work, credentials["model"], files)
@@ -361,7 +361,7 @@ def _check_deadline(deadline: datetime | str | None) -> datetime | None:
     return deadline
 
 
-def _check_retention(policy: RetentionPolicy, retention: Retention) -> tuple[int, int]:
+def _check_retention(policy: RetentionLimits, retention: Retention) -> tuple[int, int]:
     """The days the staged copy and the output are kept, as asked (the output's the policy's default when not
     asked), within the retention policy in force: each refused on its own."""
     checks = _Checks()
@@ -408,7 +408,7 @@ def submit_pass(sample: Job, user, request: Request, retention: Retention) -> Jo
     checks = _Checks()
     gpus_hours = checks.run(_check_request, request, sample.work)
     deadline = checks.run(_check_deadline, request.deadline)
-    kept_for = checks.run(_check_retention, RetentionPolicy.in_force(sample.organisation), retention)
+    kept_for = checks.run(_check_retention, billing().retention_limits(sample.organisation), retention)
     checks.done()
     (gpus, hours), (staged_days, output_keep_days) = gpus_hours, kept_for
     return _create(

@@ -1,6 +1,6 @@
 from django.urls import include, path
 
-from jobs import views
+from jobs.pages import views
 
 app_name = "jobs"
 urlpatterns = [

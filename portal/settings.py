@@ -181,7 +181,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "portal.context_processors.portal",
-                "jobs.context_processors.fleet",
+                "jobs.pages.context_processors.fleet",
             ],
         },
     },

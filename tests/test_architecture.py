@@ -8,19 +8,22 @@ from importlinter.cli import EXIT_STATUS_SUCCESS, lint_imports
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("jobs", "billing", "portal", "api")
+CLIENT = ROOT / "client" / "src"  # the e31 client, a package of its own
 
 
-def module_name(path: Path) -> str:
-    parts = path.relative_to(ROOT).with_suffix("").parts
+def module_name(path: Path, root: Path = ROOT) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imports() -> dict[str, set[str]]:
-    """Each module of the portal, and the modules of the portal it imports, wherever in the file."""
+def imports(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES) -> dict[str, set[str]]:
+    """Each module of these packages, and the modules of theirs it imports, wherever in the file (under
+    TYPE_CHECKING too). `from package import name` imports the package, whose __init__ runs, and the module
+    `name` when it is one."""
     modules = {
-        module_name(path): path
-        for package in PACKAGES
-        for path in (ROOT / package).rglob("*.py")
+        module_name(path, root): path
+        for package in packages
+        for path in (root / package).rglob("*.py")
         if "migrations" not in path.parts
     }
     graph = {}
@@ -28,9 +31,8 @@ def imports() -> dict[str, set[str]]:
         imported = set()
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                for alias in node.names:
-                    full = f"{node.module}.{alias.name}"
-                    imported.add(full if full in modules else node.module)
+                imported.add(node.module)
+                imported.update(f"{node.module}.{alias.name}" for alias in node.names)
             elif isinstance(node, ast.Import):
                 imported.update(alias.name for alias in node.names)
         graph[name] = {module for module in imported if module in modules and module != name}
@@ -68,6 +70,18 @@ def test_it_finds_a_loop_when_there_is_one():
 def test_it_has_no_import_loop():
     graph = imports()
     assert "jobs.tasks" in graph and "jobs.lifecycle" in graph["jobs.tasks"]
+    assert loop_through(graph) is None
+
+
+def test_it_counts_a_packages_own_init_as_imported():
+    graph = imports()
+    assert "jobs.processors" in graph["jobs.staging.stage"], "from jobs.processors import ParamError"
+    assert "jobs.processors.base" in graph["jobs.processors"]
+
+
+def test_the_client_has_no_import_loop():
+    graph = imports(CLIENT, ("e31",))
+    assert "e31.upload" in graph["e31.client"]
     assert loop_through(graph) is None
 
 

@@ -23,10 +23,8 @@ from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
-from billing.anchor import head_of
-from billing.metering import ledger_row
-from billing.models import LedgerEntry
 from jobs import lifecycle, processors
+from jobs.billing_port import billing
 from jobs.models import OUTPUT_FILES, Job, Shard, State
 from jobs.outputs import ScratchFile, context_for, output_schema
 from jobs.outputs.stitch import StitchError, stitch
@@ -201,9 +199,9 @@ def manifest(
         "files": files,
         # What the job was billed, as the ledger holds it (each entry with its hash in the chain): its staging
         # and every hold, released before the output is assembled.
-        "ledger": [ledger_row(entry) for entry in LedgerEntry.objects.filter(job=job).order_by("created", "pk")],
+        "ledger": billing().ledger_lines(job),
         # The organisation's whole ledger as it then stood, sealed: the partner's proof of how far it went.
-        "ledger_head": head_of(job.organisation).as_json(),
+        "ledger_head": billing().ledger_head(job.organisation),
         "assembled_at": timezone.now().isoformat(),
     }
     if job.model_path:

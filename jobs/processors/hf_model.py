@@ -37,8 +37,8 @@ from typing import BinaryIO
 
 from django.conf import settings
 
-from jobs.processors import transformers_tables
 from jobs.processors.base import ParamError
+from jobs.processors.transformers_tables import mapping_names
 from portal import units
 
 COMPRESSED = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00", b"\x28\xb5\x2f\xfd")  # gzip, bzip2, xz, zstd
@@ -243,7 +243,7 @@ def _architectures() -> dict[str, set[str]]:
     def names(table: dict) -> set[str]:
         return {name for value in table.values() for name in ((value,) if isinstance(value, str) else value)}
 
-    tables = transformers_tables.mapping_names(MODELING_AUTO)
+    tables = mapping_names(MODELING_AUTO)
     return {
         "types": set(configuration_auto.CONFIG_MAPPING_NAMES),
         "any": set().union(*map(names, tables.values())),
@@ -255,7 +255,7 @@ def _architectures() -> dict[str, set[str]]:
 def _auto_classes() -> dict[str, dict[str, str]]:
     """For each task, the class its transformers auto class (AutoModelForSequenceClassification,
     AutoModelForCausalLM) builds for a model_type: what it builds from a config that names no architectures."""
-    tables = transformers_tables.mapping_names(MODELING_AUTO)
+    tables = mapping_names(MODELING_AUTO)
     return {
         "classify": tables["MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES"],
         "generate": tables["MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"],

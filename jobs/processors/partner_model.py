@@ -28,9 +28,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from jobs.processors import hf_model
 from jobs.processors.base import Batch, Context, Param, ParamError, Processor, ProcessSpent, Record, data_column
 from jobs.processors.embed_text import slot_threads, text_column, text_of, texts_of
+from jobs.processors.hf_model import check as check_hf_model
+from jobs.processors.hf_model import unpacked
 from jobs.processors.onnx_infer import local_model
 
 MODEL_FILE = "a Hugging Face model folder as a .zip or .tar (safetensors weights, config.json, a tokenizer)"
@@ -144,7 +145,7 @@ def kept(key: tuple, build: Callable):
 def _tokenizer(model: str, task: str):
     from transformers import AutoTokenizer  # noqa: PLC0415 (a slot's library, imported where it runs)
 
-    folder = hf_model.unpacked(local_model(model)).name
+    folder = unpacked(local_model(model)).name
     tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
     tokenizer.padding_side = "left" if task == "generate" else "right"  # last-token pooling reads the right end
     if tokenizer.pad_token is None:
@@ -164,7 +165,7 @@ def _load(model: str, device: str, task: str):
     from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification  # noqa: PLC0415
 
     torch.set_num_threads(slot_threads())
-    folder = hf_model.unpacked(local_model(model)).name
+    folder = unpacked(local_model(model)).name
     config = json.loads(Path(folder, "config.json").read_text())
     dtype = torch.float32
     if device == "cuda":
@@ -258,7 +259,7 @@ class PartnerModel(Processor):
     model_file = MODEL_FILE
 
     def check_model(self, path: str) -> dict:
-        return hf_model.check(path, self.task)
+        return check_hf_model(path, self.task)
 
     def validate_params(self, raw):
         params = super().validate_params(raw)
@@ -273,7 +274,7 @@ class PartnerModel(Processor):
             getattr(transformers, name)
 
     def prepare(self, plan: dict, layout: dict, params: dict, model: str) -> dict:
-        return {**plan, "model": hf_model.check(local_model(model), self.task)}
+        return {**plan, "model": check_hf_model(local_model(model), self.task)}
 
     def encoded(self, texts: list[str], context: Context, run: Callable) -> list:
         """run(the model's inputs) over the texts in batches sorted by length; the results in text order."""
@@ -647,7 +648,7 @@ class VllmEngine(Engine):
         from transformers import AutoConfig  # noqa: PLC0415
         from vllm import LLM  # noqa: PLC0415
 
-        folder = hf_model.unpacked(local_model(model)).name
+        folder = unpacked(local_model(model)).name
         self.tokenizer = _tokenizer(model, "generate")
         config = AutoConfig.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
         self.limit = max_length(self.tokenizer, config)

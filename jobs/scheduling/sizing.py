@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 from django.conf import settings
 from django.core.files.storage import default_storage
 
-from billing.models import MONEY, RateCard
+from jobs.billing_port import Rate, billing
 from jobs.models import Job, Shard
 
 MARGIN = 1.25  # the hours asked for, over the hours expected
@@ -98,7 +98,7 @@ class Estimate:
         }
 
 
-def estimate(result: dict, gpus: int, card: RateCard | None = None) -> Estimate | None:
+def estimate(result: dict, gpus: int, card: Rate | None = None) -> Estimate | None:
     """None when the sample measured no speed (it did no work)."""
     rate = result.get("records_per_second")
     if not rate or gpus < 1:
@@ -106,14 +106,14 @@ def estimate(result: dict, gpus: int, card: RateCard | None = None) -> Estimate 
     seconds = result.get("startup_seconds", 0) + result["records_total"] / (gpus * rate)
     hours = (Decimal(seconds * MARGIN / 3600) / HOURS_STEP).to_integral_value(ROUND_CEILING) * HOURS_STEP
     gpu_hours = Decimal(gpus * seconds / 3600).quantize(Decimal("0.001"), ROUND_CEILING)
-    card = card or RateCard.in_force()
-    cost = (gpu_hours * card.rate_per_gpu_hour).quantize(MONEY) if card else None
+    card = card or billing().rate_in_force()
+    cost = card.price(gpu_hours) if card else None
     return Estimate(gpus, seconds, max(hours, HOURS_STEP), gpu_hours, cost, card.currency if card else "USD")
 
 
 def shapes(result: dict, online: int) -> list[Estimate]:
     """A wide shape (every online slot) and a narrow one (a quarter of them), when they differ."""
-    card = RateCard.in_force()
+    card = billing().rate_in_force()
     counts = sorted({max(1, online), max(1, online // 4)}, reverse=True)
     return [found for gpus in counts if (found := estimate(result, gpus, card))]
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from jobs.charts import held_slots, records_done, records_per_second, spans, used_per_span
+from jobs.pages.charts import held_slots, records_done, records_per_second, spans, used_per_span
 from portal.charts import BOTTOM, HEIGHT, LEFT, RIGHT, TOP, WIDTH, Series, averaged, latest, line_chart, nice_top
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

@@ -11,17 +11,21 @@ import os
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict
+from typing import Protocol, TypedDict
 
 import httpx
 
 from e31.errors import APIError
 from e31.upload import wait_to_retry
 
-if TYPE_CHECKING:
-    from e31.client import Client
-
 log = logging.getLogger("e31")
+
+
+class OutputServer(Protocol):
+    """What a download needs of the client (e31.client.Client): an output file's streamed answer from an offset."""
+
+    def open_output(self, url: str, offset: int = 0) -> httpx.Response: ...
+
 
 BLOCK = 1024 * 1024
 RETRIES = 8
@@ -102,7 +106,7 @@ def is_whole(path: Path, expected: Expected | None) -> bool:
 
 
 def download_file(
-    client: "Client",
+    client: OutputServer,
     url: str,
     target: Path,
     *,
@@ -142,7 +146,7 @@ def download_file(
 
 
 def _fetch(
-    client: "Client",
+    client: OutputServer,
     url: str,
     partial: Path,
     offset: int,

@@ -22,17 +22,30 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import httpx
 import platformdirs
 
 from e31.errors import APIError
-
-if TYPE_CHECKING:
-    from e31.client import Client
+from e31.schema import UploadOffset
 
 log = logging.getLogger("e31")
+
+
+class UploadServer(Protocol):
+    """What an upload needs of the client (e31.client.Client): its portal's address and the tus requests."""
+
+    url: str
+
+    def create_upload(self, length: int, filename: str, key: str | None = None) -> str: ...
+
+    def upload_offset(self, upload_url: str) -> UploadOffset: ...
+
+    def upload_chunk(self, upload_url: str, offset: int, chunk: "bytes | FileSpan", checksum: str) -> int: ...
+
+    def delete_upload(self, upload_url: str) -> None: ...
+
 
 # Each chunk costs the portal a fixed time (a request, its fsync and database write), so larger chunks go faster
 # (docs/benchmarks.md) in the same memory; a chunk cut off is sent again whole.
@@ -140,7 +153,7 @@ class Uploaded:
 
 
 def upload_file(
-    client: "Client",
+    client: UploadServer,
     path: Path,
     *,
     chunk_size: int = CHUNK_SIZE,
@@ -169,7 +182,7 @@ def upload_file(
     return Uploaded(url.rstrip("/").rsplit("/", 1)[-1], url, key, size, resumed_from, sent)
 
 
-def _resumed(client: "Client", store: ResumeStore, key: str, path: Path) -> tuple[str | None, int]:
+def _resumed(client: UploadServer, store: ResumeStore, key: str, path: Path) -> tuple[str | None, int]:
     """The remembered upload of this file and the offset the portal confirmed; (None, 0) when there is
     none, the portal no longer has it, or what it has is not the file's beginning (said, and discarded)."""
     url = store.get(key)
@@ -266,7 +279,7 @@ class ChunkReader:
 
 
 def _send(
-    client: "Client",
+    client: UploadServer,
     url: str,
     path: Path,
     offset: int,

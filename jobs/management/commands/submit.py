@@ -21,9 +21,8 @@ from pathlib import Path
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from billing.metering import ledger_row
-from billing.models import LedgerEntry
 from jobs import enqueue, services
+from jobs.billing_port import billing
 from jobs.facts import JobFacts
 from jobs.models import Job, State
 from jobs.outputs.assemble import open_output_file
@@ -230,8 +229,7 @@ class Command(BaseCommand):
             raise CommandError(f"Job {job.pk} {job.get_state_display().lower()}: {job.error or 'no output'}")
         if opts["output"]:
             self.write_output(job, Path(opts["output"]))
-        entry = LedgerEntry.objects.get(job=job, kind=LedgerEntry.Kind.HOLD)
-        line = ledger_row(entry)
+        line = billing().hold_line(job)
         if job.kind == Job.Kind.SAMPLE:
             line["sample"] = self.report_sample(job)
         self.stdout.write(json.dumps(line))

@@ -11,11 +11,13 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import cached_property
 
 from django.db.models import Q, QuerySet, Sum
 from django.utils import timezone
 from django.utils.safestring import SafeString
 
+from jobs.facts import JobFacts
 from jobs.models import Job, Node, NodeSample, QueueSample, Shard, SlotReading
 from portal.charts import MOST_POINTS, Point, Series, averaged, latest, line_chart
 
@@ -266,3 +268,12 @@ def _node_chart(key: str, name: str, samples, start: datetime, end: datetime) ->
     note = "" if series[2].points else "Its slots report no utilisation (CPU slots): only what is held is drawn."
     description = f"{name}: its slots online, those held by jobs, and their utilisation added up in slots"
     return _chart(key, name, description, series, start, end, top=float(top), note=note)
+
+
+class PageFacts(JobFacts):
+    """A job's facts as its page reads them: with its charts too."""
+
+    @cached_property
+    def charts(self) -> JobCharts | None:
+        """Its records and its slots' use over its hold, drawn with the panels, not with the polled status card."""
+        return job_charts(self.job)

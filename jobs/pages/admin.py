@@ -7,8 +7,9 @@ from django.template.defaultfilters import pluralize
 from django.template.response import TemplateResponse
 from django.urls import path
 
-from jobs import charts, enqueue, lifecycle, queue_figures, scheduling
+from jobs import enqueue, lifecycle, queue_figures, scheduling
 from jobs.models import ACTIVE, ENDED, Allocation, Gpu, Job, JobEvent, Node, Shard, State
+from jobs.pages import charts
 from jobs.templatetags.jobs_extras import duration
 from portal.listing import ListQuery, pager
 from portal.text import NameField

@@ -22,10 +22,11 @@ from django_htmx.http import HttpResponseStopPolling
 from billing.models import MONEY, LedgerEntry, RateCard, RetentionPolicy
 from jobs import enqueue, lifecycle, services
 from jobs.facts import JobFacts
-from jobs.forms import JobForm, RequestForm, asked_again
 from jobs.models import ACTIVE, Job, State, Upload
 from jobs.outputs.assemble import open_output_file, signed_output_url
 from jobs.outputs.zipstream import stream_zip
+from jobs.pages.charts import PageFacts
+from jobs.pages.forms import JobForm, RequestForm, asked_again
 from jobs.scheduling import fleet
 from jobs.uploads import too_large_message
 from portal.listing import ListQuery, pager
@@ -209,7 +210,7 @@ def _pass_estimate(facts: JobFacts, pass_form: RequestForm):
 
 
 def _detail_context(job, pass_form: RequestForm | None = None) -> dict:
-    facts = JobFacts(job)
+    facts = PageFacts(job)
     return {
         **_sizing_context(facts, pass_form),
         "job": job,
@@ -274,7 +275,7 @@ def job_charts(request, pk: int):
     """The job's charts, polled on their own, slower than the status card, while the job runs; 286 once
     it has ended (the panels that come with its end carry the last of them)."""
     job = services.get_job_for_user(request, pk)
-    html = render_to_string("jobs/detail.html#charts", {"job": job, "facts": JobFacts(job)}, request=request)
+    html = render_to_string("jobs/detail.html#charts", {"job": job, "facts": PageFacts(job)}, request=request)
     return HttpResponseStopPolling(html) if job.ended else HttpResponse(html)
 
 
