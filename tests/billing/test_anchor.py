@@ -4,13 +4,12 @@ the database's triggers off deleted, even when the checkpoints were cut short to
 
 import json
 import logging
-import threading
 from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from django.db import connection, connections
+from django.db import connection
 from django.utils import timezone
 
 from billing import anchor
@@ -20,7 +19,7 @@ from jobs import tasks
 from jobs.models import Job, State
 from portal.settings import _ledger_checkpoints
 from tests.api.support import api_client, token_for
-from tests.billing.test_append_only import verify
+from tests.billing.test_append_only import verify, written_by_two_at_once
 from tests.factories import make_job
 from tests.jobs.test_assemble import finishing_job, stored
 from tests.support import client_for, ledger_open_for_flush, s3_on_loopback
@@ -185,23 +184,7 @@ def test_an_entry_whose_checkpoint_fails_stands_and_verify_ledger_says_it_is_not
 
 
 def test_two_writers_at_once_leave_checkpoints_that_hold(organisation):
-    jobs = [make_job(organisation) for _ in range(16)]
-    start = timezone.now()
-    together = threading.Barrier(2)
-
-    def write(mine):
-        try:
-            together.wait()
-            for job in mine:
-                record_staging(Job, job=job, size=1, started=start, finished=start)
-        finally:
-            connections.close_all()
-
-    writers = [threading.Thread(target=write, args=(jobs[i::2],)) for i in range(2)]
-    for writer in writers:
-        writer.start()
-    for writer in writers:
-        writer.join()
+    written_by_two_at_once(organisation)
     chain = LedgerEntry.objects.filter(organisation=organisation).order_by("pk").values_list("hash", flat=True)
     listed = sorted((checkpoint.entries, checkpoint.hash) for checkpoint in anchor.checkpoints(organisation.pk))
     assert listed == list(enumerate(chain, 1)), "one checkpoint per entry, each naming it at its place"

@@ -323,9 +323,9 @@ def test_it_takes_a_trigger_enabled_always(entry):
         transaction.set_rollback(True)
 
 
-@pytest.mark.django_db(transaction=True)
-def test_it_keeps_one_chain_for_two_writers_at_once(organisation, rate_card):
-    jobs = [make_job(organisation) for _ in range(16)]
+def written_by_two_at_once(organisation, count: int = 16) -> None:
+    """`count` staging entries of the organisation's, written by two threads (two connections) started together."""
+    jobs = [make_job(organisation) for _ in range(count)]
     start = timezone.now()
     together = threading.Barrier(2)
 
@@ -342,6 +342,11 @@ def test_it_keeps_one_chain_for_two_writers_at_once(organisation, rate_card):
         writer.start()
     for writer in writers:
         writer.join()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_keeps_one_chain_for_two_writers_at_once(organisation, rate_card):
+    written_by_two_at_once(organisation)
     assert LedgerEntry.objects.count() == 16
     assert verify() == ("partner-lab: 16 entries, chain intact\n", "")
 

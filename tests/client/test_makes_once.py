@@ -13,6 +13,7 @@ from e31.upload import ResumeStore
 
 from api.webhooks.models import Endpoint
 from jobs.models import Job, Upload
+from tests.client.world import Relay, hang_up
 from tests.support import EXAMPLE
 
 
@@ -49,33 +50,25 @@ def test_a_create_whose_answer_is_lost_is_asked_again_and_made_once(portal, toke
     assert Endpoint.objects.get().pk == hook["id"]
 
 
-class BreaksAfterTheJobIsMade:
-    """A TCP relay to the portal that lets everything through until a job is made (`POST /api/v1/jobs/`, not a
+class BreaksAfterTheJobIsMade(Relay):
+    """A relay that lets everything through until a job is made (`POST /api/v1/jobs/`, not a
     dry run): that request reaches the portal, its answer never comes back, and from then on the portal cannot
     be reached, until mend(). A run of `e31 submit` through it breaks after the job is made, before it can say
     so; the next run, through it mended, reaches the same portal at the same address."""
 
     def __init__(self, target_port: int):
-        self.target_port = target_port
         self.broken = threading.Event()
         self.mended = threading.Event()
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__(target_port)
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                downstream, _ = self.listener.accept()
-            except OSError:
-                return
-            if self.broken.is_set() and not self.mended.is_set():
-                downstream.close()
-                continue
-            upstream = socket.create_connection(("127.0.0.1", self.target_port))
-            making = threading.Event()
-            threading.Thread(target=self._requests, args=(downstream, upstream, making), daemon=True).start()
-            threading.Thread(target=self._answers, args=(upstream, downstream, making), daemon=True).start()
+    def relay(self, downstream: socket.socket) -> None:
+        if self.broken.is_set() and not self.mended.is_set():
+            downstream.close()
+            return
+        upstream = self.portal()
+        making = threading.Event()
+        threading.Thread(target=self._requests, args=(downstream, upstream, making), daemon=True).start()
+        threading.Thread(target=self._answers, args=(upstream, downstream, making), daemon=True).start()
 
     def _requests(self, downstream: socket.socket, upstream: socket.socket, making: threading.Event) -> None:
         with contextlib.suppress(OSError):
@@ -91,16 +84,10 @@ class BreaksAfterTheJobIsMade:
                     self.broken.set()
                     break
                 downstream.sendall(data)
-        for end in (upstream, downstream):
-            with contextlib.suppress(OSError):
-                end.shutdown(socket.SHUT_RDWR)
-            end.close()
+        hang_up(upstream, downstream)
 
     def mend(self) -> None:
         self.mended.set()
-
-    def close(self) -> None:
-        self.listener.close()
 
 
 def test_a_submit_run_again_after_one_that_broke_once_the_job_was_made_names_that_job(e31, portal, fleet):

@@ -110,20 +110,19 @@ class E31:
         )
 
 
-class DroppingProxy:
-    """A TCP relay on loopback to the portal that cuts one connection, once, after `drop_after` bytes
-    went from the client towards the portal: a network that drops in the middle of an upload. With
-    `stall=True` it holds that connection instead, forwarding nothing more, until `release()` drops it:
-    a network that hangs, so the client is in the middle of a chunk for as long as a test needs."""
+def hang_up(*ends: socket.socket) -> None:
+    for end in ends:
+        with contextlib.suppress(OSError):
+            end.shutdown(socket.SHUT_RDWR)
+        end.close()
 
-    def __init__(self, target_port: int, drop_after: int, stall: bool = False):
+
+class Relay:
+    """A TCP relay on loopback to the portal: each connection it accepts is handed to `relay` with one of its
+    own to the portal, until close()."""
+
+    def __init__(self, target_port: int):
         self.target_port = target_port
-        self.drop_after = drop_after
-        self.forwarded = 0
-        self.dropped = 0
-        self.stall = stall
-        self.released = threading.Event()
-        self.lock = threading.Lock()
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
         threading.Thread(target=self._accept, daemon=True).start()
@@ -134,10 +133,38 @@ class DroppingProxy:
                 downstream, _ = self.listener.accept()
             except OSError:
                 return
-            upstream = socket.create_connection(("127.0.0.1", self.target_port))
-            pair = (downstream, upstream)
-            threading.Thread(target=self._pump, args=(downstream, upstream, pair, True), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, downstream, pair, False), daemon=True).start()
+            self.relay(downstream)
+
+    def portal(self) -> socket.socket:
+        return socket.create_connection(("127.0.0.1", self.target_port))
+
+    def relay(self, downstream: socket.socket) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+class DroppingProxy(Relay):
+    """A relay that cuts one connection, once, after `drop_after` bytes went from the client towards the portal:
+    a network that drops in the middle of an upload. With `stall=True` it holds that connection instead,
+    forwarding nothing more, until `release()` drops it: a network that hangs, so the client is in the middle of
+    a chunk for as long as a test needs."""
+
+    def __init__(self, target_port: int, drop_after: int, stall: bool = False):
+        self.drop_after = drop_after
+        self.forwarded = 0
+        self.dropped = 0
+        self.stall = stall
+        self.released = threading.Event()
+        self.lock = threading.Lock()
+        super().__init__(target_port)
+
+    def relay(self, downstream: socket.socket) -> None:
+        upstream = self.portal()
+        pair = (downstream, upstream)
+        threading.Thread(target=self._pump, args=(downstream, upstream, pair, True), daemon=True).start()
+        threading.Thread(target=self._pump, args=(upstream, downstream, pair, False), daemon=True).start()
 
     def _cut_here(self, count: int) -> bool:
         with self.lock:
@@ -158,17 +185,14 @@ class DroppingProxy:
         except OSError:
             pass
         finally:
-            for end in pair:
-                with contextlib.suppress(OSError):
-                    end.shutdown(socket.SHUT_RDWR)
-                end.close()
+            hang_up(*pair)
 
     def release(self) -> None:
         self.released.set()
 
     def close(self) -> None:
         self.release()
-        self.listener.close()
+        super().close()
 
 
 def grown_csv(path: Path, size: int) -> Path:
