@@ -45,12 +45,6 @@ def gigabytes(count: int) -> str:
     return f"{Decimal(count) / 10**9:.9f}".rstrip("0").rstrip(".")
 
 
-def rate(price: Decimal) -> str:
-    """A price per unit to its last significant decimal, at least cents: 3.60, 0.005, 12.125."""
-    cents = Decimal("0.01")
-    return str(price.quantize(cents) if price == price.quantize(cents) else price.normalize())
-
-
 CENT = Decimal("0.01")
 
 
@@ -72,7 +66,8 @@ def money(amount: Decimal | float | int | str | None, currency: str = "") -> str
 
 
 def price(per_unit: Decimal | str, currency: str) -> str:
-    """A rate: at least cents, more where the rate has them (0.005 USD), thousands separated."""
+    """A price per unit to its last significant decimal, at least cents, thousands separated: 3.60 USD,
+    0.005 USD, 12.125 USD."""
     figure = Decimal(str(per_unit))
     shown = figure.quantize(CENT) if figure == figure.quantize(CENT) else figure.normalize()
     return f"{shown:,} {currency}"
