@@ -103,6 +103,10 @@ class Job(TimeStamped):
         PASS = "pass", "Pass"
         SAMPLE = "sample", "Sample"
 
+    class Request(models.TextChoices):
+        FIXED = "fixed", "Fixed"
+        FLEXIBLE = "flexible", "Flexible"
+
     organisation = models.ForeignKey(Organisation, on_delete=models.CASCADE, related_name="jobs")
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -177,11 +181,24 @@ class Job(TimeStamped):
     gpus = models.PositiveIntegerField("GPUs")
     hours = models.DecimalField(max_digits=7, decimal_places=2)
     shape = models.CharField(max_length=12, choices=Shape.choices, default=Shape.SHORT_WIDE)
+    request = models.CharField(
+        max_length=8, choices=Request.choices, default=Request.FIXED,
+        help_text="Fixed: all its GPUs at once for its hours. Flexible: a budget of GPUs × hours, run on as many "
+        "slots as are free up to its width cap, changed at shard boundaries.",
+    )  # fmt: skip
+    max_gpus = models.PositiveIntegerField(
+        "width cap", null=True, blank=True, help_text="A flexible job runs on at most this many slots; empty: its GPUs."
+    )
     deadline = models.DateTimeField(
         null=True,
         blank=True,
         help_text="Done by then: a hold ends at the deadline at the latest, and a job still waiting then ends unheld.",
     )
+    deadline_feasible = models.BooleanField(
+        null=True, blank=True, help_text="Whether the queue let it finish by its deadline when it was submitted."
+    )
+    expected_start = models.DateTimeField(null=True, blank=True, help_text="When it is expected to start, kept current.")
+    expected_finish = models.DateTimeField(null=True, blank=True, help_text="When it is expected to end, kept current.")
 
     # timing
     queued_at = models.DateTimeField(null=True, blank=True)
@@ -192,6 +209,9 @@ class Job(TimeStamped):
     started_at = models.DateTimeField(null=True, blank=True, help_text="When the current hold started.")
     held_before = models.DurationField(
         default=timedelta, help_text="How long earlier holds lasted (all their GPUs lost, the job queued again)."
+    )
+    budget_ends_at = models.DateTimeField(
+        null=True, blank=True, help_text="A flexible job's: when its GPU-hours are spent at the width it runs at now."
     )
     ended_at = models.DateTimeField(null=True, blank=True)
     notified_at = models.DateTimeField(null=True, blank=True, help_text="When its end was emailed to its submitter.")
@@ -373,6 +393,9 @@ class Shard(TimeStamped):
     finished_at = models.DateTimeField(null=True, blank=True)
     records_out = models.PositiveIntegerField(null=True, blank=True)
     records_rejected = models.PositiveIntegerField(null=True, blank=True)
+    records_done = models.PositiveIntegerField(
+        default=0, help_text="While it runs, the records of its claim done so far (batch by batch)."
+    )
     peak_memory_mb = models.PositiveIntegerField(
         null=True, blank=True, help_text="The slot process's peak resident memory when the shard was done."
     )
@@ -420,6 +443,9 @@ class Allocation(TimeStamped):
     )
     runner_seen = models.DateTimeField(
         null=True, blank=True, help_text="When a slot task serving the hold was last sent or last reported."
+    )
+    give_back = models.BooleanField(
+        default=False, help_text="The scheduler asks for the slot back: its hold ends at its next shard boundary."
     )
 
     class Meta:

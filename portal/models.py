@@ -16,6 +16,19 @@ class TimeStamped(models.Model):
 class Organisation(TimeStamped):
     name = models.CharField(max_length=200, unique=True)
     slug = models.SlugField(max_length=60, unique=True)
+    # The operators' levers on the queue (jobs.scheduling): a weight in the fair share between
+    # organisations, and quotas, as Slurm's QOS and Kueue's cluster queues give.
+    share_weight = models.DecimalField(
+        max_digits=6, decimal_places=2, default=1,
+        help_text="Its weight in the fair share of the fleet: 2 gets twice the slots of 1 when both wait.",
+    )  # fmt: skip
+    max_slots_held = models.PositiveIntegerField(
+        null=True, blank=True, help_text="At most this many slots held at once by its jobs; empty: no cap."
+    )
+    monthly_spend_cap = models.DecimalField(
+        max_digits=12, decimal_places=2, null=True, blank=True,
+        help_text="At most this much charged in a calendar month (UTC), its jobs' budgets counted; empty: no cap.",
+    )  # fmt: skip
 
     class Meta:
         ordering = ["name"]

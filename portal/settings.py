@@ -414,6 +414,8 @@ E31_STAGING_S3_REGION = env_str("E31_STAGING_S3_REGION", "us-east-1")
 
 E31_CPU_SLOTS = env_int("E31_CPU_SLOTS", 4, minimum=1)
 E31_MAX_HOURS = env_int("E31_MAX_HOURS", 72, minimum=1)
+# The fair share between organisations counts their GPU-hours held, each hour's weight halved every this many hours.
+E31_FAIR_SHARE_HALF_LIFE_HOURS = env_int("E31_FAIR_SHARE_HALF_LIFE_HOURS", 24, minimum=1)
 E31_MAX_RETENTION_DAYS = env_int("E31_MAX_RETENTION_DAYS", 90, minimum=0)
 # A job's output: kept this many days after the job ends unless the partner chooses otherwise, at most the max.
 E31_OUTPUT_KEEP_DAYS = env_int("E31_OUTPUT_KEEP_DAYS", 30, minimum=1)
