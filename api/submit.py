@@ -114,6 +114,8 @@ class RequestIn(Strict):
         required=False, allow_null=True, allow_blank=True, default=None
     )
     allow_partial = serializers.BooleanField(required=False, default=False)
+    kind = serializers.CharField(required=False, allow_blank=True, default="", max_length=20)  # fixed or flexible
+    max_gpus = AsGiven(required=False, allow_null=True, default=None)
 
 
 class RetentionIn(Strict):
@@ -155,6 +157,8 @@ def _request(given: dict) -> Request:
         given["shape"],
         deadline=given["deadline"],
         allow_partial=given["allow_partial"],
+        kind=given["kind"],
+        max_gpus=given["max_gpus"],
     )
 
 
@@ -205,6 +209,8 @@ FIELDS = {
     "gpus": "request.gpus",
     "hours": "request.hours",
     "shape": "request.shape",
+    "request": "request.kind",
+    "max_gpus": "request.max_gpus",
     "deadline": "request.deadline",
     "keep_days": "retention.staged_days",
     "output_days": "retention.output_days",

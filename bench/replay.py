@@ -22,9 +22,13 @@ only. No Celery worker runs; the tasks the code sends are caught as they would l
 - the rest (emails, purges) are dropped.
 A job arrives as a row with its shards, staged at once (`lifecycle.begin_staging`, `lifecycle.queue`).
 What the scheduler is told is the request: the duration × a factor drawn from [1, 2] (`--seed`), never
-the true duration. A job's shards are max(30 s, its GPU-seconds / 200) of work. Today's requests are
-all fixed: `fixed` and `max_gpu` are read and checked, for the scheduler that will use them. A shard's
-lease is set past the longest shard, as the slot's lease keeper would renew it.
+the true duration. A job's shards are max(30 s, its GPU-seconds / 200) of work. A job is a flexible
+request with a width cap of `max_gpu` (else 8 × `num_gpu`) unless `fixed` is 1 (`--policy fifo`: all
+fixed, as before flexible requests). A slot asked back (or left with no shard to take) gives its hold
+back at its shard boundary with `lifecycle.give_back`, as the runner does. A job with a deadline is told
+at submit whether it can meet it (`scheduling.outlook`, as the portal tells it); one that cannot is
+submitted anyway, as best effort. A shard's lease is set past the longest shard, as the slot's lease
+keeper would renew it.
 
 Its last line is one JSON object: `deadlines_met` (jobs with a deadline that succeeded by it ÷ jobs with
 a deadline; null without), `jct_mean_h` (submit to end, jobs without a deadline), `wait_mean_h` and
@@ -196,6 +200,7 @@ class Slot:
         self.gpu = gpu
         self.job = None
         self.job_id: int | None = None
+        self.allocation_id: int | None = None
         self.turn = 0  # a new hold, or its end, makes the events of the last one stale
         self.serving_since: float | None = None
 
@@ -291,31 +296,45 @@ class Replay:
 
     def _schedule(self) -> None:
         from jobs import scheduling
-        from jobs.models import Gpu, Node
 
-        at = self._at()
-        Node.objects.update(last_seen=at)
-        Gpu.objects.update(last_seen=at)
+        self._seen()
         if self.args.policy == "fifo":
             fifo_pass()
             scheduling.refresh_queue_figures()
         else:
             self.tasks["jobs.tasks.schedule"]()
 
+    def _seen(self) -> None:
+        """The nodes beat: every slot is seen now."""
+        from jobs.models import Gpu, Node
+
+        Node.objects.update(last_seen=self._at())
+        Gpu.objects.update(last_seen=self._at())
+
     def arrive(self, trace_job: TraceJob) -> None:
         from django.utils import timezone
 
-        from jobs import lifecycle
+        from jobs import lifecycle, scheduling
         from jobs.models import Job, Shard
 
-        job = Job.objects.create(
+        fixed = trace_job.fixed or self.args.policy == "fifo"
+        request = Job.Request.FIXED if fixed else Job.Request.FLEXIBLE
+        deadline = None if trace_job.deadline is None else self._at(trace_job.deadline)
+        job = Job(
             organisation=self.orgs[trace_job.org],
             work=WORK,
             source_name=f"{trace_job.name}.csv",
             gpus=trace_job.gpus,
             hours=trace_job.hours,
-            deadline=None if trace_job.deadline is None else self._at(trace_job.deadline),
+            request=request,
+            max_gpus=None if fixed else trace_job.max_gpus,
+            deadline=deadline,
         )
+        if deadline is not None and self.args.policy != "fifo":
+            self._seen()
+            job.expected_start, job.expected_finish = scheduling.outlook(job)
+            job.deadline_feasible = job.expected_finish is not None and job.expected_finish <= deadline
+        job.save()
         self.ask[job.pk] = trace_job
         lifecycle.begin_staging(job, uuid.uuid4().hex, timezone.now() + timedelta(minutes=5))
         work, each = round(trace_job.gpus * trace_job.duration), trace_job.shard_seconds
@@ -337,7 +356,7 @@ class Replay:
 
     def serve(self, slot: Slot, job_id: int, allocation_id: int) -> None:
         """A hold's slot task arrives: the slot starts on the job, then takes its shards."""
-        slot.job, slot.job_id = None, job_id
+        slot.job, slot.job_id, slot.allocation_id = None, job_id, allocation_id
         slot.turn += 1
         self.held += 1
         self.push(self.now + self.args.warmup, self.step, slot, slot.turn)
@@ -352,17 +371,29 @@ class Replay:
             return
         if slot.job is None:
             slot.job = Job.objects.get(pk=slot.job_id)
+        if slot.job.flexible:
+            slot.job.refresh_from_db(fields=["budget_ends_at", "deadline"])
         if slot.job.time_limit_passed():
             lifecycle.time_out(slot.job)
             return
+        if slot.job.flexible and lifecycle.give_back(slot.allocation_id):
+            return self.given_back(slot)
         claimed = runner.claim_next(slot.job, slot.gpu)
         if claimed is None:
             if not Shard.objects.filter(job=slot.job).exclude(status__in=Shard.SETTLED).exists():
                 lifecycle.finish_pass(slot.job)
+            elif slot.job.flexible and lifecycle.give_back(slot.allocation_id, idle=True):
+                self.given_back(slot)
             return  # the last shards run on its other slots
         shard, token = claimed
         slot.serving_since = self.now
         self.push(self.now + shard.record_count, self.done, slot, turn, shard, token)
+
+    def given_back(self, slot: Slot) -> None:
+        """The slot's hold ended at a shard boundary: it serves no job until a pass gives it one."""
+        slot.job, slot.job_id, slot.allocation_id, slot.serving_since = None, None, None, None
+        slot.turn += 1
+        self.held -= 1
 
     def done(self, slot: Slot, turn: int, shard, token: str) -> None:
         """The shard's work is done: marked done under its claim, as the runner does."""

@@ -1,7 +1,7 @@
 """What the engine asks of billing, without importing it: the rate in force, an organisation's retention
-limits, what a job has cost, and its ledger lines for the manifest and `submit`. Billing answers
-(billing/answers.py) and registers itself here when Django starts (billing/apps.py), so billing reads jobs
-and jobs tells billing through signals: the arrows between the two apps run one way."""
+limits and its spend this month, what a job has cost, and its ledger lines for the manifest and `submit`.
+Billing answers (billing/answers.py) and registers itself here when Django starts (billing/apps.py), so
+billing reads jobs and jobs tells billing through signals: the arrows between the two apps run one way."""
 
 from collections.abc import Iterable
 from decimal import Decimal
@@ -66,6 +66,8 @@ class Billing(Protocol):
     def hold_line(self, job: Job) -> dict: ...
 
     def ledger_head(self, organisation: Organisation) -> dict: ...
+
+    def month_committed(self, organisation: Organisation) -> Decimal: ...
 
 
 _registered: dict[str, Billing] = {}

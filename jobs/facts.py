@@ -8,7 +8,7 @@ look), the due dates of retention, whose purges use them too.
 """
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import cached_property
 
 from django.db.models import Count, Max, Q, QuerySet, Sum
@@ -40,11 +40,14 @@ class Progress:
 def _shard_totals(prefix: str = "") -> dict:
     """What a job's progress counts of its shards, each an aggregate named `prefix` + its name."""
     done = Q(**{f"{prefix}status__in": (Shard.Status.DONE, Shard.Status.FAILED)})  # a failed one of a partial output
+    running = Q(**{f"{prefix}status": Shard.Status.RUNNING})
     counted = ~Q(**{f"{prefix}status": Shard.Status.SKIPPED})  # a sample's shards left when its time was up
     return {
         "shards_counted": Count(f"{prefix}pk", filter=counted),
         "shards_done": Count(f"{prefix}pk", filter=done),
-        "records_done": Sum(f"{prefix}record_count", filter=done),
+        "records_finished": Sum(f"{prefix}record_count", filter=done),
+        # Its claim's batches so far: a shard taken again starts from 0, so none is counted twice.
+        "records_running": Sum(f"{prefix}records_done", filter=running),
         "records_counted": Sum(f"{prefix}record_count", filter=counted),
     }
 
@@ -60,14 +63,15 @@ class JobFacts:
 
     @cached_property
     def progress(self) -> Progress:
-        """Records and shards done, and the speed over the time held."""
+        """Records and shards done, and the speed over the time held. A done shard counts all its records (kept
+        and rejected), a running one the records its claim's batches have done so far."""
         job = self.job
         if hasattr(job, "shards_done"):  # read with the job (counting_shards)
             totals = {name: getattr(job, name) for name in _shard_totals()}
         else:
             totals = job.shards.aggregate(**_shard_totals())
-        records_done = totals["records_done"] or 0
         total = (job.records_total if job.kind == Job.Kind.PASS else totals["records_counted"]) or 0
+        records_done = min(total, (totals["records_finished"] or 0) + (totals["records_running"] or 0))
         rate = eta = None
         if job.started_at and records_done:
             released = job.allocations.aggregate(Max("held_to"))["held_to__max"] if job.state != State.RUNNING else None
@@ -137,6 +141,35 @@ class JobFacts:
     @property
     def latest_start(self) -> datetime | None:
         return self.queue_figures.latest_start if self.queue_figures else None
+
+    @cached_property
+    def allocations_open(self) -> int:
+        """How many slots it holds now."""
+        return self.job.allocations.filter(held_to=None).count()
+
+    @property
+    def expected_start(self) -> datetime | None:
+        """When it started; while it waits, the queue's figure when it has one, else what it was told at submit."""
+        job = self.job
+        if job.started_at or job.ended:
+            return job.started_at
+        return self.latest_start or job.expected_start
+
+    @property
+    def expected_finish(self) -> datetime | None:
+        """When it ended; while it runs, by its rate so far (its time limit at the latest); while it waits,
+        what it was told at submit, moved by as much as its start has moved since."""
+        job = self.job
+        if job.ended:
+            return job.ended_at
+        if job.state == State.RUNNING:
+            limit = job.time_limit_at()
+            eta = self.progress.eta_seconds
+            by_rate = timezone.now() + timedelta(seconds=eta) if eta is not None else limit
+            return min(by_rate, limit) if limit else by_rate
+        if job.expected_finish and job.expected_start and self.latest_start:
+            return job.expected_finish + (self.latest_start - job.expected_start)
+        return job.expected_finish
 
     @cached_property
     def staging_mb_per_s(self) -> float | None:

@@ -8,18 +8,23 @@ Job.state changes here and nowhere else (docs/architecture.md has the same table
     running → finishing          finish_pass     the last shard is done; the GPUs are released
     finishing → succeeded        succeed         its output is assembled
     running → queued, timed_out  lose_slots      every slot it held went offline
+    running → queued             give_back       a flexible job gave its last slot back at a shard boundary
     running → timed_out          time_out        its hours, or its deadline, are up
     waiting → failed             miss_deadline   its deadline came before it could start
     not ended → failed           fail            staging, a shard or assembly failed for good
     not finishing → cancelled    cancel          its submitter or an operator stopped it
 
-"Hold" is the GPUs a job holds, and what it is billed for. An operator keeping a waiting job from
+"Hold" is the GPUs a job holds, and what it is billed for: one Allocation per slot, each with its own
+start and end. A flexible job's width changes between shards (widen adds holds, give_back ends one), and
+its time limit is when its budget of GPU-seconds is spent at its width now (budget_ends_at, kept by
+_rebudget whenever one of its holds starts or ends). An operator keeping a waiting job from
 starting puts it on hold (put_on_hold, lift_hold): a flag on the job, not a state.
 """
 
 import logging
+import math
 import uuid
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from functools import partial
 
 from django.db import IntegrityError, transaction
@@ -170,6 +175,7 @@ def start_holds(plan: list[tuple[Job, list]], send: bool = False) -> dict[int, l
                 for allocation in holds:
                     allocation.runner, allocation.runner_seen = uuid.uuid4().hex, now
             holds = Allocation.objects.bulk_create(holds)
+            _rebudget(started)
     except IntegrityError:
         # Another scheduler took one of these GPUs first; the jobs stay queued.
         return {}
@@ -286,6 +292,7 @@ def lose_slots(job: Job, allocations: list[Allocation], at, node: str, cause: st
         )
         if Allocation.objects.filter(job=job, held_to__isnull=True).exists():
             JobEvent.objects.create(job=job, state=State.RUNNING, at=now, message=f"{what} to the job's other slots")
+            _rebudget([job.pk])
         elif ended < at:  # its hours were up before its last node went: nothing to queue again for
             reason = _past_limit(job)
             _move(job.pk, State.RUNNING, State.TIMED_OUT, message=f"{what}; it {reason}", error=f"The job {reason}.")
@@ -315,6 +322,7 @@ def rejoin(job_id: int, gpu: Gpu) -> Allocation | None:
             if job is None or job.time_limit_passed() or not _short_of_slots(job):
                 return None
             allocation = Allocation.objects.create(job=job, gpu=gpu, held_from=now)
+            _rebudget([job.pk])
             noun = "CPU slot" if gpu.kind == Gpu.Kind.CPU else "GPU"
             message = f"{noun} {gpu.index} of node {gpu.node.name} back: held again"
             JobEvent.objects.create(job=job, state=State.RUNNING, at=now, message=message)
@@ -328,7 +336,95 @@ def rejoin(job_id: int, gpu: Gpu) -> Allocation | None:
 def _short_of_slots(job: Job) -> bool:
     """Whether the job holds fewer slots than it asked for while shards wait that nobody has taken."""
     waiting = Shard.objects.filter(job=job, status=Shard.Status.PENDING).exists()
-    return waiting and Allocation.objects.filter(job=job, held_to__isnull=True).count() < job.gpus
+    return waiting and Allocation.objects.filter(job=job, held_to__isnull=True).count() < job.width_cap
+
+
+def widen(plan: list[tuple[Job, list]]) -> dict[int, list[Allocation]]:
+    """Running flexible jobs take more slots (Gpu rows, or anything with their pk and queue): one hold
+    each from now, their slot tasks sent once committed, their time limits moved to match. None when
+    another scheduler took one of the slots first. The holds made, by job."""
+    if not plan:
+        return {}
+    now = timezone.now()
+    queues = {slot.pk: slot.queue for _, slots in plan for slot in slots}
+    try:
+        with transaction.atomic():
+            running = Job.objects.select_for_update().filter(pk__in=[job.pk for job, _ in plan], state=State.RUNNING)
+            widening = set(running.filter(request=Job.Request.FLEXIBLE).values_list("pk", flat=True))
+            holds = [
+                Allocation(job_id=job.pk, gpu_id=slot.pk, held_from=now, runner=uuid.uuid4().hex, runner_seen=now)
+                for job, slots in plan
+                if job.pk in widening
+                for slot in slots
+            ]
+            holds = Allocation.objects.bulk_create(holds)
+            _rebudget(list(widening))
+    except IntegrityError:
+        return {}
+    made: dict[int, list[Allocation]] = {}
+    for allocation in holds:
+        made.setdefault(allocation.job_id, []).append(allocation)
+        enqueue.run_slot(allocation.job_id, allocation.pk, allocation.runner, queues[allocation.gpu_id])
+    return made
+
+
+def give_back(allocation_id: int, idle: bool = False) -> bool:
+    """At a shard boundary, a flexible job's slot ends its hold: the scheduler asked for it back
+    (Allocation.give_back), or, `idle`, no shard is left for it while its other slots run the last ones.
+    Its last slot goes back only with shards left to run: the job is back in the queue, in its place, the
+    meter off. False when the hold is not to end (a fixed job's, one not asked back, the job's limit
+    passed: it times out instead)."""
+    now = timezone.now()
+    with transaction.atomic():
+        job_id = Allocation.objects.filter(pk=allocation_id).values_list("job_id", flat=True).first()
+        job = Job.objects.select_for_update().filter(pk=job_id, state=State.RUNNING).first()
+        if job is None or not job.flexible or job.time_limit_passed(now):
+            return False
+        hold = Allocation.objects.filter(pk=allocation_id, held_to__isnull=True)
+        if not idle:
+            hold = hold.filter(give_back=True)
+        allocation = hold.select_related("gpu", "gpu__node").first()
+        others = Allocation.objects.filter(job=job, held_to__isnull=True).exclude(pk=allocation_id).count()
+        pending = Shard.objects.filter(job=job, status=Shard.Status.PENDING).exists()
+        if allocation is None or not (others or (pending and not idle)):
+            return False
+        hold.update(held_to=now, modified=now)
+        noun = "CPU slot" if allocation.gpu.kind == Gpu.Kind.CPU else "GPU"
+        what = f"{noun} {allocation.gpu.index} of node {allocation.gpu.node.name} given back at a shard boundary"
+        if others:
+            JobEvent.objects.create(job=job, state=State.RUNNING, at=now, message=f"{what}; it runs on {others}")
+            _rebudget([job.pk])
+        else:
+            _move(job.pk, State.RUNNING, State.QUEUED, at=now, message=f"{what}, its last; back in the queue")
+        enqueue.schedule()
+    return True
+
+
+def _rebudget(job_ids: list[int]) -> None:
+    """Each flexible job's budget_ends_at, from its holds: when its GPU-seconds held (each hold's started
+    seconds, as the ledger counts them) reach its budget at the width it holds now; a second early, so that
+    the started second of each open hold cannot take it past. None while it holds no slot."""
+    flexible = {
+        pk: int(gpus * hours * 3600)
+        for pk, gpus, hours in Job.objects.filter(pk__in=job_ids, request=Job.Request.FLEXIBLE).values_list(
+            "pk", "gpus", "hours"
+        )
+    }
+    if not flexible:
+        return
+    spent = dict.fromkeys(flexible, 0)
+    opened: dict[int, list[float]] = {pk: [] for pk in flexible}
+    for job_id, start, end in Allocation.objects.filter(job__in=flexible).values_list("job_id", "held_from", "held_to"):
+        if end is None:
+            opened[job_id].append(start.timestamp())
+        else:
+            spent[job_id] += max(0, math.ceil((end - start).total_seconds()))
+    for pk, budget in flexible.items():
+        starts = opened[pk]
+        ends = None
+        if starts:
+            ends = datetime.fromtimestamp((budget - spent[pk] + sum(starts)) / len(starts) - 1, tz=UTC)
+        Job.objects.filter(pk=pk).update(budget_ends_at=ends)
 
 
 def send_runner(allocation: Allocation) -> None:
@@ -401,6 +497,8 @@ def time_out(job: Job) -> bool:
 def _past_limit(job: Job) -> str:
     if job.deadline and job.time_limit_at() == job.deadline:
         return f"reached its deadline, {job.deadline:%Y-%m-%d %H:%M} UTC"
+    if job.flexible:
+        return f"spent its budget of {job.gpus * job.hours} {job.held_noun or 'GPU'}-hours"
     return f"ran past its {job.hours} h limit"
 
 

@@ -197,8 +197,8 @@ class Job(TimeStamped):
     deadline_feasible = models.BooleanField(
         null=True, blank=True, help_text="Whether the queue let it finish by its deadline when it was submitted."
     )
-    expected_start = models.DateTimeField(null=True, blank=True, help_text="When it is expected to start, kept current.")
-    expected_finish = models.DateTimeField(null=True, blank=True, help_text="When it is expected to end, kept current.")
+    expected_start = models.DateTimeField(null=True, blank=True, help_text="When it is expected to start.")
+    expected_finish = models.DateTimeField(null=True, blank=True, help_text="When it is expected to end.")
 
     # timing
     queued_at = models.DateTimeField(null=True, blank=True)
@@ -326,12 +326,30 @@ class Job(TimeStamped):
         """How fast the whole staging went, once it is done."""
         return self.input_bytes / 1e6 / self.staging_seconds if self.staging_seconds else None
 
+    @property
+    def flexible(self) -> bool:
+        return self.request == self.Request.FLEXIBLE
+
+    @property
+    def width_cap(self) -> int:
+        """The most slots it runs on at once: its GPUs for a fixed request, its cap for a flexible one."""
+        return (self.max_gpus or self.gpus) if self.flexible else self.gpus
+
+    @property
+    def budget_gpu_seconds(self) -> int:
+        """What it may hold in all: its GPUs × its hours (a flexible job's budget, at any width)."""
+        return int(self.gpus * self.hours * 3600)
+
     def time_limit_at(self):
         """When the hold must end: the hours asked for are up (the hours held in all, earlier holds
-        included), or the deadline has come, whichever is first."""
+        included; for a flexible job, its GPU-hours spent at the width it runs at now), or the deadline
+        has come, whichever is first."""
         if self.started_at is None:
             return None
-        limit = self.started_at + timedelta(hours=float(self.hours)) - self.held_before
+        if self.flexible:
+            limit = self.budget_ends_at or self.started_at
+        else:
+            limit = self.started_at + timedelta(hours=float(self.hours)) - self.held_before
         return min(limit, self.deadline) if self.deadline else limit
 
     def deadline_passed(self, now=None) -> bool:

@@ -10,7 +10,6 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from decimal import Decimal
 from typing import Any, TypeVar
 
 from django.conf import settings
@@ -20,10 +19,10 @@ from django.db.models import Q, QuerySet
 from django.http import Http404
 from django.utils import timezone
 
-from jobs import enqueue, processors, uploads
+from jobs import enqueue, processors, scheduling, uploads
 from jobs.billing_port import RetentionLimits, billing
 from jobs.models import ACTIVE, Job, State, Upload
-from jobs.scheduling import RequestError, parse_request, sizing
+from jobs.scheduling import RequestError, parse_request, parse_width, sizing
 from jobs.spec import Data, JobSpec, NamedFile, Request, Retention, Work
 from jobs.staging import s3, sources
 from portal import units
@@ -145,22 +144,24 @@ def _checked(organisation: Organisation, spec: JobSpec, files: contextlib.ExitSt
     credentials = checks.run(_credentials_for, data, work)
     expected_sha256 = checks.run(_check_sha256, data.sha256)
     upload, source = checks.run(_data_of, processor, organisation, data, credentials) or (None, None)
-    gpus_hours = checks.run(_check_request, spec.request, processor.name if processor else "")
+    asked = checks.run(_check_request, spec.request, processor.name if processor else "")
     deadline = checks.run(_check_deadline, spec.request.deadline)
     policy = billing().retention_limits(organisation)
     kept_for = checks.run(_check_retention, policy, retention)
     checks.done()
     model, kept, model_source = _model_of(processor, organisation, work, credentials["model"], files)
     model_sha256 = _check_model(processor, model)
-    (gpus, hours), (staged_days, output_keep_days) = gpus_hours, kept_for
-    request = {"gpus": gpus, "hours": hours, "shape": spec.request.shape, "deadline": deadline}
+    staged_days, output_keep_days = kept_for
+    request = {**asked, "shape": spec.request.shape, "deadline": deadline}
     request["retention_days"] = staged_days
     if spec.sample:
-        asked = {**request, "hours": str(hours), "output_keep_days": output_keep_days}
-        asked["deadline"] = deadline and deadline.isoformat()
+        pass_asked = {**request, "hours": str(asked["hours"]), "output_keep_days": output_keep_days}
+        pass_asked["deadline"] = deadline and deadline.isoformat()
         request.update(gpus=1, hours=sizing.sample_hours(), shape=Job.Shape.SHORT_WIDE, deadline=None)
+        request.update(request=Job.Request.FIXED, max_gpus=None)
         request["retention_days"] = max(staged_days, policy.sample_keep_days)
-        source["sample_result"] = {"request": asked}
+        source["sample_result"] = {"request": pass_asked}
+    _check_spend(organisation, request)
     if model_sha256:
         source.update(model_source=model_source, model_sha256=model_sha256)
     if model_sha256 and kept is not None:
@@ -178,6 +179,7 @@ def _checked(organisation: Organisation, spec: JobSpec, files: contextlib.ExitSt
         **request,
         **source,
     )
+    fields.update(_outlook(fields))
     return _Checked(fields, data.file, upload, model if model_sha256 and kept is None else None)
 
 
@@ -335,12 +337,52 @@ def _check_model(processor, model: NamedFile | None) -> str:
         raise SubmitError("model", f"{model.name}: {error}.") from None
 
 
-def _check_request(request: Request, work: str) -> tuple[int, Decimal]:
-    """The GPUs and hours asked for, read and within the request limits for the work."""
+def _check_request(request: Request, work: str) -> dict:
+    """The GPUs and hours asked for, read and within the request limits for the work; the kind of request
+    and its width cap: the job's request fields, every refusal among them said at once."""
+    refusals: list[tuple[str, str]] = []
+    gpus = hours = kind = cap = None
     try:
-        return parse_request(request.gpus, request.hours, request.shape, work=work)
+        gpus, hours = parse_request(request.gpus, request.hours, request.shape, work=work)
     except RequestError as error:
-        raise SubmitError.of([Refusal(field, message) for field, message in error.refusals]) from None
+        refusals.extend(error.refusals)
+    try:
+        has_deadline = bool(request.deadline and str(request.deadline).strip())
+        kind, cap = parse_width(request.kind, request.max_gpus, gpus, has_deadline, work=work)
+    except RequestError as error:
+        refusals.extend(error.refusals)
+    if refusals:
+        raise SubmitError.of([Refusal(field, message) for field, message in refusals])
+    return {"gpus": gpus, "hours": hours, "request": kind, "max_gpus": cap}
+
+
+def _outlook(fields: dict) -> dict:
+    """When the job is expected to start and end by the queue now, and whether that is by its deadline."""
+    job = Job(**fields)
+    start, finish = scheduling.outlook(job)
+    feasible = None
+    if job.deadline is not None:
+        feasible = finish is not None and finish <= job.deadline
+    return {"expected_start": start, "expected_finish": finish, "deadline_feasible": feasible}
+
+
+def _check_spend(organisation: Organisation, fields: dict) -> None:
+    """That the job's budget (its GPUs × hours at the rate in force) keeps its organisation within its
+    monthly spend cap, counting this calendar month's charges and the budgets of its jobs not yet ended."""
+    cap = organisation.monthly_spend_cap
+    rate = billing().rate_in_force()
+    if cap is None or rate is None:
+        return
+    budget = rate.price(fields["gpus"] * fields["hours"])
+    committed = billing().month_committed(organisation)
+    if committed + budget > cap:
+        amounts = (budget, committed + budget, cap, committed)
+        budget_, total, cap_, so_far = (units.money(amount, rate.currency) for amount in amounts)
+        raise SubmitError(
+            "hours",
+            f"This job's budget, {budget_}, would take {organisation.name}'s spend this month to {total}, past its "
+            f"cap of {cap_} ({so_far} charged or committed so far); ask for less, or ask an operator.",
+        )
 
 
 def _check_deadline(deadline: datetime | str | None) -> datetime | None:
@@ -406,12 +448,13 @@ def submit_pass(sample: Job, user, request: Request, retention: Retention) -> Jo
     if sample.sample_was_whole:  # the same work again, billed again, for the same output
         raise SubmitError("sample", no_pass_needed(sample))
     checks = _Checks()
-    gpus_hours = checks.run(_check_request, request, sample.work)
+    asked = checks.run(_check_request, request, sample.work)
     deadline = checks.run(_check_deadline, request.deadline)
     kept_for = checks.run(_check_retention, billing().retention_limits(sample.organisation), retention)
     checks.done()
-    (gpus, hours), (staged_days, output_keep_days) = gpus_hours, kept_for
-    return _create(
+    staged_days, output_keep_days = kept_for
+    _check_spend(sample.organisation, asked)
+    fields = dict(
         organisation=sample.organisation,
         created_by=user if user and user.is_authenticated else None,
         sample=sample,
@@ -425,14 +468,14 @@ def submit_pass(sample: Job, user, request: Request, retention: Retention) -> Jo
         model_name=sample.model_name,
         model_source=sample.model_source,
         model_sha256=sample.model_sha256,
-        gpus=gpus,
-        hours=hours,
+        **asked,
         shape=request.shape,
         deadline=deadline,
         retention_days=staged_days,
         output_keep_days=output_keep_days,
         allow_partial=request.allow_partial,
     )
+    return _create(**fields, **_outlook(fields))
 
 
 def _find_upload(organisation: Organisation, data: Data) -> Upload:

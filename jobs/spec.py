@@ -53,14 +53,18 @@ class Data:
 
 @dataclass(frozen=True)
 class Request:
-    """GPUs × hours in a shape, an optional deadline, and whether a partial output will do. GPUs, hours,
-    the shape and the deadline (ISO 8601 as text; blank for none) are as typed: the service reads them."""
+    """GPUs × hours in a shape, an optional deadline, and whether a partial output will do; fixed (all its
+    GPUs at once) or flexible (a budget of GPUs × hours on as many slots as are free, up to `max_gpus`),
+    blank for the default (flexible without a deadline, fixed with one). GPUs, hours, the shape, the kind,
+    the width cap and the deadline (ISO 8601 as text; blank for none) are as typed: the service reads them."""
 
     gpus: int | str
     hours: Decimal | int | str
     shape: str = Job.Shape.SHORT_WIDE
     deadline: datetime | str | None = None
     allow_partial: bool = False
+    kind: str = ""
+    max_gpus: int | str | None = None
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,13 @@ class RequestForm(forms.Form):
             "then ends without holding anything."
         ),
     )
+    request_kind = forms.CharField(
+        label="Request",
+        required=False,
+        initial=Job.Request.FLEXIBLE,
+        widget=forms.RadioSelect(choices=Job.Request.choices),
+    )
+    max_gpus = as_typed("Width cap (optional)", {"min": 1}, required=False)
     retention = forms.ChoiceField(
         label="After the job, the staged copy of the data is",
         choices=[("delete", "deleted when the job ends"), ("keep", "kept for")],
@@ -84,7 +91,12 @@ class RequestForm(forms.Form):
         """The request asked for; this form asks no shape, so a sample's pass runs short-wide."""
         cleaned = self.cleaned_data
         return Request(
-            cleaned["gpus"], cleaned["hours"], deadline=cleaned["deadline"], allow_partial=cleaned["allow_partial"]
+            cleaned["gpus"],
+            cleaned["hours"],
+            deadline=cleaned["deadline"],
+            allow_partial=cleaned["allow_partial"],
+            kind=cleaned["request_kind"],
+            max_gpus=cleaned["max_gpus"],
         )
 
     def kept_for(self) -> Retention:
@@ -95,6 +107,7 @@ class RequestForm(forms.Form):
 
     def field_for(self, error_field: str) -> str | None:
         """The form field a refusal of the service's belongs to: the part of the form it names, if shown here."""
+        error_field = {"request": "request_kind"}.get(error_field, error_field)
         return error_field if error_field in self.fields else None
 
 
@@ -294,6 +307,8 @@ def asked_again(job: Job, kept_models: Iterable[Job]) -> tuple[dict, str]:
     initial = {
         "work": job.work,
         "shape": job.shape,
+        "request_kind": job.request,
+        "max_gpus": job.max_gpus or "",
         "gpus": job.gpus,
         "hours": job.hours,
         "allow_partial": job.allow_partial,

@@ -11,6 +11,7 @@ than are online at all (a node left) waits without holding up the rest.
 
 import heapq
 import logging
+import math
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
@@ -25,8 +26,9 @@ from django.utils import timezone
 
 from jobs import lifecycle, processors
 from jobs import queue_figures as stored_figures
-from jobs.models import Gpu, Job, Node, State
+from jobs.models import Allocation, Gpu, Job, Node, Shard, State
 from jobs.queue_figures import QueueFigures
+from portal.models import Organisation
 from portal.text import ascii_count, ascii_decimal, shown
 
 log = logging.getLogger(__name__)
@@ -91,6 +93,10 @@ def fleet() -> Fleet:
     )
 
 
+# What a job's time limit is worked out from (Job.time_limit_at).
+_LIMIT_FIELDS = ("started_at", "hours", "held_before", "deadline", "request", "budget_ends_at")
+
+
 def slot_noun() -> str:
     """fleet().noun in one query: "CPU slot" when every slot online is one, "GPU" else."""
     kinds = set(Gpu.objects.online().order_by().values_list("kind", flat=True).distinct())
@@ -114,6 +120,31 @@ def parse_request(gpus, hours, shape: str = Job.Shape.SHORT_WIDE, work: str = ""
         raise RequestError("hours", f"A job can run at most {settings.E31_MAX_HOURS} hours; this asks for {hours}.")
     check_fleet(gpus, work)
     return gpus, hours
+
+
+def parse_width(kind: str, max_gpus, gpus: int | None, deadline: bool, work: str = "") -> tuple[str, int | None]:
+    """The kind of request (blank: flexible, or fixed for a job with a `deadline`) and a flexible job's width
+    cap (None: its GPUs), checked against the fleet online that can run `work`; RequestError names each field
+    refused. `gpus` is None when the GPUs were refused: the cap is then read but not compared."""
+    kind = str(kind or "").strip().lower() or (Job.Request.FIXED if deadline else Job.Request.FLEXIBLE)
+    if kind not in Job.Request.values:
+        raise RequestError("request", f"A request is fixed or flexible, not {shown(kind)}.")
+    if max_gpus is None or not str(max_gpus).strip():
+        return kind, None
+    cap = ascii_count(str(max_gpus).strip(), signed=True)
+    if kind == Job.Request.FIXED:
+        raise RequestError("max_gpus", "A width cap is for a flexible request; a fixed one runs on exactly its GPUs.")
+    if cap is None:
+        raise RequestError("max_gpus", f"The width cap must be a whole number of GPUs, not {shown(max_gpus)}.")
+    if cap < 1:
+        raise RequestError("max_gpus", f"The width cap must be at least 1, not {cap}.")
+    online = schedulable_slots().online()
+    if work:
+        online = online.filter(node__in=nodes_running(work))
+    if cap > (count := online.count()):
+        where = f" that can run {work}" if work else ""
+        raise RequestError("max_gpus", f"The fleet has {count} online{where}; cap the width at {count} or fewer.")
+    return kind, cap
 
 
 def check_fleet(gpus: int, work: str = "") -> None:
@@ -215,7 +246,7 @@ def _fleet_releases(now) -> tuple[int, int, list[tuple]]:
     slots = schedulable_slots().online()
     online, free = slots.count(), slots.free().count()
     open_holds = Count("allocations", filter=Q(allocations__held_to__isnull=True, allocations__gpu__in=slots))
-    running = Job.objects.filter(state=State.RUNNING).only("started_at", "hours", "held_before", "deadline")
+    running = Job.objects.filter(state=State.RUNNING).only(*_LIMIT_FIELDS)
     releases = [(max(now, job.time_limit_at()), job.held) for job in running.annotate(held=open_holds) if job.held]
     return online, free, releases
 
@@ -296,17 +327,6 @@ def refresh_queue_figures(now=None) -> bool:
     return True
 
 
-def _head_of_queue(chunk: int = 64):
-    """The jobs the scheduler may start, in queue order, with only what a pass reads of them, a few at a
-    time: a pass reads up to BACKFILL_WINDOW jobs behind the first that must wait, and no further."""
-    jobs = waiting().only("pk", "gpus", "hours", "held_before", "work", "deadline", "started_at", "queued_at")
-    after = Q()
-    while batch := list(jobs.filter(after)[:chunk]):
-        yield from batch
-        last = batch[-1]
-        after = Q(queued_at__gt=last.queued_at) | Q(queued_at=last.queued_at, pk__gt=last.pk)
-
-
 class _Slot(NamedTuple):
     """A free slot as a pass reads it: what it takes to hold it and send it a task."""
 
@@ -347,6 +367,15 @@ class _Slots:
         fit = list(islice((slot for slot in self.free.values() if slot.node_id in nodes), gpus))
         return fit if len(fit) == gpus else []
 
+    def peek_up_to(self, work: str, most: int) -> list[_Slot]:
+        """Up to `most` free slots that can run `work`, not yet taken: as many as there are."""
+        nodes = self._able(work)[0]
+        return list(islice((slot for slot in self.free.values() if slot.node_id in nodes), most))
+
+    def free_for(self, work: str) -> int:
+        nodes = self._able(work)[0]
+        return sum(1 for slot in self.free.values() if slot.node_id in nodes)
+
     def take(self, fit: list[_Slot]) -> None:
         for slot in fit:
             del self.free[slot.pk]
@@ -379,7 +408,7 @@ class _Reservation:
         on_nodes = Count(
             "allocations", filter=Q(allocations__held_to__isnull=True, allocations__gpu__node__in=self.nodes)
         )
-        running = Job.objects.filter(state=State.RUNNING).only("started_at", "hours", "held_before", "deadline")
+        running = Job.objects.filter(state=State.RUNNING).only(*_LIMIT_FIELDS)
         held = [(max(now, job.time_limit_at()), count) for job in running.annotate(on=on_nodes) if (count := job.on)]
         for job, taken in plan:
             count = sum(1 for slot in taken if slot.node_id in self.nodes)
@@ -407,39 +436,219 @@ def _ends(job: Job, now):
     return min(ends, job.deadline) if job.deadline else ends
 
 
+@dataclass
+class _Claim:
+    """A job a pass may give slots to: a queued one, or a running flexible one narrower than its cap with
+    shards nobody has taken. `need` is the fewest slots it starts (or keeps on time) with; `want`, the most
+    it would use; `key`, its place in the order (see _order)."""
+
+    job: Job
+    held: int
+    need: int
+    want: int
+    key: tuple
+
+
+def _usage(now) -> tuple[dict[int, float], dict[int, int]]:
+    """Each organisation's recent GPU-hours held, every hour's weight halved each half-life
+    (E31_FAIR_SHARE_HALF_LIFE_HOURS): the fair share's measure of what it had; and the slots it holds now."""
+    half_life = settings.E31_FAIR_SHARE_HALF_LIFE_HOURS * 3600
+    recent = Allocation.objects.filter(Q(held_to=None) | Q(held_to__gt=now - timedelta(seconds=10 * half_life)))
+    usage: dict[int, float] = {}
+    holding: dict[int, int] = {}
+    for org, start, end in recent.values_list("job__organisation_id", "held_from", "held_to").iterator():
+        if end is None:
+            holding[org] = holding.get(org, 0) + 1
+        end = end or now
+        hours = max(0.0, (end - start).total_seconds()) / 3600
+        usage[org] = usage.get(org, 0.0) + hours * 0.5 ** ((now - end).total_seconds() / half_life)
+    return usage, holding
+
+
+def _order(job: Job, left: float, usage: dict[int, float], weights: dict[int, Decimal]) -> tuple:
+    """Its place in the order, smallest first: jobs with a deadline they can meet, earliest deadline
+    first (EDF); then the rest, the organisation that held least lately (for its weight) first, and in
+    it the job with least work left (GPU-seconds), which keeps the mean completion time least; arrival
+    breaks ties. A job whose deadline could not be met when it was submitted runs as best effort."""
+    arrival = (job.queued_at or job.started_at or job.created).timestamp()
+    if job.deadline and job.deadline_feasible is not False:
+        return (0, job.deadline.timestamp(), 0.0, arrival, job.pk)
+    share = usage.get(job.organisation_id, 0.0) / float(weights.get(job.organisation_id) or 1)
+    return (1, share, left, arrival, job.pk)
+
+
+def _on_time_width(job: Job, left: float, now) -> int:
+    """How many slots a flexible job needs from now on to do `left` GPU-seconds by its deadline (at
+    least one); one without a deadline."""
+    if job.deadline is None or job.deadline_feasible is False:
+        return 1
+    seconds = max(1.0, (job.deadline - now).total_seconds())
+    return max(1, min(job.width_cap, math.ceil(left / seconds)))
+
+
+_FIELDS = ("pk", "organisation_id", "gpus", "hours", "held_before", "work", "deadline", "deadline_feasible",
+           "started_at", "queued_at", "created", "request", "max_gpus", "budget_ends_at")  # fmt: skip
+
+
+def _claims(now) -> tuple[list[_Claim], dict[int, _Claim], dict[int, int], dict[int, int]]:
+    """The jobs a pass may give slots to, in order; every running flexible job's claim by id (whether it
+    can grow or not: the order says which of them give slots back to whom); the slots each organisation
+    holds now; and the quotas of those that have one."""
+    usage, holding = _usage(now)
+    organisations = Organisation.objects.values_list("pk", "share_weight", "max_slots_held")
+    weights, caps = {}, {}
+    for pk, weight, cap in organisations:
+        weights[pk] = weight
+        if cap is not None:
+            caps[pk] = cap
+    claims = []
+    for job in waiting().only(*_FIELDS):
+        left = job.budget_gpu_seconds - job.held_before.total_seconds() * job.gpus
+        need = _on_time_width(job, left, now) if job.flexible else job.gpus
+        claims.append(_Claim(job, 0, need, job.width_cap, _order(job, left, usage, weights)))
+    held = Count("allocations", filter=Q(allocations__held_to=None), distinct=True)
+    pending = Count("shards", filter=Q(shards__status=Shard.Status.PENDING), distinct=True)
+    total = Count("shards", distinct=True)
+    running = Job.objects.filter(state=State.RUNNING, request=Job.Request.FLEXIBLE).only(*_FIELDS)
+    flexible = {}
+    for job in running.annotate(held_now=held, pending=pending, total=total):
+        held_now = job.held_now
+        left = job.budget_gpu_seconds * job.pending / max(1, job.total)
+        need = max(0, _on_time_width(job, left, now) - held_now) if job.pending else 0
+        want = min(job.width_cap - held_now, job.pending)
+        flexible[job.pk] = claim = _Claim(job, held_now, need, want, _order(job, left, usage, weights))
+        if want > 0:
+            claims.append(claim)
+    claims.sort(key=lambda claim: claim.key)
+    return claims, flexible, holding, caps
+
+
+def outlook(job: Job, now=None) -> tuple:
+    """When a job (about to be queued, or queued) is expected to start and to end, by the queue now: on
+    the slots online that can run its work, free now or as the jobs that keep theirs release them (at their
+    time limits; a flexible job after it in the order gives its slots back at its next shard boundary,
+    taken as now), after the queued jobs ahead of it in the order (each taken as holding its GPUs for its
+    hours). A flexible job grows into slots as they free up, to its cap. Expected, not promised: passes
+    usually end before their limits, so jobs tend to end sooner. (None, None) when no slot online can run it."""
+    now = now or timezone.now()
+    claims, flexible, _, _ = _claims(now)
+    usage, _ = _usage(now)
+    weights = dict(Organisation.objects.values_list("pk", "share_weight"))
+    left = job.budget_gpu_seconds - job.held_before.total_seconds() * job.gpus
+    key = _order(job, left, usage, weights)
+    nodes = set(nodes_running(job.work))
+    slots = schedulable_slots().online().filter(node__in=nodes)
+    online, free = slots.count(), slots.free().count()
+    if online == 0:
+        return None, None
+    releases = []
+    running = Job.objects.filter(state=State.RUNNING).exclude(pk=job.pk)
+    held = Count("allocations", filter=Q(allocations__held_to=None, allocations__gpu__in=slots))
+    for other in running.annotate(held_here=held).filter(held_here__gt=0):
+        behind = other.pk in flexible and flexible[other.pk].key > key
+        releases.append((now if behind else max(now, other.time_limit_at()), other.held_here))
+    heapq.heapify(releases)
+    at = now
+    for claim in claims:
+        if claim.held or claim.key >= key or claim.job.pk == job.pk or claim.job.work != job.work:
+            continue
+        gpus = min(claim.job.gpus, online)
+        while free < gpus and releases:
+            when, count = heapq.heappop(releases)
+            at, free = max(at, when), free + count
+        if free < gpus:
+            break
+        free -= gpus
+        heapq.heappush(releases, (at + timedelta(hours=float(claim.job.hours)), gpus))
+    need = 1 if job.flexible else min(job.gpus, online)
+    while free < need and releases:
+        when, count = heapq.heappop(releases)
+        at, free = max(at, when), free + count
+    start = at
+    if not job.flexible:
+        return start, start + timedelta(hours=float(job.hours)) - job.held_before
+    work, cap = left, job.width_cap  # GPU-seconds, done at the width it has, growing as slots free up
+    while True:
+        width = min(cap, max(1, free))
+        upcoming = releases[0][0] if releases and width < cap else None
+        if upcoming is None or at + timedelta(seconds=work / width) <= upcoming:
+            return start, at + timedelta(seconds=work / width)
+        when, count = heapq.heappop(releases)
+        work -= width * (when - at).total_seconds()
+        at, free = max(at, when), free + count
+
+
+def _ask_back(claim: _Claim, short: int, slots: _Slots, flexible: dict[int, _Claim]) -> int:
+    """Ask running flexible jobs after `claim` in the order for `short` slots on nodes that can run its
+    work, at their next shard boundaries (those asked already counted): the last in the order first.
+    How many are asked back in all; none when that could not make up `short`."""
+    behind = [pk for pk, other in flexible.items() if other.key > claim.key]
+    holds = Allocation.objects.filter(job__in=behind, held_to=None, gpu__node__in=slots.nodes_for(claim.job.work))
+    rows = list(holds.values_list("pk", "job_id", "give_back"))
+    if len(rows) < short:
+        return 0
+    asked = sum(1 for *_, back in rows if back)
+    rows.sort(key=lambda row: flexible[row[1]].key, reverse=True)
+    more = [pk for pk, _, back in rows if not back][: max(0, short - asked)]
+    Allocation.objects.filter(pk__in=more).update(give_back=True)
+    return asked + len(more)
+
+
 def schedule() -> list[int]:
-    """Start the hold of every queued job, in queue order, whose GPUs are all free now, on nodes that
-    can run its work, and behind the first that must wait, the jobs that backfill cannot delay it (see the
-    module's docstring); a job on hold is passed by. The jobs it found room for start together: one UPDATE
-    of the jobs, one insert of their holds, whatever their number."""
+    """Give free slots to the jobs that wait for them, in order (see _order): a fixed request starts
+    when all its GPUs are free at once; a flexible one starts on as many as are free (up to its cap), and
+    a running flexible job grows into free slots it can use. The first job that cannot get what it needs
+    is protected: when running flexible jobs after it in the order hold enough of the slots it can run
+    on, they are asked for them back at their next shard boundaries and the free ones are kept for it;
+    otherwise it gets an EASY reservation (see the module's docstring) that fixed jobs behind it must not
+    delay (flexible ones give slots back when it matters). An organisation never holds more slots than its
+    quota. A job on hold is passed by. The jobs started, in one UPDATE and one insert of their holds."""
     now = timezone.now()
     with transaction.atomic():
         slots = _Slots()
+        claims, flexible, holding, caps = _claims(now)
         plan: list[tuple[Job, list]] = []
+        grow: list[tuple[Job, list]] = []
         blocked, reserved, behind = None, None, 0
-        for job in _head_of_queue():
-            if job.deadline_passed(now):
+        for claim in claims:
+            job = claim.job
+            if not claim.held and job.deadline_passed(now):
                 lifecycle.miss_deadline(job)  # never held: starting it now could do nothing it was asked for
                 continue
-            if job.gpus > slots.online_for(job.work):
+            if claim.need > slots.online_for(job.work):
                 continue  # more than the fleet can give it online now (a node left): it waits without blocking others
+            org = job.organisation_id
+            room = claim.want if org not in caps else min(claim.want, caps[org] - holding.get(org, 0))
+            if room < (1 if job.flexible else claim.need):
+                continue  # its organisation holds its quota: it waits, holding up no other's jobs
             if blocked is not None:
                 behind += 1
                 if behind > BACKFILL_WINDOW:
                     break
-            taken = slots.peek(job.work, job.gpus)
-            if not taken:
+            if job.flexible and not claim.held:
+                room = min(room, Shard.objects.filter(job=job, status=Shard.Status.PENDING).count())
+            taken = slots.peek_up_to(job.work, room)
+            enough = len(taken) >= claim.need if not job.flexible else bool(taken)
+            if blocked is None and len(taken) < claim.need:
+                blocked = claim
+                short = claim.need - len(taken)
+                if _ask_back(claim, short, slots, flexible) >= short:
+                    keep = slots.peek_up_to(job.work, claim.need) if not job.flexible else []
+                    slots.take(keep)  # they wait for it, not for jobs behind it
+                    enough = enough and job.flexible
+                elif not job.flexible:
+                    reserved = _Reservation(job, slots, plan, now)
+            elif enough and reserved is not None and not job.flexible and not reserved.allows(job, taken, now):
+                continue
+            if not enough:
                 if not slots.free:
                     break  # no slot left for any job behind it
-                blocked = blocked or job
                 continue
-            if blocked is not None:  # the reservation is worked out once a job could backfill
-                reserved = reserved or _Reservation(blocked, slots, plan, now)
-                if not reserved.allows(job, taken, now):
-                    continue
             slots.take(taken)
-            plan.append((job, taken))
+            holding[org] = holding.get(org, 0) + len(taken)
+            (grow if claim.held else plan).append((job, taken))
         started = list(lifecycle.start_holds(plan, send=True))
-    if started:
-        log.info("started the hold of jobs %s", started)
+        widened = lifecycle.widen(grow)
+    if started or widened:
+        log.info("started the hold of jobs %s, widened jobs %s", started, list(widened))
     return started

@@ -4,7 +4,8 @@ A shard is claimed with a conditional UPDATE and a lease; while it runs, the lea
 job checked to run after a batch, once a second at most, and by a thread of its own however long a
 batch takes. A slot that dies leaves its shard to be taken again when the lease runs out (or at once,
 when the same slot comes back). A shard's output is written under its claim token and only the claim
-that marks the shard done is kept, so a shard done twice counts once.
+that marks the shard done is kept, so a shard done twice counts once. Its progress is counted the same way:
+the renewal after a batch writes the records its claim has done so far, and a claim taken again starts at 0.
 """
 
 import logging
@@ -23,7 +24,8 @@ import pyarrow.parquet as pq
 from django.conf import settings
 from django.core.files.storage import default_storage
 from django.db import DatabaseError, connection
-from django.db.models import F, Q
+from django.db.models import F, Q, Value
+from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from jobs import enqueue, lifecycle, processors
@@ -35,9 +37,9 @@ from jobs.staging.shards import batched, read_shard
 
 log = logging.getLogger(__name__)
 
-# A shard's claim is renewed (and the job checked to run) after a batch once this long has passed since
-# the last time: often enough to stop within a second of a cancel, and one write a second at most
-# rather than one a batch, which on a fast slot would be most of its time outside the work.
+# A shard's claim is renewed (the job checked to run, the records done so far written) after a batch once
+# this long has passed since the last time: often enough to stop within a second of a cancel, and one write
+# a second at most rather than one a batch, which on a fast slot would be most of its time outside the work.
 CLAIM_CHECK_SECONDS = 1.0
 
 
@@ -65,6 +67,10 @@ def run_slot(job_id: int, allocation_id: int, runner: str = "") -> str:
             return "superseded" if held else "released"
         if time.monotonic() > deadline:
             return _hand_over(job_id, allocation_id, runner, gpu.queue)
+        if job.flexible:
+            job.refresh_from_db(fields=["budget_ends_at", "deadline"])  # its width changes its limit
+            if lifecycle.give_back(allocation_id):
+                return "given back"
         if job.kind == Job.Kind.SAMPLE:
             skip_past_budget(job)
         claimed = claim_next(job, gpu)
@@ -72,6 +78,8 @@ def run_slot(job_id: int, allocation_id: int, runner: str = "") -> str:
             if not Shard.objects.filter(job=job).exclude(status__in=Shard.SETTLED).exists():
                 lifecycle.finish_pass(job)
                 return "finished"
+            if job.flexible and lifecycle.give_back(allocation_id, idle=True):
+                return "given back"  # nothing left for it: a flexible job holds no slot it cannot use
             time.sleep(0.5)  # the last shards run on other slots; stay to take any they lose
             continue
         shard, token = claimed
@@ -175,6 +183,7 @@ def claim_next(job: Job, gpu: Gpu) -> tuple[Shard, str] | None:
                 worker_pid=os.getpid(),
                 lease_until=now + timedelta(seconds=settings.E31_SHARD_LEASE_SECONDS),
                 started_at=now,
+                records_done=0,  # a shard taken again counts its records over, not on top of the lost claim's
             )
         )
         if won:
@@ -201,10 +210,16 @@ def _held_by(job_id: int, gpu: Gpu):
     return Allocation.objects.filter(job_id=job_id, gpu=gpu, held_to__isnull=True).values("job_id")
 
 
-def _keep_claim(shard: Shard, token: str) -> None:
+def _keep_claim(shard: Shard, token: str, records_done: int | None = None) -> None:
+    """Renew the claim's lease; ShardLost if it ended. The records its batches have done so far, when given,
+    go in the same UPDATE: progress within a shard costs no write of its own."""
+    renewal: dict = {"lease_until": timezone.now() + timedelta(seconds=settings.E31_SHARD_LEASE_SECONDS)}
+    if records_done is not None:
+        # The keeper's thread and the work both renew: the later write of an older count takes nothing back.
+        renewal["records_done"] = Greatest("records_done", Value(records_done))
     renewed = Shard.objects.filter(
         pk=shard.pk, claim=token, status=Shard.Status.RUNNING, job_id__in=_running(shard.job_id)
-    ).update(lease_until=timezone.now() + timedelta(seconds=settings.E31_SHARD_LEASE_SECONDS))
+    ).update(**renewal)
     if not renewed:
         raise ShardLost
 
@@ -233,11 +248,15 @@ class LeaseKeeper:
         self.shard, self.token = shard, token
         self.stopping = threading.Event()
         self.moved_at = time.monotonic()
+        self.records_done = 0
         self.thread = threading.Thread(target=self._keep, name=f"lease-of-shard-{shard.pk}", daemon=True)
 
-    def moved_on(self) -> None:
-        """The work finished a step (read the shard, ran a batch): it is not stuck."""
+    def moved_on(self, records_done: int | None = None) -> None:
+        """The work finished a step (read the shard, ran a batch): it is not stuck. After a batch, it says
+        how many records its batches have done, which the keeper's renewals write too."""
         self.moved_at = time.monotonic()
+        if records_done is not None:
+            self.records_done = records_done
 
     def __enter__(self) -> "LeaseKeeper":
         self.thread.start()
@@ -254,7 +273,7 @@ class LeaseKeeper:
                     log.warning("shard %s: a step ran %.0f s: stuck, its lease lapses", self.shard.pk, stuck)
                     return
                 try:
-                    _keep_claim(self.shard, self.token)
+                    _keep_claim(self.shard, self.token, self.records_done)
                 except ShardLost:
                     return
                 except DatabaseError as error:  # the database away a moment: the lease has time left to try again
@@ -278,13 +297,14 @@ def _work(job: Job, shard: Shard, token: str, gpu: Gpu, keeper: LeaseKeeper) -> 
     checked = time.monotonic()
     schema = output_schema(job)
     rejects: list[tuple[Record, str]] = []
-    kept_total = 0
+    kept_total = processed = 0
     with tempfile.TemporaryDirectory(prefix="e31-shard-", dir=settings.FILE_UPLOAD_TEMP_DIR) as scratch:
         part = os.path.join(scratch, "part.parquet")
         with pq.ParquetWriter(part, schema) as writer:
             for batch in batched(records, processor.records_per_batch(context.device)):
                 result = processor.run_batch(batch, context)
-                keeper.moved_on()
+                processed += len(batch)
+                keeper.moved_on(processed)
                 # A reducing processor's table is a partial summary: its rows are not the kept records.
                 if processor.reduces:
                     writer.write_table(result.table)
@@ -297,11 +317,11 @@ def _work(job: Job, shard: Shard, token: str, gpu: Gpu, keeper: LeaseKeeper) -> 
                     lifecycle.time_out(job)
                     _keep_claim(shard, token)  # the job no longer runs: this stops the shard
                 if time.monotonic() - checked >= CLAIM_CHECK_SECONDS:
-                    _keep_claim(shard, token)
+                    _keep_claim(shard, token, records_done=processed)
                     checked = time.monotonic()
         rejects_part = os.path.join(scratch, "rejects.parquet")
         pq.write_table(pa.table(_reject_rows(rejects, raw), schema=REJECT_SCHEMA), rejects_part)
-        _keep_claim(shard, token)
+        _keep_claim(shard, token, records_done=processed)
         base = f"{job.storage_prefix}/shards/{shard.index:05d}-{token}"
         with open(part, "rb") as handle:
             output_path = default_storage.save(f"{base}.parquet", ScratchFile(handle))
@@ -313,6 +333,7 @@ def _work(job: Job, shard: Shard, token: str, gpu: Gpu, keeper: LeaseKeeper) -> 
         rejects_path=rejects_path,
         records_out=kept_total,
         records_rejected=len(rejects),
+        records_done=processed,
         peak_memory_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,  # Linux counts KiB
         finished_at=timezone.now(),
         lease_until=None,

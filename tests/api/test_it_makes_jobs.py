@@ -36,14 +36,16 @@ def post_job(client, body: dict):
 @pytest.mark.django_db(transaction=True)
 def test_it_makes_a_job_of_an_upload_sent_over_the_token_and_runs_it(fleet, partner, partner_api, rate_card):
     upload_id = upload(partner_api, DATA, chunk=50_000)
-    answer = post_job(partner_api, job_body({"upload": upload_id}, request={"gpus": 2, "hours": "1"}))
+    request = {"gpus": 2, "hours": "1", "kind": "fixed"}
+    answer = post_job(partner_api, job_body({"upload": upload_id}, request=request))
     assert answer.status_code == 201, answer.content
     job = Job.objects.get()
     made = answer.json()
     assert answer["Location"] == f"/api/v1/jobs/{job.pk}/" == made["url"]
     assert (made["id"], made["data"]["source_kind"], made["data"]["name"]) == (job.pk, "upload", "customers.csv")
     assert made["request"] == {
-        "gpus": 2, "hours": "1.00", "shape": "short-wide", "deadline": None, "allow_partial": False,
+        "gpus": 2, "hours": "1.00", "shape": "short-wide", "kind": "fixed", "max_gpus": 2, "deadline": None,
+        "allow_partial": False,
     }  # fmt: skip
     assert "task_queue" not in made
     assert job.created_by == partner, "the token's user is the submitter: the receipt and the email name them"
@@ -235,9 +237,11 @@ def test_a_dry_run_makes_every_check_and_nothing_else(partner_api, online_slots,
         "source_kind": "upload", "name": "customers.csv", "location": "", "sha256": "", "format": "csv",
     }  # fmt: skip
     assert checked["request"] == {
-        "gpus": 2, "hours": "1.50", "shape": "short-wide", "deadline": "2099-01-01T12:00:00+00:00",
-        "allow_partial": False,
+        "gpus": 2, "hours": "1.50", "shape": "short-wide", "kind": "fixed", "max_gpus": 2,
+        "deadline": "2099-01-01T12:00:00+00:00", "allow_partial": False,
     }  # fmt: skip
+    assert checked["deadline_feasible"] is True, "an empty fleet of four slots: it starts at once"
+    assert checked["expected_finish"] < "2099"
     assert checked["retention"] == {"staged_days": 0, "output_days": 30}
     assert checked["most_cost"] == {"gpu_hours": "3.00", "amount": "10.8000", "currency": "USD", "rate": "3.6000"}
     assert not Job.objects.exists() and Upload.objects.filter(pk=upload_id).exists(), "nothing made, nothing used"

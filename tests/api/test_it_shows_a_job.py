@@ -51,6 +51,8 @@ def test_it_gives_the_job_with_its_pages_figures(running_job, partner_api):
         "gpus": 2,
         "hours": "1.00",
         "shape": "short-wide",
+        "kind": "fixed",
+        "max_gpus": 2,
         "deadline": None,
         "allow_partial": False,
     }

@@ -20,6 +20,7 @@ CLEAN_TABLE_PARAMS = "clean-table has no parameter 'bogus' (it takes: type_thres
 GPUS = ("request.gpus", "gpus")
 HOURS = ("request.hours", "hours")
 STAGED = ("retention.staged_days", "keep_days")
+WIDTH = ("request.max_gpus", "max_gpus")
 
 
 @dataclass(frozen=True)
@@ -35,11 +36,14 @@ class Asked:
     deadline: str = ""
     keep_days: str = ""
     output_days: str = ""
+    kind: str = ""
+    max_gpus: str = ""
     in_the_form: bool = True  # a parameter the work does not take has no field to type it in
 
     def form(self) -> dict:
         typed = {"work": self.work, "gpus": self.gpus, "hours": self.hours, "deadline": self.deadline}
         typed.update(retention="keep" if self.keep_days else "delete", output_days=self.output_days)
+        typed.update(request_kind=self.kind, max_gpus=self.max_gpus)
         if self.keep_days:
             typed["keep_days"] = self.keep_days
         typed.update({f"param-{self.work}-{name}": value for name, value in self.params.items()})
@@ -48,6 +52,7 @@ class Asked:
     def body(self, upload_id: str) -> dict:
         retention = {"staged_days": self.keep_days or 0, "output_days": self.output_days or None}
         request = {"gpus": self.gpus, "hours": self.hours, "deadline": self.deadline or None}
+        request.update(kind=self.kind, max_gpus=self.max_gpus or None)
         return {
             "work": {"kind": self.work, "params": self.params},
             "data": {"upload": upload_id},
@@ -63,6 +68,8 @@ class Asked:
             ("--deadline", self.deadline),
             ("--keep-days", self.keep_days),
             ("--keep-output-days", self.output_days),
+            ("--request", self.kind),
+            ("--max-gpus", self.max_gpus),
         ):
             given += [option, value] if value else []
         return given
@@ -100,6 +107,19 @@ ASKED = {
     ),
     "staged days 500": Asked([(*STAGED, "Keep the staged copy 0 to 90 days, not 500.")], keep_days="500"),
     "staged days -1": Asked([(*STAGED, "Keep the staged copy 0 to 90 days, not -1.")], keep_days="-1"),
+    "request elastic": Asked(
+        [("request.kind", "request_kind", "A request is fixed or flexible, not 'elastic'.")], kind="elastic"
+    ),
+    "width cap 0": Asked([(*WIDTH, "The width cap must be at least 1, not 0.")], max_gpus="0"),
+    "width cap 2.5": Asked([(*WIDTH, "The width cap must be a whole number of GPUs, not '2.5'.")], max_gpus="2.5"),
+    "width cap past the fleet": Asked(
+        [(*WIDTH, "The fleet has 4 online that can run clean-table; cap the width at 4 or fewer.")], max_gpus="64"
+    ),
+    "a width cap on a fixed request": Asked(
+        [(*WIDTH, "A width cap is for a flexible request; a fixed one runs on exactly its GPUs.")],
+        kind="fixed",
+        max_gpus="2",
+    ),
     "output days 0": Asked(
         [("retention.output_days", "output_days", "Keep the output 1 to 365 days, not 0.")], output_days="0"
     ),

@@ -38,7 +38,7 @@ def test_it_passes_a_job_on_hold_by_and_starts_it_in_its_place_once_lifted(organ
 
     assert lifecycle.lift_hold(wide)
     assert not lifecycle.lift_hold(wide), "lifted once"
-    after = _queued(organisation, 2)
+    after = make_job(organisation, State.QUEUED, gpus=2, hours=5)  # more work than the wide job's: after it
     assert queue_position(after) == 2, "the lifted job kept its place before a job queued since"
     assert schedule() == [], "2 of 4 slots are held: it waits for its 3"
     lifecycle.release(Job.objects.get(pk=narrow.pk))

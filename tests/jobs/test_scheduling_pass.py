@@ -121,9 +121,9 @@ def test_its_queries_do_not_grow_with_the_fleet_or_the_jobs_it_starts(organisati
     Allocation.objects.bulk_create(Allocation(job=busy, gpu=gpu, held_from=busy.started_at) for gpu in held)
     _queue(organisation, 16, gpus=2)
     _queue(organisation, 1, gpus=8)  # 32 free slots, all taken by the 16 before it: this one waits
-    _queue(organisation, 100, gpus=1)
+    _queue(organisation, 100, gpus=1)  # least work first: 32 of these start, before the 16
     many, large = _one_pass()
-    assert (len(few), len(many)) == (2, 16)
+    assert (len(few), len(many)) == (2, 32)
     assert _statements(large) == _statements(small)
 
 
@@ -133,4 +133,4 @@ def test_it_reads_past_a_long_run_of_jobs_on_hold_in_few_queries(organisation, o
     [waiting] = _queue(organisation, 1)
     started, queries = _one_pass()
     assert started == [waiting.pk], "the jobs on hold are passed by, in the query itself"
-    assert len(queries) < 20
+    assert len(queries) <= 20, "the queue, the fleet, the fair share's usage and quotas: never one a job"

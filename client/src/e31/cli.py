@@ -305,6 +305,26 @@ def print_receipt(portal: Client, job_id: int) -> None:
         print(f"Total: {money(amount, currency)}")
 
 
+def request_text(request: dict) -> str:
+    """A request as the job page says it: GPUs × hours, its shape, and whether it is fixed or flexible."""
+    text = f"{request.get('gpus')} × {request.get('hours')} h, {request.get('shape')}"
+    if request.get("kind") == "flexible":
+        text += f", flexible up to {request.get('max_gpus')} at once"
+    elif request.get("kind"):
+        text += ", fixed"
+    return text + (f", deadline {request['deadline']}" if request.get("deadline") else "")
+
+
+def outlook_text(job: Job) -> str:
+    """When the job is expected to start and finish, and whether that meets its deadline."""
+    text = f"to finish by {job['expected_finish']}"
+    if job.get("expected_start") and not job.get("started_at"):
+        text = f"to start by {job['expected_start']} and {text}"
+    if job.get("deadline_feasible") is False:
+        text += " (after its deadline: it runs as best effort)"
+    return text
+
+
 def job_summary(job: Job) -> list[str]:
     data, request = job.get("data") or {}, job.get("request") or {}
     progress, meter = job.get("progress") or {}, job.get("meter") or {}
@@ -314,9 +334,10 @@ def job_summary(job: Job) -> list[str]:
         f"  work     {job.get('work')} {json.dumps(job.get('params') or {})}",
         f"  data     {data.get('name') or data.get('location')} ({size_text(data.get('bytes'))}, "
         f"{data.get('format') or 'format not known yet'})",
-        f"  request  {request.get('gpus')} × {request.get('hours')} h, {request.get('shape')}"
-        + (f", deadline {request['deadline']}" if request.get("deadline") else ""),
+        f"  request  {request_text(request)}",
     ]
+    if job.get("expected_finish") and not job.get("ended_at"):
+        lines.append(f"  expected {outlook_text(job)}")
     if progress.get("records_total"):
         rate = progress.get("records_per_second")
         lines.append(
@@ -532,6 +553,8 @@ def submit_spec(args: argparse.Namespace, location: str, credentials: dict | Non
         shape=args.shape,
         deadline=args.deadline,
         allow_partial=args.allow_partial,
+        kind=args.request,
+        max_gpus=args.max_gpus,
         staged_days=args.keep_days,
         output_days=args.keep_output_days,
         sample=args.sample,
@@ -733,7 +756,9 @@ def cmd_pass(args: argparse.Namespace) -> int:
         if hours is None:  # the sample's estimate for these GPUs, with its margin, as the page's form fills in
             hours = portal.estimate(args.id, args.gpus)["estimate"]["hours"]
             say(f"The time limit is the sample's estimate for {args.gpus}: {hours} h.")
-        request = request_spec(args.gpus, hours, args.shape, args.deadline, args.allow_partial)
+        request = request_spec(
+            args.gpus, hours, args.shape, args.deadline, args.allow_partial, kind=args.request, max_gpus=args.max_gpus
+        )
         job = portal.start_pass(args.id, request, retention)
         say(f"Job {job['id']} submitted: the full pass of sample {args.id}")
         if not args.wait:
@@ -769,6 +794,14 @@ def add_request(parser: argparse.ArgumentParser, hours_required: bool = True) ->
     )
     parser.add_argument("--shape", default="short-wide", help="short-wide (the default) or long-narrow")
     parser.add_argument("--deadline", metavar="ISO", help="done by then, e.g. 2026-12-01T18:00 (UTC unless it says)")
+    parser.add_argument(
+        "--request",
+        default="",
+        metavar="KIND",
+        help="fixed (all the GPUs at once) or flexible (GPUs × hours as a budget, on as many as are free); "
+        "default: flexible, fixed with a deadline",
+    )
+    parser.add_argument("--max-gpus", metavar="W", help="a flexible job's width cap (default: its GPUs)")
     parser.add_argument("--allow-partial", action="store_true", help="finish without a shard that keeps failing")
     parser.add_argument("--keep-days", default=0, metavar="N", help="keep the staged copy N days")
     parser.add_argument("--keep-output-days", metavar="N", help="keep the output N days after the end")

@@ -72,6 +72,8 @@ def job_spec(
     shape: str = "short-wide",
     deadline: str | None = None,
     allow_partial: bool = False,
+    kind: str = "",
+    max_gpus: int | str | None = None,
     staged_days: int | str = 0,
     output_days: int | str | None = None,
     sample: bool = False,
@@ -86,7 +88,7 @@ def job_spec(
     return {
         "work": {"kind": work, "params": params or {}, **model},
         "data": {"upload": upload, "location": location, "s3_credentials": s3_credentials, "sha256": sha256},
-        "request": request_spec(gpus, hours, shape, deadline, allow_partial),
+        "request": request_spec(gpus, hours, shape, deadline, allow_partial, kind=kind, max_gpus=max_gpus),
         "retention": {"staged_days": staged_days, "output_days": output_days},
         "sample": sample,
         "webhook_url": webhook_url,
@@ -94,10 +96,19 @@ def job_spec(
 
 
 def request_spec(
-    gpus: int | str, hours: str, shape: str = "short-wide", deadline: str | None = None, allow_partial: bool = False
+    gpus: int | str,
+    hours: str,
+    shape: str = "short-wide",
+    deadline: str | None = None,
+    allow_partial: bool = False,
+    kind: str = "",
+    max_gpus: int | str | None = None,
 ) -> dict[str, Any]:
-    """The request part of a job's body; numbers may be given as typed, for the portal to read and refuse."""
-    return {"gpus": gpus, "hours": str(hours), "shape": shape, "deadline": deadline, "allow_partial": allow_partial}
+    """The request part of a job's body; numbers may be given as typed, for the portal to read and refuse.
+    `kind`: fixed or flexible (blank: the portal's default, flexible without a deadline); `max_gpus`: a
+    flexible job's width cap."""
+    request = {"gpus": gpus, "hours": str(hours), "shape": shape, "deadline": deadline, "allow_partial": allow_partial}
+    return {**request, "kind": kind, "max_gpus": max_gpus}
 
 
 # httpx's sync transport sends a bytes body by slicing off what each send() took, which copies the rest

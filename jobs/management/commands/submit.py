@@ -101,7 +101,13 @@ def model_of(path: Path, files: ExitStack) -> NamedFile:
 
 def request_of(opts: dict) -> Request:
     return Request(
-        opts["gpus"], opts["hours"], opts["shape"], deadline=opts["deadline"], allow_partial=opts["allow_partial"]
+        opts["gpus"],
+        opts["hours"],
+        opts["shape"],
+        deadline=opts["deadline"],
+        allow_partial=opts["allow_partial"],
+        kind=opts["request"],
+        max_gpus=opts["max_gpus"],
     )
 
 
@@ -177,6 +183,13 @@ class Command(BaseCommand):
             help="Done by then (ISO 8601; UTC unless it says otherwise): the hold ends at the deadline at the "
             "latest, and a job not started by then ends without holding anything.",
         )
+        parser.add_argument(
+            "--request",
+            default="",
+            help="fixed (all its GPUs at once) or flexible (GPUs × hours as a budget, on as many as are free, "
+            "changed between shards); default: flexible, fixed with a deadline.",
+        )
+        parser.add_argument("--max-gpus", help="A flexible job's width cap (default: its GPUs).")
         parser.add_argument("--keep-days", default=0, help="Keep the staged copy this many days.")
         parser.add_argument(
             "--keep-output-days",

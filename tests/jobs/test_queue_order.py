@@ -1,0 +1,208 @@
+"""The order the scheduler gives slots in (issue 31): deadlines first (EDF), then fairly between
+organisations (decayed GPU-hours over their weights), then least work left; quotas; and flexible
+requests, which start on the slots free now, grow into free ones and give slots back at shard
+boundaries to a job ahead of them in the order."""
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+
+from billing.metering import price_holds
+from jobs import lifecycle
+from jobs.models import Allocation, Job, Shard, State
+from jobs.scheduling import schedule
+from portal.models import Organisation
+from tests.factories import make_job
+
+pytestmark = pytest.mark.django_db
+
+
+def _queued(organisation, gpus: int = 1, hours: float = 1, **fields) -> Job:
+    return make_job(organisation, State.QUEUED, gpus=gpus, hours=hours, **fields)
+
+
+def _flexible(organisation, gpus: int, hours: float = 1, shards: int = 8, **fields) -> Job:
+    job = _queued(organisation, gpus, hours, request=Job.Request.FLEXIBLE, **fields)
+    Shard.objects.bulk_create(
+        Shard(job=job, index=n, first_record=n * 10 + 1, record_count=10, first_line=n * 10 + 2,
+              start_byte=n * 100, end_byte=n * 100 + 100)
+        for n in range(shards)
+    )  # fmt: skip
+    return job
+
+
+def _held(job: Job) -> int:
+    return Allocation.objects.filter(job=job, held_to=None).count()
+
+
+def test_a_job_due_soon_starts_before_jobs_queued_before_it(organisation, online_slots):
+    first = _queued(organisation, gpus=4)
+    due = _queued(organisation, gpus=4, deadline=timezone.now() + timedelta(hours=3))
+    assert schedule() == [due.pk], "earliest deadline first"
+    first.refresh_from_db()
+    assert first.state == State.QUEUED
+
+
+def test_between_deadlines_the_earliest_goes_first(organisation, online_slots):
+    later = _queued(organisation, gpus=3, deadline=timezone.now() + timedelta(hours=5))
+    sooner = _queued(organisation, gpus=3, deadline=timezone.now() + timedelta(hours=2))
+    assert schedule() == [sooner.pk]
+    later.refresh_from_db()
+    assert later.state == State.QUEUED
+
+
+def test_a_deadline_it_could_not_meet_at_submit_runs_as_best_effort(organisation, online_slots):
+    light = _queued(organisation, gpus=4, hours=0.5)
+    hopeless = _queued(
+        organisation, gpus=4, hours=2, deadline=timezone.now() + timedelta(hours=3), deadline_feasible=False
+    )
+    assert schedule() == [light.pk], "no protection: it is ordered as a job without a deadline"
+    assert Job.objects.get(pk=hopeless.pk).state == State.QUEUED
+
+
+def test_within_an_organisation_least_work_left_goes_first(organisation, online_slots):
+    big = _queued(organisation, gpus=4, hours=3)
+    small = _queued(organisation, gpus=4, hours=1)
+    assert schedule() == [small.pk]
+    assert Job.objects.get(pk=big.pk).state == State.QUEUED
+
+
+def _used(organisation, gpus: int, hours: float, ago: float, slots) -> None:
+    """`organisation` held `gpus` slots for `hours`, ended `ago` hours since."""
+    job = make_job(organisation, State.SUCCEEDED, gpus=gpus, hours=hours)
+    end = timezone.now() - timedelta(hours=ago)
+    Allocation.objects.bulk_create(
+        Allocation(job=job, gpu=slot, held_from=end - timedelta(hours=hours), held_to=end) for slot in slots[:gpus]
+    )
+
+
+def test_the_organisation_that_held_least_lately_goes_first(organisation, online_slots):
+    other = Organisation.objects.create(name="Other", slug="other")
+    _used(organisation, 4, 10, ago=1, slots=online_slots)
+    mine = _queued(organisation, gpus=4, hours=0.5)
+    theirs = _queued(other, gpus=4, hours=2)
+    assert schedule() == [theirs.pk], "fair share before least work"
+    assert Job.objects.get(pk=mine.pk).state == State.QUEUED
+
+
+def test_usage_decays_and_weights_count(organisation, online_slots, settings):
+    settings.E31_FAIR_SHARE_HALF_LIFE_HOURS = 1
+    other = Organisation.objects.create(name="Other", slug="other")
+    _used(organisation, 4, 10, ago=20, slots=online_slots)  # 40 GPU-hours, 20 half-lives ago: about nothing
+    _used(other, 1, 1, ago=0, slots=online_slots)
+    mine = _queued(organisation, gpus=4, hours=2)
+    _queued(other, gpus=4, hours=0.5)
+    assert schedule() == [mine.pk], "old hours weigh next to nothing"
+    Allocation.objects.filter(job=mine).delete()
+    Job.objects.filter(pk=mine.pk).update(state=State.SUCCEEDED)
+    _used(organisation, 1, 1, ago=0, slots=online_slots)  # both held 1 GPU-hour just now
+    Organisation.objects.filter(pk=organisation.pk).update(share_weight=Decimal(4))
+    again = _queued(organisation, gpus=4, hours=2)
+    assert schedule() == [again.pk], "four times the weight: a quarter of the other's share"
+
+
+def test_a_quota_holds_its_organisation_back_and_no_other(organisation, online_slots):
+    Organisation.objects.filter(pk=organisation.pk).update(max_slots_held=2)
+    other = Organisation.objects.create(name="Other", slug="other")
+    first = _queued(organisation, gpus=2, hours=0.5)
+    over = _queued(organisation, gpus=1, hours=2)
+    theirs = _queued(other, gpus=2, hours=1)
+    assert sorted(schedule()) == sorted([first.pk, theirs.pk])
+    assert Job.objects.get(pk=over.pk).state == State.QUEUED, "its organisation holds its 2"
+    assert _held(first) == 2
+
+
+def test_a_quota_narrows_a_flexible_job(organisation, online_slots):
+    Organisation.objects.filter(pk=organisation.pk).update(max_slots_held=3)
+    wide = _flexible(organisation, gpus=4)
+    assert schedule() == [wide.pk]
+    assert _held(wide) == 3
+
+
+def test_a_flexible_job_starts_on_the_slots_free_now_and_grows_into_more(organisation, online_slots):
+    busy = _queued(organisation, gpus=3, hours=0.25)
+    assert schedule() == [busy.pk]
+    flexible = _flexible(organisation, gpus=4, hours=1)
+    assert schedule() == [flexible.pk], "a fixed request of 4 would wait; this starts on the one free"
+    assert _held(flexible) == 1
+    flexible.refresh_from_db()
+    started = flexible.started_at
+    assert abs((flexible.budget_ends_at - (started + timedelta(hours=4))).total_seconds()) <= 2, "4 GPU-hours on 1"
+    lifecycle.release(busy)
+    Job.objects.filter(pk=busy.pk).update(state=State.SUCCEEDED)
+    assert schedule() == [], "nothing new starts"
+    assert _held(flexible) == 4, "it grew into the three freed"
+    flexible.refresh_from_db()
+    assert flexible.budget_ends_at < started + timedelta(hours=2), "its budget is spent sooner, four at a time"
+
+
+def test_it_grows_no_wider_than_its_cap_nor_its_shards_left(organisation, online_slots):
+    capped = _flexible(organisation, gpus=1, max_gpus=2)
+    assert schedule() == [capped.pk]
+    assert _held(capped) == 2
+    few = _flexible(organisation, gpus=4, shards=1)
+    assert schedule() == [few.pk]
+    assert _held(few) == 1, "one shard to run: one slot"
+
+
+def test_a_flexible_job_gives_slots_back_to_a_deadline_job(organisation, online_slots):
+    flexible = _flexible(organisation, gpus=4, hours=2)
+    assert schedule() == [flexible.pk]
+    assert _held(flexible) == 4
+    due = _queued(organisation, gpus=3, deadline=timezone.now() + timedelta(hours=2))
+    assert schedule() == []
+    asked = list(Allocation.objects.filter(job=flexible, held_to=None, give_back=True))
+    assert len(asked) == 3, "three slots asked back, at their next shard boundaries"
+    assert schedule() == [] and Allocation.objects.filter(give_back=True).count() == 3, "asked once, not again"
+    for allocation in asked[:2]:
+        assert lifecycle.give_back(allocation.pk)
+    assert schedule() == [], "two of three free: they are kept for it"
+    assert _held(flexible) == 2
+    assert lifecycle.give_back(asked[2].pk)
+    assert schedule() == [due.pk]
+    assert _held(due) == 3 and _held(flexible) == 1
+    assert not lifecycle.give_back(asked[2].pk), "a hold ends once"
+
+
+def test_its_last_slot_given_back_puts_it_back_in_the_queue_with_the_meter_off(organisation, online_slots):
+    flexible = _flexible(organisation, gpus=1, hours=2)
+    assert schedule() == [flexible.pk]
+    [hold] = Allocation.objects.filter(job=flexible)
+    Allocation.objects.filter(pk=hold.pk).update(give_back=True)
+    assert lifecycle.give_back(hold.pk)
+    flexible.refresh_from_db()
+    assert flexible.state == State.QUEUED and _held(flexible) == 0
+    assert flexible.events.last().message.endswith("its last; back in the queue")
+
+
+def test_an_idle_slot_goes_back_but_never_the_last(organisation, online_slots):
+    flexible = _flexible(organisation, gpus=2, hours=1, shards=2)
+    assert schedule() == [flexible.pk]
+    first, second = Allocation.objects.filter(job=flexible)
+    Shard.objects.filter(job=flexible).update(status=Shard.Status.RUNNING)
+    assert lifecycle.give_back(first.pk, idle=True), "no shard left for it while the other runs the last"
+    assert not lifecycle.give_back(second.pk, idle=True), "the last slot stays for the shards it may take back"
+    assert not lifecycle.give_back(second.pk), "not asked back"
+    fixed = _queued(organisation, gpus=1)
+    assert schedule() == [fixed.pk]
+    [hold] = Allocation.objects.filter(job=fixed)
+    assert not lifecycle.give_back(hold.pk, idle=True), "a fixed request keeps its slots"
+
+
+def test_a_flexible_bill_never_passes_its_budget(organisation, online_slots):
+    """Widths changed many times: the holds, ended at its limit, add up to its budget at most."""
+    flexible = _flexible(organisation, gpus=2, hours=0.01, shards=50)  # 72 GPU-seconds
+    assert schedule() == [flexible.pk]
+    start = timezone.now() - timedelta(seconds=30)
+    Allocation.objects.filter(job=flexible).update(held_from=start)
+    lifecycle._rebudget([flexible.pk])
+    holds = list(Allocation.objects.filter(job=flexible))
+    Allocation.objects.filter(pk__in=[h.pk for h in holds[1:]]).update(held_to=start + timedelta(seconds=7.3))
+    lifecycle._rebudget([flexible.pk])
+    flexible.refresh_from_db()
+    lifecycle.release(flexible, at=timezone.now() + timedelta(hours=1))
+    ended = [(a.held_from, a.held_to) for a in Allocation.objects.filter(job=flexible)]
+    assert price_holds(2, ended).gpu_hours <= Decimal("0.02")
+    assert max(end for _, end in ended) == flexible.time_limit_at()
