@@ -1,5 +1,6 @@
 """The charts in a real browser (Chromium): a finished job's page and the operators' fleet page read at 1280 px and
-at 390 px, in light and in dark mode, without the page scrolling sideways. With E31_SCREENSHOTS set, each is
+at 390 px, in light and in dark mode, without the page scrolling sideways; a 5 s job's charts and the fleet's are
+lines, every series drawn, under time labels that differ and do not overlap. With E31_SCREENSHOTS set, each is
 saved there as a PNG (docs/screenshots/ keeps them). Needs Debian's `chromium`."""
 
 import math
@@ -77,6 +78,61 @@ def a_day_of_the_fleet(slots) -> None:
         QueueSample.objects.create(at=at, queued=queued, on_hold=1 if queued > 2 else 0, running=min(held, 1))
 
 
+def five_seconds_of_a_job(organisation, slots) -> int:
+    """A job held 5 s on two CPU slots: four shards of 250 records, two on each slot, a second or two each."""
+    job = make_job(organisation, State.QUEUED, source_name="customers.csv", gpus=2, records_total=1_000)
+    lifecycle.start_hold(job, slots)
+    start = timezone.now() - timedelta(minutes=10)
+    end = start + timedelta(seconds=5)
+    Allocation.objects.filter(job=job).update(held_from=start, held_to=end)
+    for index, (began, took) in enumerate(((0.3, 2.1), (0.4, 1.7), (2.4, 2.2), (2.1, 2.0))):
+        Shard.objects.create(
+            job=job, index=index, first_record=index * 250 + 1, record_count=250, first_line=index * 250 + 2,
+            start_byte=index, end_byte=index + 1, status=Shard.Status.DONE,
+            started_at=start + timedelta(seconds=began), finished_at=start + timedelta(seconds=began + took),
+        )  # fmt: skip
+    job.state, job.started_at, job.ended_at, job.records_out = State.SUCCEEDED, start, end, 1_000
+    job.save()
+    return job.pk
+
+
+# What each chart draws, as the browser lays it out: its series' lines, any dot, its time labels and whether two of
+# them overlap.
+DRAWN = """() => [...document.querySelectorAll('svg.line-chart')].map(chart => {
+    const labels = [...chart.querySelectorAll('text.x')].map(text => text.getBoundingClientRect());
+    return {
+        title: chart.querySelector('title').textContent,
+        width: chart.getBoundingClientRect().width,
+        legend: [...chart.closest('figure').querySelectorAll('ul.legend li')].map(item => item.textContent.trim()),
+        lines: Object.fromEntries([...chart.querySelectorAll('polyline')].map(line => [
+            line.dataset.series, {points: line.points.numberOfItems, width: line.getBoundingClientRect().width},
+        ])),
+        circles: chart.querySelectorAll('circle').length,
+        labels: [...chart.querySelectorAll('text.x')].map(text => text.textContent),
+        overlapping: labels.some((box, n) => n > 0 && box.left < labels[n - 1].right),
+        inside: labels.every(box => box.left >= chart.getBoundingClientRect().left - 0.5
+            && box.right <= chart.getBoundingClientRect().right + 0.5),
+    };
+})"""
+
+
+def assert_drawn_as_lines(charts: list[dict], width: int) -> None:
+    """Every series in a chart's legend drawn as a line of two points or more, no dot; its time labels each once,
+    apart and inside the chart."""
+    assert charts
+    for chart in charts:
+        title = chart["title"]
+        assert chart["circles"] == 0, f"{title}: a dot at {width} px"
+        for name in chart["legend"]:
+            line = chart["lines"].get(name)
+            if line is None and name.endswith("used"):  # CPU slots report no utilisation: the chart says so
+                continue
+            assert line and line["points"] >= 2 and line["width"] > 2, f"{title}: {name} is not a line at {width} px"
+        labels = chart["labels"]
+        assert len(labels) >= 2 and len(set(labels)) == len(labels), f"{title}: time labels {labels}"
+        assert not chart["overlapping"] and chart["inside"], f"{title}: time labels {labels} at {width} px"
+
+
 def looked_at(browser, base: str, path: str, user: str, width: int, scheme: str, shot: str) -> dict:
     context = browser.new_context(viewport={"width": width, "height": 900}, color_scheme=scheme)
     page = logged_in_page(context, base, user, f"pw-{user}")
@@ -95,6 +151,7 @@ def looked_at(browser, base: str, path: str, user: str, width: int, scheme: str,
             };
         }"""
     )
+    found["charts"] = page.evaluate(DRAWN)
     if folder := os.environ.get("E31_SCREENSHOTS"):
         page.screenshot(
             path=str(
@@ -117,6 +174,7 @@ def test_a_finished_jobs_charts_read_at_1280_and_390_px_in_light_and_dark(
             assert found["overflow"] <= 0, f"the page scrolls sideways at {width} px"
             assert found["widest"] <= width
             assert found["label"] >= 10, f"the figures of the axis are {found['label']:.1f} px at {width} px"
+            assert_drawn_as_lines(found["charts"], width)
             strokes.add((scheme, found["stroke"]))
     assert len({stroke for _, stroke in strokes}) == 2, "dark mode draws in its own colours"
 
@@ -127,6 +185,33 @@ def test_the_fleets_charts_read_at_1280_and_390_px_in_light_and_dark(browser, li
         found = looked_at(browser, live_server.url, FLEET, "operator", width, scheme, "console-charts")
         assert found["overflow"] <= 0, f"the page scrolls sideways at {width} px"
         assert found["label"] >= 10
+        assert_drawn_as_lines(found["charts"], width)
+        assert all("Slots online" in chart["lines"] for chart in found["charts"] if chart["title"] != "The queue")
+
+
+def test_a_five_second_jobs_charts_are_lines_under_round_seconds(
+    browser, live_server, partner, organisation, online_slots, rate_card
+):
+    pk = five_seconds_of_a_job(organisation, online_slots[:2])
+    for width, scheme in ((1280, "light"), (390, "light"), (390, "dark")):
+        found = looked_at(browser, live_server.url, f"/jobs/{pk}/", "partner", width, scheme, "job-charts-5s")
+        assert found["overflow"] <= 0, f"the page scrolls sideways at {width} px"
+        assert_drawn_as_lines(found["charts"], width)
+        records = next(chart for chart in found["charts"] if chart["title"] == "Records done")
+        assert all(label.count(":") == 2 for label in records["labels"]), "5 s are marked in seconds"
+
+
+def test_a_fleet_sampled_for_minutes_is_drawn_over_the_charts_width(browser, live_server, operator, gpu_slots):
+    now = timezone.now().replace(second=0, microsecond=0)
+    for minutes in range(6, -1, -1):
+        at = now - timedelta(minutes=minutes)
+        NodeSample.objects.create(node=gpu_slots[0].node, at=at, slots=2, held=min(2, minutes % 3), used=0.5)
+        QueueSample.objects.create(at=at, queued=minutes % 2, on_hold=0, running=1)
+    found = looked_at(browser, live_server.url, FLEET, "operator", 1280, "light", "console-charts-minutes")
+    assert_drawn_as_lines(found["charts"], 1280)
+    for chart in found["charts"]:
+        widest, room = max(line["width"] for line in chart["lines"].values()), chart["width"] * 424 / 480
+        assert widest > 0.8 * room, f"{chart['title']}: minutes drawn over {widest:.0f} px of {room:.0f}"
 
 
 def test_a_running_jobs_charts_follow_its_shards_without_a_reload(
