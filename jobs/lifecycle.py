@@ -204,6 +204,22 @@ def put_on_hold(job: Job, reason: str = "") -> bool:
     return True
 
 
+def pin_fixed(job: Job) -> bool:
+    """An operator pins a flexible job that holds no slot yet to a fixed request: all its GPUs at once, its
+    width cap dropped. False when it is fixed already, or running or ended."""
+    now = timezone.now()
+    with transaction.atomic():
+        flexible = Job.objects.filter(pk=job.pk, state__in=WAITING, request=Job.Request.FLEXIBLE)
+        if not flexible.update(request=Job.Request.FIXED, max_gpus=None, modified=now):
+            return False
+        state = Job.objects.values_list("state", flat=True).get(pk=job.pk)
+        message = "pinned to a fixed request by the operators"
+        JobEvent.objects.create(job_id=job.pk, state=state, at=now, message=message)
+        if state == State.QUEUED:
+            _queue_changed()
+    return True
+
+
 def lift_hold(job: Job) -> bool:
     """End an operator hold: the job starts in its place in the queue once its GPUs are free. False
     when it is not on hold, or has ended."""
@@ -388,7 +404,7 @@ def give_back(allocation_id: int, idle: bool = False) -> bool:
         pending = Shard.objects.filter(job=job, status=Shard.Status.PENDING).exists()
         if allocation is None or not (others or (pending and not idle)):
             return False
-        hold.update(held_to=now, modified=now)
+        hold.update(held_to=now, give_back=True, modified=now)  # given back, not lost: no slot rejoins it
         noun = "CPU slot" if allocation.gpu.kind == Gpu.Kind.CPU else "GPU"
         what = f"{noun} {allocation.gpu.index} of node {allocation.gpu.node.name} given back at a shard boundary"
         if others:

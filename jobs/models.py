@@ -463,7 +463,8 @@ class Allocation(TimeStamped):
         null=True, blank=True, help_text="When a slot task serving the hold was last sent or last reported."
     )
     give_back = models.BooleanField(
-        default=False, help_text="The scheduler asks for the slot back: its hold ends at its next shard boundary."
+        default=False,
+        help_text="Asked back by the scheduler (the hold ends at its next shard boundary), or given back.",
     )
 
     class Meta:

@@ -59,7 +59,7 @@ class ApplicationForm(forms.ModelForm):
 @admin.register(Organisation)
 class OrganisationAdmin(admin.ModelAdmin):
     form = OrganisationForm
-    list_display = ["name", "slug", "created"]
+    list_display = ["name", "slug", "share_weight", "max_slots_held", "monthly_spend_cap", "created"]
     prepopulated_fields = {"slug": ["name"]}
     search_fields = ["name", "slug"]
     inlines = [MembershipInline]

@@ -4,50 +4,72 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('jobs', '0023_upload_crc32'),
+        ("jobs", "0023_upload_crc32"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='allocation',
-            name='give_back',
-            field=models.BooleanField(default=False, help_text='The scheduler asks for the slot back: its hold ends at its next shard boundary.'),
+            model_name="allocation",
+            name="give_back",
+            field=models.BooleanField(
+                default=False,
+                help_text="Asked back by the scheduler (the hold ends at its next shard boundary), or given back.",
+            ),
         ),
         migrations.AddField(
-            model_name='job',
-            name='budget_ends_at',
-            field=models.DateTimeField(blank=True, help_text="A flexible job's: when its GPU-hours are spent at the width it runs at now.", null=True),
+            model_name="job",
+            name="budget_ends_at",
+            field=models.DateTimeField(
+                blank=True,
+                help_text="A flexible job's: when its GPU-hours are spent at the width it runs at now.",
+                null=True,
+            ),
         ),
         migrations.AddField(
-            model_name='job',
-            name='deadline_feasible',
-            field=models.BooleanField(blank=True, help_text='Whether the queue let it finish by its deadline when it was submitted.', null=True),
+            model_name="job",
+            name="deadline_feasible",
+            field=models.BooleanField(
+                blank=True,
+                help_text="Whether the queue let it finish by its deadline when it was submitted.",
+                null=True,
+            ),
         ),
         migrations.AddField(
-            model_name='job',
-            name='expected_finish',
-            field=models.DateTimeField(blank=True, help_text='When it is expected to end, kept current.', null=True),
+            model_name="job",
+            name="expected_finish",
+            field=models.DateTimeField(blank=True, help_text="When it is expected to end, kept current.", null=True),
         ),
         migrations.AddField(
-            model_name='job',
-            name='expected_start',
-            field=models.DateTimeField(blank=True, help_text='When it is expected to start, kept current.', null=True),
+            model_name="job",
+            name="expected_start",
+            field=models.DateTimeField(blank=True, help_text="When it is expected to start, kept current.", null=True),
         ),
         migrations.AddField(
-            model_name='job',
-            name='max_gpus',
-            field=models.PositiveIntegerField(blank=True, help_text='A flexible job runs on at most this many slots; empty: its GPUs.', null=True, verbose_name='width cap'),
+            model_name="job",
+            name="max_gpus",
+            field=models.PositiveIntegerField(
+                blank=True,
+                help_text="A flexible job runs on at most this many slots; empty: its GPUs.",
+                null=True,
+                verbose_name="width cap",
+            ),
         ),
         migrations.AddField(
-            model_name='job',
-            name='request',
-            field=models.CharField(choices=[('fixed', 'Fixed'), ('flexible', 'Flexible')], default='fixed', help_text='Fixed: all its GPUs at once for its hours. Flexible: a budget of GPUs × hours, run on as many slots as are free up to its width cap, changed at shard boundaries.', max_length=8),
+            model_name="job",
+            name="request",
+            field=models.CharField(
+                choices=[("fixed", "Fixed"), ("flexible", "Flexible")],
+                default="fixed",
+                help_text="Fixed: all its GPUs at once for its hours. Flexible: a budget of GPUs × hours, run on as many slots as are free up to its width cap, changed at shard boundaries.",
+                max_length=8,
+            ),
         ),
         migrations.AddField(
-            model_name='shard',
-            name='records_done',
-            field=models.PositiveIntegerField(default=0, help_text='While it runs, the records of its claim done so far (batch by batch).'),
+            model_name="shard",
+            name="records_done",
+            field=models.PositiveIntegerField(
+                default=0, help_text="While it runs, the records of its claim done so far (batch by batch)."
+            ),
         ),
     ]

@@ -10,6 +10,7 @@ from django.urls import path
 from jobs import enqueue, lifecycle, queue_figures, scheduling
 from jobs.models import ACTIVE, ENDED, Allocation, Gpu, Job, JobEvent, Node, Shard, State
 from jobs.pages import charts
+from jobs.pages.overview import held_now, overview
 from jobs.templatetags.jobs_extras import duration
 from portal.listing import ListQuery, pager
 from portal.text import NameField
@@ -21,12 +22,6 @@ FLEET_NODES = 12  # the nodes whose own charts the fleet page shows at a time
 # other columns, five of them JSON.
 ROW_FIELDS = ("organisation__name", "state", "work", "gpus", "hours", "deadline", "held_before", "on_hold_since")
 STAGING_FIELDS = ("source_name", "source_kind", "staging_phase", "staging_done", "staging_total")
-
-
-def _held_now(by: str) -> dict[int, int]:
-    """How many slots are held now, per `by` (a job, or a GPU's node): open holds only, never the history."""
-    held = Allocation.objects.filter(held_to__isnull=True).order_by().values_list(by).annotate(Count("pk"))
-    return dict(held)
 
 
 class ReadOnlyInline(admin.TabularInline):
@@ -42,7 +37,17 @@ class ReadOnlyInline(admin.TabularInline):
 
 class ShardInline(ReadOnlyInline):
     model = Shard
-    fields = ["index", "first_record", "record_count", "status", "attempts", "gpu", "records_out", "records_rejected"]
+    fields = [
+        "index",
+        "first_record",
+        "record_count",
+        "status",
+        "attempts",
+        "gpu",
+        "records_done",
+        "records_out",
+        "records_rejected",
+    ]
 
 
 class AllocationInline(ReadOnlyInline):
@@ -117,7 +122,7 @@ class JobAdmin(admin.ModelAdmin):
                                              "output_purged_at", "retention_days", "staged_purged_at"]}),
     ]  # fmt: skip
     inlines = [EventInline, AllocationInline, ShardInline]
-    actions = ["cancel", "put_on_hold", "lift_hold"]
+    actions = ["cancel", "put_on_hold", "lift_hold", "pin_fixed"]
     change_list_template = "admin/jobs/job/change_list_with_queue.html"
 
     def get_fieldsets(self, request, obj=None):
@@ -135,7 +140,17 @@ class JobAdmin(admin.ModelAdmin):
     def get_urls(self):
         queue = path("queue/", self.admin_site.admin_view(self.queue_view), name="jobs_job_queue")
         fleet = path("fleet/", self.admin_site.admin_view(self.fleet_view), name="jobs_job_fleet")
-        return [queue, fleet, *super().get_urls()]
+        now = path("overview/", self.admin_site.admin_view(self.overview_view), name="jobs_job_overview")
+        return [queue, fleet, now, *super().get_urls()]
+
+    def overview_view(self, request):
+        """The fleet and the queue at a glance, in the partners' look and readable on a phone
+        (jobs/pages/overview.py); refreshed every 10 s."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        context = {"title": "The fleet and the queue", "now": overview()}
+        template = "jobs/overview.html#live" if request.htmx else "jobs/overview.html"
+        return TemplateResponse(request, template, context)
 
     def fleet_view(self, request):
         """The last day of the fleet, the whole fleet's slots and a page of nodes', held against what they used,
@@ -168,7 +183,7 @@ class JobAdmin(admin.ModelAdmin):
         figures = queue_figures.read_many(queued)  # as the last scheduling pass worked them out
         if len(figures) < len(queued):  # some were queued since the last pass: the whole queue's, now
             figures = scheduling.queue_figures()
-        held_by_node, held_by_job = _held_now("gpu__node"), _held_now("job")
+        held_by_node, held_by_job = held_now("gpu__node"), held_now("job")
         nodes = list(Node.objects.annotate(slots=Count("gpus")).order_by("name"))
         running = Job.objects.filter(state=State.RUNNING).select_related("organisation").only(*ROW_FIELDS, "started_at")
         running = list(running.order_by("started_at", "pk")[:QUEUE_ROWS])
@@ -263,6 +278,16 @@ class JobAdmin(admin.ModelAdmin):
         messages.success(request, f"Lifted the hold of {len(lifted)} job{pluralize(len(lifted))}.")
         if unsent:
             messages.warning(request, f"{enqueue.UNREACHABLE}: they start in their place once it is back.")
+
+    @admin.action(description="Pin the selected jobs to fixed requests (all slots at once)", permissions=["change"])
+    def pin_fixed(self, request, queryset):
+        pinned = [job for job in queryset if lifecycle.pin_fixed(job)]
+        for job in pinned:
+            self.log_change(request, job, "Pinned to a fixed request.")
+        messages.success(request, f"Pinned {len(pinned)} job{pluralize(len(pinned))} to a fixed request.")
+        if len(pinned) < len(queryset):
+            skipped = "Only a flexible job that holds no slot yet can be pinned; the others are as they were."
+            messages.warning(request, skipped)
 
 
 class GpuInline(admin.TabularInline):

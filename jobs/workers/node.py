@@ -154,7 +154,7 @@ def serve_held_slots(node_name: str, ready: set[int]) -> list[int]:
         take_offline(Allocation.objects.filter(pk=allocation.pk), now, at=reported, cause=cause)
     sent = []
     for slot in slots.free():
-        lost = Allocation.objects.filter(gpu=slot, held_to__isnull=False, job__state=State.RUNNING)
+        lost = Allocation.objects.filter(gpu=slot, held_to__isnull=False, give_back=False, job__state=State.RUNNING)
         for job_id in lost.values_list("job_id", flat=True).distinct():
             if enqueue.refused():
                 return sent  # a hold now would wait, billed, for a broker that is away

@@ -13,6 +13,7 @@ from billing.metering import price_holds
 from jobs import lifecycle
 from jobs.models import Allocation, Job, Shard, State
 from jobs.scheduling import schedule
+from jobs.workers import node
 from portal.models import Organisation
 from tests.factories import make_job
 
@@ -206,3 +207,27 @@ def test_a_flexible_bill_never_passes_its_budget(organisation, online_slots):
     ended = [(a.held_from, a.held_to) for a in Allocation.objects.filter(job=flexible)]
     assert price_holds(2, ended).gpu_hours <= Decimal("0.02")
     assert max(end for _, end in ended) == flexible.time_limit_at()
+
+
+def test_an_operator_pins_a_waiting_flexible_job_to_fixed(organisation, online_slots):
+    waiting = _flexible(organisation, gpus=3, max_gpus=4)
+    assert lifecycle.pin_fixed(waiting)
+    waiting.refresh_from_db()
+    assert (waiting.request, waiting.max_gpus, waiting.width_cap) == (Job.Request.FIXED, None, 3)
+    assert waiting.events.last().message == "pinned to a fixed request by the operators"
+    assert not lifecycle.pin_fixed(waiting), "fixed already"
+    running = _flexible(organisation, gpus=1)
+    Job.objects.filter(pk=waiting.pk).update(state=State.CANCELLED)
+    assert schedule() == [running.pk]
+    assert not lifecycle.pin_fixed(running), "it holds slots: its width is the scheduler's"
+
+
+def test_a_slot_given_back_is_not_rejoined_by_its_node(organisation, online_slots):
+    flexible = _flexible(organisation, gpus=4, hours=2)
+    assert schedule() == [flexible.pk]
+    _queued(organisation, gpus=1, deadline=timezone.now() + timedelta(hours=2))
+    assert schedule() == []
+    [asked] = Allocation.objects.filter(job=flexible, give_back=True)
+    assert lifecycle.give_back(asked.pk)
+    assert node.serve_held_slots("fake-node", {slot.index for slot in online_slots}) == [], "lost slots rejoin"
+    assert _held(flexible) == 3
