@@ -35,7 +35,8 @@ a deadline; null without), `jct_mean_h` (submit to end, jobs without a deadline)
 `wait_p95_h` (submit to the first hold, or to the end for a job never held), `utilisation` (slot-seconds
 spent on shards ÷ the slots × first submit to last end), `idle_share_while_waiting` (∫ min(free slots,
 slots asked for by queued jobs) dt over the same), `max_org_slowdown` (the organisation whose jobs'
-mean of time in the system ÷ true duration is highest; null without an `org` column), `finished`
+mean of time in the system ÷ true duration is highest; null without an `org` column), `org_jct_mean_h`
+(each organisation's mean time in the system, deadlines or not; null without an `org` column), `finished`
 (jobs ended in any way), `succeeded`, `jobs` and `wall_s`.
 """
 
@@ -455,8 +456,10 @@ class Replay:
         waits = sorted(job.wait for job in jobs)
         completions = [job.in_system / 3600 for job in jobs if job.ask.deadline is None]
         slowdowns: dict[str, list[float]] = {}
+        in_system: dict[str, list[float]] = {}
         for job in jobs:
             slowdowns.setdefault(job.ask.org, []).append(job.in_system / job.ask.duration)
+            in_system.setdefault(job.ask.org, []).append(job.in_system / 3600)
         print(
             f"{self.args.policy}: {len(jobs)} jobs, {self.shards} shards on {self.args.gpus} GPUs "
             f"({self.args.nodes} nodes), {(last - first) / 3600:.1f} simulated hours",
@@ -470,6 +473,7 @@ class Replay:
             "utilisation": _round(self.served / capacity) if capacity else None,
             "idle_share_while_waiting": _round(self.idle_while_waiting / capacity) if capacity else None,
             "max_org_slowdown": _round(max(sum(s) / len(s) for s in slowdowns.values())) if orgs else None,
+            "org_jct_mean_h": {org: _round(sum(t) / len(t)) for org, t in sorted(in_system.items())} if orgs else None,
             "finished": len(jobs),
             "succeeded": sum(job.state == State.SUCCEEDED for job in jobs),
             "jobs": len(self.trace),

@@ -21,7 +21,8 @@ from typing import NamedTuple
 import redis
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, Q
+from django.db.models import Count, DurationField, ExpressionWrapper, F, Q, Sum
+from django.db.models.functions import TruncHour
 from django.utils import timezone
 
 from jobs import lifecycle, processors
@@ -453,15 +454,23 @@ def _usage(now) -> tuple[dict[int, float], dict[int, int]]:
     """Each organisation's recent GPU-hours held, every hour's weight halved each half-life
     (E31_FAIR_SHARE_HALF_LIFE_HOURS): the fair share's measure of what it had; and the slots it holds now."""
     half_life = settings.E31_FAIR_SHARE_HALF_LIFE_HOURS * 3600
-    recent = Allocation.objects.filter(Q(held_to=None) | Q(held_to__gt=now - timedelta(seconds=10 * half_life)))
     usage: dict[int, float] = {}
     holding: dict[int, int] = {}
-    for org, start, end in recent.values_list("job__organisation_id", "held_from", "held_to").iterator():
-        if end is None:
-            holding[org] = holding.get(org, 0) + 1
-        end = end or now
-        hours = max(0.0, (end - start).total_seconds()) / 3600
-        usage[org] = usage.get(org, 0.0) + hours * 0.5 ** ((now - end).total_seconds() / half_life)
+
+    def add(org: int, held: timedelta, ended) -> None:
+        hours = max(0.0, held.total_seconds()) / 3600
+        usage[org] = usage.get(org, 0.0) + hours * 0.5 ** (max(0.0, (now - ended).total_seconds()) / half_life)
+
+    for org, start in Allocation.objects.filter(held_to=None).values_list("job__organisation_id", "held_from"):
+        holding[org] = holding.get(org, 0) + 1
+        add(org, now - start, now)
+    # The holds that ended, added up by the hour they ended in (read in a row an organisation and an hour,
+    # however many there were), each hour's decayed from its middle.
+    ended = Allocation.objects.filter(held_to__gt=now - timedelta(seconds=10 * half_life)).order_by()
+    held = Sum(ExpressionWrapper(F("held_to") - F("held_from"), output_field=DurationField()))
+    hours = ended.values_list("job__organisation_id", TruncHour("held_to")).annotate(held=held)
+    for org, hour, total in hours:
+        add(org, total, hour + timedelta(minutes=30))
     return usage, holding
 
 
