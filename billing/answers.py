@@ -55,7 +55,7 @@ def month_committed(organisation: Organisation) -> Decimal:
     rate in force) of its jobs not yet ended, which the ledger has not seen: its spend, counted against a
     monthly cap."""
     start = timezone.now().replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-    charged = LedgerEntry.objects.filter(organisation=organisation, created__gte=start).aggregate(total=Sum("amount"))
+    charged = LedgerEntry.objects.filter(organisation=organisation, held_to__gte=start).aggregate(total=Sum("amount"))
     open_jobs = Job.objects.filter(organisation=organisation).exclude(state__in=ENDED)
     budgets = open_jobs.aggregate(total=Sum(F("gpus") * F("hours")))["total"] or Decimal(0)
     card = RateCard.in_force()

@@ -1,12 +1,14 @@
-"""The ledger by month: per month (when each entry ended, UTC) and currency, the jobs billed, the GPU-hours
-held, the bytes staged and the amount; and the amounts as a bar chart, an SVG the page draws without a
-script or a chart library (its colours are the stylesheet's, so it follows dark mode)."""
+"""The ledger as its page reads it. By month: per month (when each entry ended, UTC) and currency, the jobs
+billed, the GPU-hours held, the bytes staged and the amount; and the amounts as a bar chart, an SVG the page
+draws without a script or a chart library (its colours are the stylesheet's, so it follows dark mode). By job:
+a row per job for what it was charged, its entries at no charge (a staging the rate card does not price)
+folded under it. The exports list every entry as it is (billing/exports.py)."""
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 
-from django.db.models import Count, Q, QuerySet, Sum
+from django.db.models import Count, Max, Q, QuerySet, Sum
 from django.db.models.functions import TruncMonth
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
@@ -46,6 +48,45 @@ def by_month(entries: QuerySet) -> list[Month]:
         Month(row["month"], row["currency"], row["jobs"], row["gpu_hours"], row["staged"] or 0, row["amount"])
         for row in rows
     ]
+
+
+@dataclass(frozen=True)
+class JobLines:
+    """A job's entries as the ledger page shows them: a row for each that charged something (a correction
+    always, for its reason), and those at no charge folded under the first. A job charged nothing still has a
+    row: its first entry."""
+
+    job_id: int
+    entries: tuple[LedgerEntry, ...]  # in the order they were written
+
+    @property
+    def rows(self) -> list[LedgerEntry]:
+        charged = [entry for entry in self.entries if _charged(entry)]
+        return charged or [self.entries[0]]
+
+    @property
+    def folded(self) -> list[LedgerEntry]:
+        rows = self.rows
+        return [entry for entry in self.entries if entry not in rows]
+
+
+def _charged(entry: LedgerEntry) -> bool:
+    return entry.amount != 0 or entry.kind == LedgerEntry.Kind.CORRECTION
+
+
+def jobs_newest_first(entries: QuerySet) -> QuerySet:
+    """The jobs these entries are of, the one with the latest entry first: what the ledger page pages through,
+    so that a job's entries are never split between two pages."""
+    jobs = entries.order_by().values("job").annotate(last=Max("held_to"), last_pk=Max("pk"))
+    return jobs.order_by("-last", "-last_pk")
+
+
+def by_job(entries: QuerySet, jobs: list[int]) -> list[JobLines]:
+    """The entries of these jobs (those `entries` keeps), a JobLines each, in the order of `jobs`."""
+    found: dict[int, list[LedgerEntry]] = {job: [] for job in jobs}
+    for entry in entries.filter(job__in=jobs).order_by("held_to", "pk"):
+        found[entry.job_id].append(entry)
+    return [JobLines(job, tuple(lines)) for job, lines in found.items() if lines]
 
 
 def bar_chart(months: list[Month]) -> SafeString:

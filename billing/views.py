@@ -1,7 +1,7 @@
 """The organisation's ledger: on a page, and exported as CSV and JSON; and each ended job's receipt."""
 
 from django.contrib.auth.decorators import login_required
-from django.db.models import Sum
+from django.db.models import Count, Sum
 from django.http import HttpResponse, JsonResponse
 from django.shortcuts import render
 
@@ -30,17 +30,18 @@ def _entries(request, query: ListQuery):
 
 @login_required
 def ledger(request):
-    """A page of the ledger, with the totals of every entry the filters keep and links to export them all."""
+    """A page of the ledger, a row per job with its entries at no charge folded under it, with the totals of
+    every entry the filters keep and links to export them all, entry by entry."""
     query = ListQuery(request.GET)
     entries = _entries(request, query)
     if entries is None:
         return render(request, "jobs/no_organisation.html", status=403)
-    totals = entries.aggregate(gpu_hours=Sum("gpu_hours"))
+    totals = entries.aggregate(gpu_hours=Sum("gpu_hours"), entries=Count("pk"))
     totals["amounts"] = exports.per_currency(entries)
-    page = query.page(entries)
+    page = query.page(summary.jobs_newest_first(entries))
     months = summary.by_month(entries)
     context = {
-        "entries": page.object_list,
+        "jobs": summary.by_job(entries, [row["job"] for row in page.object_list]),
         "pager": pager(query, page),
         "query": query,
         "totals": totals,

@@ -1,12 +1,14 @@
 """What a browser test checks of every page a person sees on its way, and the screenshots it takes of them for
 docs/screenshots/ when E31_SCREENSHOTS names a folder (docs/screenshots/take.py sets it).
 
-Each page is looked at as on a laptop (1280 px) and on a phone (390 px), in light and dark mode. On the phone
+Each page is looked at as on a laptop (1280 px) and on a phone (390 px), in light and dark mode, and every
+amount on it must be written the one way (1,234.56 USD). On the phone
 nothing may stick out sideways, since what sticks out is cut off or drags the whole page left and right, and no
 cell of a portal page's table may lie off the screen in a box that scrolls; on the laptop nothing scrolls
 sideways at all."""
 
 import os
+import re
 from pathlib import Path
 
 from PIL import Image
@@ -52,6 +54,17 @@ SCROLLING = """() => [...document.querySelectorAll("body *")].filter((element) =
 }).map((e) => e.tagName.toLowerCase() + (e.id ? "#" + e.id : "") + " " + e.className)"""
 
 
+# An amount as a person reads it, everywhere: two decimals, thousands grouped, the currency after (1,234.56 USD,
+# or < 0.01 USD); a rate ("2.50 USD per GPU-hour") may show its last decimal.
+AMOUNT = re.compile(r"(<\s)?(\S+)\s(?:USD|EUR|GBP)\b(?!\s+per\b)")
+IN_ONE_FORMAT = re.compile(r"\d{1,3}(,\d{3})*\.\d{2}")
+
+
+def amounts_not_in_one_format(text: str) -> list[str]:
+    """The amounts in a page's text that are not written the one way."""
+    return [match[0] for match in AMOUNT.finditer(text) if not IN_ONE_FORMAT.fullmatch(match[2].strip("(:"))]
+
+
 def folder() -> Path | None:
     where = os.environ.get("E31_SCREENSHOTS")
     return Path(where) if where else None
@@ -64,6 +77,8 @@ def look(page, name: str) -> None:
     # A look right after a click that navigates: on a loaded machine the next page may not be there yet.
     page.wait_for_selector("body", state="attached")
     page.wait_for_load_state()
+    odd = amounts_not_in_one_format(page.inner_text("body"))
+    assert not odd, f"{name}: amounts not written as 1,234.56 USD: {odd}"
     try:
         for ending, width, scheme in VARIANTS:
             page.set_viewport_size({"width": width, "height": HEIGHT})

@@ -63,7 +63,7 @@ def test_an_operator_records_a_credit_as_an_entry_of_its_own(ended_job, operator
     receipt = partner_client.get(f"/billing/receipts/{ended_job.pk}/").content.decode()
     assert "Correction: Slot 1 stalled for five minutes" in receipt
     assert f'<code class="hash" title="HMAC-SHA256 {credit.hash}">{credit.hash[:12]}…</code>' in receipt
-    assert '<th class="num when">0.70 USD</th>' in receipt
+    assert '<th class="num amount">0.70 USD</th>' in receipt
 
     rows = list(csv.DictReader(io.StringIO(partner_client.get("/billing/ledger.csv").getvalue().decode())))
     assert rows[0] | {"held_from": "", "held_to": ""} == {

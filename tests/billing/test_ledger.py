@@ -239,7 +239,7 @@ def test_the_ledger_page_adds_amounts_up_per_currency_and_shows_rates_to_their_l
         began = start + timedelta(days=day, hours=1)
         staging_finished.send(sender=Job, job=job, size=size, started=began, finished=began + timedelta(seconds=5))
     page = partner_client.get("/billing/ledger/").content.decode()
-    assert "0.005 USD per GB" in page and "0.0125 EUR per GB" in page
+    assert "0.005 USD<small>per GB</small>" in page and "0.0125 EUR<small>per GB</small>" in page
     assert re.search(r"<tfoot>.*0\.05 EUR<br>0\.01 USD</th>", page, re.S), page
 
 

@@ -38,14 +38,16 @@ def test_it_lists_each_charge_and_the_total(ended_job, partner_client):
     page = partner_client.get(f"/billing/receipts/{ended_job.pk}/").content.decode()
     staging, hold = ended_job.ledger_entries.order_by("held_from")
     assert f"Receipt for job #{ended_job.pk} <small>E31-partner-lab-{ended_job.pk}</small>" in page
-    assert "Staging 2.5\xa0GB from upload" in page and "2.5 GB</td>" in page and "0.005 USD per GB" in page
-    assert staging.amount == Decimal("0.0125") and "0.01 USD" in page
-    assert (
-        "2 CPU slots held 4 min" in page
-        and f"{units.hundredths(hold.gpu_hours)} CPU slot-hours" in page
-        and "3.60 USD per CPU slot-hour" in page
-    )
-    assert f'<th class="num when">{units.money(staging.amount + hold.amount, "USD")}</th>' in page
+    assert "Staging 2.5\xa0GB from upload" in page
+    # The quantity and the rate each in a column, their units under them; on a phone, on a line under the charge.
+    assert "2.5<small>GB</small></td>" in page and "0.005 USD<small>per GB</small></td>" in page
+    assert '<small class="narrow-only">2.5 GB at <span class="when">0.005 USD</span> per GB</small>' in page
+    assert staging.amount == Decimal("0.0125") and '<td class="num amount">0.01 USD</td>' in page
+    gpu_hours = units.hundredths(hold.gpu_hours)
+    assert "2 CPU slots held 4 min" in page and ", per started second<small>" in page
+    assert f"{gpu_hours}<small>CPU slot-hours</small></td>" in page and "3.60 USD<small>per CPU slot-hour" in page
+    assert f'{gpu_hours} CPU slot-hours at <span class="when">3.60 USD</span> per CPU slot-hour</small>' in page
+    assert f'<th class="num amount">{units.money(staging.amount + hold.amount, "USD")}</th>' in page
     assert "by partner" in page and "succeeded" in page and "ab" * 32 in page
     for entry in (staging, hold):
         assert f'<code class="hash" title="HMAC-SHA256 {entry.hash}">{entry.hash[:12]}…</code>' in page
@@ -55,7 +57,7 @@ def test_it_lists_each_charge_and_the_total(ended_job, partner_client):
 def test_it_names_what_the_job_held_whatever_the_fleet_has_now(ended_job, partner_client):
     Gpu.objects.update(last_seen=None)  # no slot online: the fleet would say "GPU"
     page = partner_client.get(f"/billing/receipts/{ended_job.pk}/").content.decode()
-    assert "2 CPU slots held" in page and "USD per CPU slot-hour" in page and "GPU-hour" not in page
+    assert "2 CPU slots held" in page and "per CPU slot-hour" in page and "GPU-hour" not in page
 
 
 def test_only_the_organisation_reads_it(ended_job, outsider_client, teammate, operator):

@@ -17,6 +17,7 @@ from jobs.spec import Data, JobSpec, NamedFile, Request, Work
 from portal.models import Application
 from tests.client.world import grown_csv
 from tests.datasets import csv_bytes
+from tests.jobs.pages.test_charts_in_browser import DRAWN, assert_drawn_as_lines
 from tests.screens import look
 from tests.support import EXAMPLE, ids_from, needs_chromium, state_is, submit_example, wait_for, wait_for_end
 
@@ -176,6 +177,7 @@ def test_a_new_partner_applies_is_accepted_and_runs_a_first_job_to_its_receipt(
     applicant.wait_for_selector("progress.bar.succeeded", timeout=30_000)
     applicant.get_by_role("link", name="Download all (.zip)").wait_for(timeout=30_000)
     look(applicant, "job-succeeded")
+    assert_drawn_as_lines(applicant.evaluate(DRAWN), 1280)  # a pass of seconds: lines under round times, no dot
 
     with applicant.expect_download() as download:
         applicant.get_by_role("link", name="Download all (.zip)").click()
