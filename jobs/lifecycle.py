@@ -391,14 +391,15 @@ def give_back(allocation_id: int, idle: bool = False) -> bool:
     meter off. False when the hold is not to end (a fixed job's, one not asked back, the job's limit
     passed: it times out instead)."""
     now = timezone.now()
+    asked = Allocation.objects.filter(pk=allocation_id, held_to__isnull=True)
+    if not idle and not asked.filter(give_back=True).exists():
+        return False  # the slot asks this after every shard: one read, no lock, when it is not asked back
     with transaction.atomic():
         job_id = Allocation.objects.filter(pk=allocation_id).values_list("job_id", flat=True).first()
         job = Job.objects.select_for_update().filter(pk=job_id, state=State.RUNNING).first()
         if job is None or not job.flexible or job.time_limit_passed(now):
             return False
-        hold = Allocation.objects.filter(pk=allocation_id, held_to__isnull=True)
-        if not idle:
-            hold = hold.filter(give_back=True)
+        hold = asked if idle else asked.filter(give_back=True)
         allocation = hold.select_related("gpu", "gpu__node").first()
         others = Allocation.objects.filter(job=job, held_to__isnull=True).exclude(pk=allocation_id).count()
         pending = Shard.objects.filter(job=job, status=Shard.Status.PENDING).exists()

@@ -515,16 +515,16 @@ def _claims(now) -> tuple[list[_Claim], dict[int, _Claim], dict[int, int], dict[
         left = job.budget_gpu_seconds - job.held_before.total_seconds() * job.gpus
         need = _on_time_width(job, left, now) if job.flexible else job.gpus
         claims.append(_Claim(job, 0, need, job.width_cap, _order(job, left, usage, weights)))
-    held = Count("allocations", filter=Q(allocations__held_to=None), distinct=True)
-    pending = Count("shards", filter=Q(shards__status=Shard.Status.PENDING), distinct=True)
-    total = Count("shards", distinct=True)
-    running = Job.objects.filter(state=State.RUNNING, request=Job.Request.FLEXIBLE).only(*_FIELDS)
+    running = list(Job.objects.filter(state=State.RUNNING, request=Job.Request.FLEXIBLE).only(*_FIELDS))
+    holds = _counts(Allocation.objects.filter(job__in=running, held_to=None))
+    shards = Shard.objects.filter(job__in=running)
+    pending, total = _counts(shards.filter(status=Shard.Status.PENDING)), _counts(shards)
     flexible = {}
-    for job in running.annotate(held_now=held, pending=pending, total=total):
-        held_now = job.held_now
-        left = job.budget_gpu_seconds * job.pending / max(1, job.total)
-        need = max(0, _on_time_width(job, left, now) - held_now) if job.pending else 0
-        want = min(job.width_cap - held_now, job.pending)
+    for job in running:
+        held_now, left_shards = holds.get(job.pk, 0), pending.get(job.pk, 0)
+        left = job.budget_gpu_seconds * left_shards / max(1, total.get(job.pk, 0))
+        need = max(0, _on_time_width(job, left, now) - held_now) if left_shards else 0
+        want = min(job.width_cap - held_now, left_shards)
         flexible[job.pk] = claim = _Claim(job, held_now, need, want, _order(job, left, usage, weights))
         if want > 0:
             claims.append(claim)
@@ -585,6 +585,11 @@ def outlook(job: Job, now=None) -> tuple:
         when, count = heapq.heappop(releases)
         work -= width * (when - at).total_seconds()
         at, free = max(at, when), free + count
+
+
+def _counts(rows) -> dict[int, int]:
+    """How many of these rows (holds or shards) each job has, in one grouped query."""
+    return dict(rows.order_by().values_list("job_id").annotate(Count("pk")))
 
 
 def _ask_back(claim: _Claim, short: int, slots: _Slots, flexible: dict[int, _Claim]) -> int:
