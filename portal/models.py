@@ -19,7 +19,7 @@ class Organisation(TimeStamped):
     # The operators' levers on the queue (jobs.scheduling): a weight in the fair share between
     # organisations, and quotas, as Slurm's QOS and Kueue's cluster queues give.
     share_weight = models.DecimalField(
-        max_digits=6, decimal_places=2, default=1,
+        max_digits=6, decimal_places=2, default=1, db_default=1,
         help_text="Its weight in the fair share of the fleet: 2 gets twice the slots of 1 when both wait.",
     )  # fmt: skip
     max_slots_held = models.PositiveIntegerField(

@@ -38,12 +38,12 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="job",
             name="expected_finish",
-            field=models.DateTimeField(blank=True, help_text="When it is expected to end, kept current.", null=True),
+            field=models.DateTimeField(blank=True, help_text="When it is expected to end.", null=True),
         ),
         migrations.AddField(
             model_name="job",
             name="expected_start",
-            field=models.DateTimeField(blank=True, help_text="When it is expected to start, kept current.", null=True),
+            field=models.DateTimeField(blank=True, help_text="When it is expected to start.", null=True),
         ),
         migrations.AddField(
             model_name="job",

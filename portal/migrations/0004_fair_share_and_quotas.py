@@ -23,6 +23,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='organisation',
             name='share_weight',
-            field=models.DecimalField(decimal_places=2, default=1, help_text='Its weight in the fair share of the fleet: 2 gets twice the slots of 1 when both wait.', max_digits=6),
+            field=models.DecimalField(db_default=1, decimal_places=2, default=1, help_text='Its weight in the fair share of the fleet: 2 gets twice the slots of 1 when both wait.', max_digits=6),
         ),
     ]

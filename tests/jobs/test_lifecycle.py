@@ -82,11 +82,11 @@ def test_it_tells_a_queued_job_its_position(organisation):
 
 
 def test_it_lets_smaller_jobs_pass_a_head_job_bigger_than_the_online_fleet(organisation, online_slots):
-    def queued(gpus):
-        return make_job(organisation, State.QUEUED, gpus=gpus)
+    def queued(gpus, hours=1):
+        return make_job(organisation, State.QUEUED, gpus=gpus, hours=hours)
 
-    too_wide, fits, waits = queued(6), queued(3), queued(2)
-    assert schedule() == [fits.pk], "the 6-GPU job waits for its node; the 2-GPU job waits behind the 3"
+    too_wide, fits, waits = queued(6), queued(3), queued(2, hours=3)
+    assert schedule() == [fits.pk], "the 6-GPU job waits for its node; the 2-GPU job, more work, waits behind the 3"
     too_wide.refresh_from_db()
     waits.refresh_from_db()
     assert (too_wide.state, waits.state) == (State.QUEUED, State.QUEUED)

@@ -18,7 +18,7 @@ j4,0,1,30,50,b
 """
 FIELDS = {
     "deadlines_met", "jct_mean_h", "wait_mean_h", "wait_p95_h", "utilisation", "idle_share_while_waiting",
-    "max_org_slowdown", "finished", "succeeded", "jobs", "wall_s",
+    "max_org_slowdown", "org_jct_mean_h", "finished", "succeeded", "jobs", "wall_s",
 }  # fmt: skip
 
 

@@ -1,4 +1,4 @@
-"""The queue: a job waits until all its GPUs are free at once, unmetered, and starts in queue order."""
+"""The queue: a fixed request waits until all its GPUs are free at once, unmetered, and starts in queue order."""
 
 import pytest
 
@@ -12,10 +12,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_it_waits_for_all_its_gpus_and_meters_only_the_hold(fleet, partner_client):
-    partner_client.post("/jobs/new/", slow_job_form("0.3"))
+    partner_client.post("/jobs/new/", {**slow_job_form("0.3"), "request_kind": "fixed"})
     first = Job.objects.get()
     wait_for(lambda: Job.objects.get(pk=first.pk).state == State.RUNNING, timeout=60)
-    partner_client.post("/jobs/new/", slow_job_form("0.05"))
+    partner_client.post("/jobs/new/", {**slow_job_form("0.05"), "request_kind": "fixed"})
     second = Job.objects.exclude(pk=first.pk).get()
     wait_for(lambda: Job.objects.get(pk=second.pk).state == State.QUEUED, timeout=60)
 

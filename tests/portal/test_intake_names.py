@@ -36,7 +36,12 @@ def test_it_refuses_a_name_made_only_of_invisible_characters(client):
 
 def test_an_operator_s_edits_are_cleaned_too(operator, organisation):
     client = client_for(operator)
-    typed = {"name": "Partner\u202e Lab\u200b", "slug": "partner-lab", "memberships-TOTAL_FORMS": "0"}
+    typed = {
+        "name": "Partner\u202e Lab\u200b",
+        "slug": "partner-lab",
+        "share_weight": "1",
+        "memberships-TOTAL_FORMS": "0",
+    }
     typed |= {"memberships-INITIAL_FORMS": "0", "memberships-MIN_NUM_FORMS": "0", "memberships-MAX_NUM_FORMS": "1000"}
     response = client.post(f"/admin/portal/organisation/{organisation.pk}/change/", typed)
     assert response.status_code == 302, response.content.decode()

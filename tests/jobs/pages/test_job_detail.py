@@ -68,7 +68,8 @@ def test_a_queued_jobs_fragment_costs_at_most_four_queries(
     scheduling.refresh_queue_figures()  # as the scheduling task does after each pass
     with django_assert_max_num_queries(4):
         html = partner_client.get(f"/jobs/{job.pk}/progress/?shown=queued").content.decode()
-    assert "Number 1 in the queue." in html and "all the CPU slots it asks for" in html
+    assert "Number 1 in the queue." in html and "A fixed request starts once all its CPU slots are free" in html
+    assert "this one needs 2" in html
     assert "CPU slot-hours held</dt><dd>0</dd>" in html
 
 

@@ -49,7 +49,7 @@ def two_fake_nodes(db):
 @pytest.fixture
 def held_job(partner_client, two_fake_nodes):
     """A staged job of 2000 records in shards, held on both fake nodes for a minute."""
-    form = job_form(csv_bytes(), name="numbers.csv", work="test-slow-echo", gpus="2")
+    form = job_form(csv_bytes(), name="numbers.csv", work="test-slow-echo", gpus="2", request_kind="fixed")
     form["param-test-slow-echo-seconds_per_batch"] = "0"
     assert partner_client.post("/jobs/new/", form).status_code == 302
     job = Job.objects.get()
@@ -207,7 +207,7 @@ def test_a_node_killed_mid_job_goes_offline_and_the_job_finishes_on_the_other(no
     def submitted() -> bool:
         """The form counts the slots online as it is posted: a heartbeat held up a moment (SQLite's
         write lock, on a loaded machine) makes it see one node; the form then refuses, and says so."""
-        form = job_form(csv_bytes(rows), name="numbers.csv", work="test-slow-echo", gpus="2")
+        form = job_form(csv_bytes(rows), name="numbers.csv", work="test-slow-echo", gpus="2", request_kind="fixed")
         form["param-test-slow-echo-seconds_per_batch"] = "0.1"
         response = partner_client.post("/jobs/new/", form)
         refusals = ("The fleet has 1 CPU slot online", "No GPUs are online right now", "No online node can run")
