@@ -448,6 +448,12 @@ class _Claim:
     need: int
     want: int
     key: tuple
+    fair: tuple  # its place among all jobs, deadlines or not: the fair share, then least work left
+
+    @property
+    def due(self) -> bool:
+        """Whether it is a deadline job the scheduler keeps on time."""
+        return self.key[0] == 0
 
 
 def _usage(now) -> tuple[dict[int, float], dict[int, int]]:
@@ -479,11 +485,19 @@ def _order(job: Job, left: float, usage: dict[int, float], weights: dict[int, De
     first (EDF); then the rest, the organisation that held least lately (for its weight) first, and in
     it the job with least work left (GPU-seconds), which keeps the mean completion time least; arrival
     breaks ties. A job whose deadline could not be met when it was submitted runs as best effort."""
-    arrival = (job.queued_at or job.started_at or job.created).timestamp()
     if job.deadline and job.deadline_feasible is not False:
-        return (0, job.deadline.timestamp(), 0.0, arrival, job.pk)
+        return (0, job.deadline.timestamp(), 0.0, _arrival(job), job.pk)
+    return (1, *_fair(job, left, usage, weights))
+
+
+def _fair(job: Job, left: float, usage: dict[int, float], weights: dict[int, Decimal]) -> tuple:
+    """Its place by the fair share and least work left alone, deadline or not."""
     share = usage.get(job.organisation_id, 0.0) / float(weights.get(job.organisation_id) or 1)
-    return (1, share, left, arrival, job.pk)
+    return (share, left, _arrival(job), job.pk)
+
+
+def _arrival(job: Job) -> float:
+    return (job.queued_at or job.started_at or job.created).timestamp()
 
 
 def _on_time_width(job: Job, left: float, now) -> int:
@@ -514,7 +528,8 @@ def _claims(now) -> tuple[list[_Claim], dict[int, _Claim], dict[int, int], dict[
     for job in waiting().only(*_FIELDS):
         left = job.budget_gpu_seconds - job.held_before.total_seconds() * job.gpus
         need = _on_time_width(job, left, now) if job.flexible else job.gpus
-        claims.append(_Claim(job, 0, need, job.width_cap, _order(job, left, usage, weights)))
+        order = _order(job, left, usage, weights), _fair(job, left, usage, weights)
+        claims.append(_Claim(job, 0, need, job.width_cap, *order))
     running = list(Job.objects.filter(state=State.RUNNING, request=Job.Request.FLEXIBLE).only(*_FIELDS))
     holds = _counts(Allocation.objects.filter(job__in=running, held_to=None))
     shards = Shard.objects.filter(job__in=running)
@@ -525,7 +540,8 @@ def _claims(now) -> tuple[list[_Claim], dict[int, _Claim], dict[int, int], dict[
         left = job.budget_gpu_seconds * left_shards / max(1, total.get(job.pk, 0))
         need = max(0, _on_time_width(job, left, now) - held_now) if left_shards else 0
         want = min(job.width_cap - held_now, left_shards)
-        flexible[job.pk] = claim = _Claim(job, held_now, need, want, _order(job, left, usage, weights))
+        order = _order(job, left, usage, weights), _fair(job, left, usage, weights)
+        flexible[job.pk] = claim = _Claim(job, held_now, need, want, *order)
         if want > 0:
             claims.append(claim)
     claims.sort(key=lambda claim: claim.key)
@@ -592,24 +608,91 @@ def _counts(rows) -> dict[int, int]:
     return dict(rows.order_by().values_list("job_id").annotate(Count("pk")))
 
 
-def _ask_back(claim: _Claim, short: int, slots: _Slots, flexible: dict[int, _Claim]) -> int:
-    """Ask running flexible jobs after `claim` in the order for `short` slots on nodes that can run its
-    work, at their next shard boundaries (those asked already counted): the last in the order first.
-    How many are asked back in all; none when that could not make up `short`."""
-    behind = [pk for pk, other in flexible.items() if other.key > claim.key]
+def _ask_back(claim: _Claim, short: int, slots: _Slots, flexible: dict[int, _Claim], by: str) -> int:
+    """Ask running flexible jobs after `claim` in the order `by` (`key`: deadlines first; `fair`: among the
+    rest, where a deadline job is never asked) for `short` slots on nodes that can run its work, at their
+    next shard boundaries (those asked already counted): the last in the order first. How many are asked
+    back in all; none when that could not make up `short`."""
+    place = getattr(claim, by)
+    behind = [pk for pk, other in flexible.items() if getattr(other, by) > place and (by == "key" or not other.due)]
     holds = Allocation.objects.filter(job__in=behind, held_to=None, gpu__node__in=slots.nodes_for(claim.job.work))
     rows = list(holds.values_list("pk", "job_id", "give_back"))
     if len(rows) < short:
         return 0
     asked = sum(1 for *_, back in rows if back)
-    rows.sort(key=lambda row: flexible[row[1]].key, reverse=True)
+    rows.sort(key=lambda row: getattr(flexible[row[1]], by), reverse=True)
     more = [pk for pk, _, back in rows if not back][: max(0, short - asked)]
     Allocation.objects.filter(pk__in=more).update(give_back=True)
     return asked + len(more)
 
 
+class _Pass:
+    """One scheduling pass: the free slots, the claims on them, and what it gave whom."""
+
+    def __init__(self, now):
+        self.now = now
+        self.slots = _Slots()
+        self.claims, self.flexible, self.holding, self.caps = _claims(now)
+        self.given: dict[int, tuple[_Claim, list]] = {}
+        self.pending: dict[int, int] = {}
+        self.missed: set[int] = set()
+        self.blocked, self.reserved, self.behind = None, None, 0
+
+    def place(self, claim: _Claim, want: int, need: int, by: str) -> bool:
+        """Give the claim up to `want` free slots, none unless `need` of them (a flexible job that holds
+        none needs one); the first that cannot have its `need` is protected (see schedule). False when the
+        pass should stop: no slot is left, or it read BACKFILL_WINDOW claims past the protected one."""
+        job, slots, now = claim.job, self.slots, self.now
+        if job.pk in self.missed:
+            return True
+        if not claim.held and job.pk not in self.given and job.deadline_passed(now):
+            lifecycle.miss_deadline(job)  # never held: starting it now could do nothing it was asked for
+            self.missed.add(job.pk)
+            return True
+        if need > slots.online_for(job.work) or want < 1:
+            return True  # more than the fleet can give it online now (a node left): it waits, blocking none
+        org, cap = job.organisation_id, self.caps.get(job.organisation_id)
+        room = want if cap is None else min(want, cap - self.holding.get(org, 0))
+        if room < (1 if job.flexible else need):
+            return True  # its organisation holds its quota: it waits, holding up no other's jobs
+        if self.blocked is not None:
+            self.behind += 1
+            if self.behind > BACKFILL_WINDOW:
+                return False
+        if job.flexible and not claim.held:
+            if job.pk not in self.pending:
+                self.pending[job.pk] = Shard.objects.filter(job=job, status=Shard.Status.PENDING).count()
+            room = min(room, self.pending[job.pk] - len(self.given.get(job.pk, (None, []))[1]))
+        taken = slots.peek_up_to(job.work, room)
+        enough = bool(taken) and (job.flexible or len(taken) >= need)  # a flexible job starts on what is free
+        if self.blocked is None and len(taken) < need:
+            self.blocked = claim
+            short = need - len(taken)
+            if _ask_back(claim, short, slots, self.flexible, by) >= short:
+                slots.take(slots.peek_up_to(job.work, need) if not job.flexible else [])  # kept for it
+                enough = enough and job.flexible
+            elif not job.flexible:
+                self.reserved = _Reservation(job, slots, self.plans()[0], now)
+        elif enough and self.reserved is not None and not job.flexible and not self.reserved.allows(job, taken, now):
+            return True
+        if not enough:
+            return bool(slots.free)
+        slots.take(taken)
+        self.holding[org] = self.holding.get(org, 0) + len(taken)
+        self.given[job.pk] = (claim, self.given.get(job.pk, (claim, []))[1] + taken)
+        return True
+
+    def plans(self) -> tuple[list[tuple[Job, list]], list[tuple[Job, list]]]:
+        """The jobs to start on their slots, and the running ones to widen onto theirs."""
+        start = [(claim.job, taken) for claim, taken in self.given.values() if not claim.held]
+        grow = [(claim.job, taken) for claim, taken in self.given.values() if claim.held]
+        return start, grow
+
+
 def schedule() -> list[int]:
-    """Give free slots to the jobs that wait for them, in order (see _order): a fixed request starts
+    """Give free slots to the jobs that wait for them, in two rounds: the deadline jobs by EDF, each the
+    width that keeps it on time; then every job by the fair share and least work left (see _order), up to
+    the width it can use. A fixed request starts
     when all its GPUs are free at once; a flexible one starts on as many as are free (up to its cap), and
     a running flexible job grows into free slots it can use. The first job that cannot get what it needs
     is protected: when running flexible jobs after it in the order hold enough of the slots it can run
@@ -619,48 +702,19 @@ def schedule() -> list[int]:
     quota. A job on hold is passed by. The jobs started, in one UPDATE and one insert of their holds."""
     now = timezone.now()
     with transaction.atomic():
-        slots = _Slots()
-        claims, flexible, holding, caps = _claims(now)
-        plan: list[tuple[Job, list]] = []
-        grow: list[tuple[Job, list]] = []
-        blocked, reserved, behind = None, None, 0
-        for claim in claims:
-            job = claim.job
-            if not claim.held and job.deadline_passed(now):
-                lifecycle.miss_deadline(job)  # never held: starting it now could do nothing it was asked for
-                continue
-            if claim.need > slots.online_for(job.work):
-                continue  # more than the fleet can give it online now (a node left): it waits without blocking others
-            org = job.organisation_id
-            room = claim.want if org not in caps else min(claim.want, caps[org] - holding.get(org, 0))
-            if room < (1 if job.flexible else claim.need):
-                continue  # its organisation holds its quota: it waits, holding up no other's jobs
-            if blocked is not None:
-                behind += 1
-                if behind > BACKFILL_WINDOW:
+        one = _Pass(now)
+        for claim in (claim for claim in one.claims if claim.due):
+            if not one.place(claim, claim.need, claim.need, by="key"):
+                break  # deadlines first, each given the width that keeps it on time
+        else:
+            for claim in sorted(one.claims, key=lambda claim: claim.fair):
+                given = len(one.given.get(claim.job.pk, (None, []))[1])
+                if claim.due and not claim.job.flexible:
+                    continue  # a fixed deadline job had its turn: all its GPUs, or none
+                need = claim.need if not claim.job.flexible else int(not claim.held and not given)
+                if not one.place(claim, claim.want - given, need, by="fair"):
                     break
-            if job.flexible and not claim.held:
-                room = min(room, Shard.objects.filter(job=job, status=Shard.Status.PENDING).count())
-            taken = slots.peek_up_to(job.work, room)
-            enough = len(taken) >= claim.need if not job.flexible else bool(taken)
-            if blocked is None and len(taken) < claim.need:
-                blocked = claim
-                short = claim.need - len(taken)
-                if _ask_back(claim, short, slots, flexible) >= short:
-                    keep = slots.peek_up_to(job.work, claim.need) if not job.flexible else []
-                    slots.take(keep)  # they wait for it, not for jobs behind it
-                    enough = enough and job.flexible
-                elif not job.flexible:
-                    reserved = _Reservation(job, slots, plan, now)
-            elif enough and reserved is not None and not job.flexible and not reserved.allows(job, taken, now):
-                continue
-            if not enough:
-                if not slots.free:
-                    break  # no slot left for any job behind it
-                continue
-            slots.take(taken)
-            holding[org] = holding.get(org, 0) + len(taken)
-            (grow if claim.held else plan).append((job, taken))
+        plan, grow = one.plans()
         started = list(lifecycle.start_holds(plan, send=True))
         widened = lifecycle.widen(grow)
     if started or widened:

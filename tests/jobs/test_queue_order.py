@@ -231,3 +231,10 @@ def test_a_slot_given_back_is_not_rejoined_by_its_node(organisation, online_slot
     assert lifecycle.give_back(asked.pk)
     assert node.serve_held_slots("fake-node", {slot.index for slot in online_slots}) == [], "lost slots rejoin"
     assert _held(flexible) == 3
+
+
+def test_a_deadline_job_takes_the_width_that_keeps_it_on_time_and_the_rest_go_by_least_work(organisation, online_slots):
+    due = _flexible(organisation, gpus=1, hours=1, max_gpus=4, deadline=timezone.now() + timedelta(hours=2))
+    small = _flexible(organisation, gpus=1, hours=0.5, max_gpus=4)
+    assert sorted(schedule()) == sorted([due.pk, small.pk])
+    assert (_held(due), _held(small)) == (1, 3), "one slot keeps it on time; the job with less work takes the rest"
