@@ -36,7 +36,9 @@ def test_it_runs_a_job_and_writes_the_output_and_the_ledger_line(fleet, organisa
     assert line["job"] == job.pk
     assert (line["gpus"], line["seconds"], line["gpu_hours"]) == (2, entry.seconds, str(entry.gpu_hours))
     assert "100%" in result.stderr
-    assert f"Job {job.pk} submitted: 2 × 0.5 h of clean-table over customers.csv" in result.stderr
+    submitted = f"Job {job.pk} submitted: 2 × 0.5 h (flexible, up to 2 at once) of clean-table over customers.csv"
+    assert submitted in result.stderr
+    assert "Expected to finish by " in result.stderr
 
 
 @pytest.mark.parametrize(

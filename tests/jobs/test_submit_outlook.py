@@ -9,6 +9,7 @@ import pytest
 from django.utils import timezone
 
 from jobs import lifecycle, services
+from jobs.management.commands.submit import outlook_line
 from jobs.models import Job, State
 from jobs.spec import Data, JobSpec, NamedFile, Request, Work
 from portal.models import Organisation
@@ -120,3 +121,17 @@ def test_a_job_past_the_monthly_spend_cap_is_refused_with_the_figures(organisati
         "cap of 20.00 USD (14.40 USD charged or committed so far); ask for less, or ask an operator."
     )
     assert _checked(organisation, gpus="1", hours="1.5").hours == Decimal("1.5"), "5.40 fits under the cap"
+
+
+def test_submit_says_whether_the_deadline_can_be_met(organisation, online_slots):
+    busy = make_job(organisation, State.QUEUED, gpus=4, hours=5)
+    lifecycle.start_hold(busy, online_slots)
+    due = timezone.now() + timedelta(hours=2)
+    late = services.submit_job(organisation, None, _spec(gpus="2", hours="1", deadline=due.isoformat()))
+    said = outlook_line(late)
+    assert said.startswith(f"It cannot finish before its deadline, {due:%Y-%m-%d %H:%M} UTC: the earliest is ")
+    assert said.endswith("It runs as best effort; cancel it and widen it (--max-gpus), or drop the deadline.")
+    lifecycle.release(busy)
+    Job.objects.filter(pk=busy.pk).update(state=State.SUCCEEDED)
+    soon = services.submit_job(organisation, None, _spec(gpus="2", hours="1", deadline=due.isoformat()))
+    assert outlook_line(soon).endswith(f"before its deadline, {due:%Y-%m-%d %H:%M} UTC.")

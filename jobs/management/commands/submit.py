@@ -99,6 +99,22 @@ def model_of(path: Path, files: ExitStack) -> NamedFile:
     return NamedFile(packed, f"{path.name}.tar")
 
 
+def outlook_line(job: Job) -> str:
+    """What the queue now says of the job's end, and of its deadline: that it can meet it, or how late."""
+    if job.expected_finish is None:
+        return ""
+    finish = f"{job.expected_finish:%Y-%m-%d %H:%M} UTC"
+    if job.deadline is None:
+        return f"Expected to finish by {finish}."
+    deadline = f"{job.deadline:%Y-%m-%d %H:%M} UTC"
+    if job.deadline_feasible:
+        return f"Expected to finish by {finish}, before its deadline, {deadline}."
+    return (
+        f"It cannot finish before its deadline, {deadline}: the earliest is {finish}. It runs as best effort; "
+        "cancel it and widen it (--max-gpus), or drop the deadline."
+    )
+
+
 def request_of(opts: dict) -> Request:
     return Request(
         opts["gpus"],
@@ -224,9 +240,12 @@ class Command(BaseCommand):
         except services.SubmitError as error:  # each refusal on its own line, in the service's words
             raise CommandError("\n".join(f"Refused: {refusal.message}" for refusal in error.refusals)) from None
         job.refresh_from_db()
+        kind = f"flexible, up to {job.width_cap} at once" if job.flexible else "fixed"
         self.stderr.write(
-            f"Job {job.pk} submitted: {job.gpus} × {float(job.hours):g} h of {job.work} over {job.source_name}"
+            f"Job {job.pk} submitted: {job.gpus} × {float(job.hours):g} h ({kind}) of {job.work} over {job.source_name}"
         )
+        if outlook := outlook_line(job):
+            self.stderr.write(outlook)
         if unsent:
             # The job is recorded and the safety net stages it once the broker is back: --wait waits on.
             self.stderr.write(f"{enqueue.UNREACHABLE}: the job is staged once it is back.")
