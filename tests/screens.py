@@ -56,7 +56,7 @@ SCROLLING = """() => [...document.querySelectorAll("body *")].filter((element) =
 
 # An amount as a person reads it, everywhere: two decimals, thousands grouped, the currency after (1,234.56 USD,
 # or < 0.01 USD); a rate ("2.50 USD per GPU-hour") may show its last decimal.
-AMOUNT = re.compile(r"(<\s)?(\S+)\s(?:USD|EUR|GBP)\b(?!\s+per\b)")
+AMOUNT = re.compile(r"(< )?(\S+)[ \u00a0](?:USD|EUR|GBP)\b(?!\s+per\b)")  # a cell's edge (a tab) is not one
 IN_ONE_FORMAT = re.compile(r"\d{1,3}(,\d{3})*\.\d{2}")
 
 

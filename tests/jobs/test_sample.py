@@ -83,6 +83,8 @@ def test_a_sample_measures_the_work_and_its_pass_reuses_the_staged_copy(fleet, p
         "retention_days": 3,
         "output_keep_days": 30,
         "deadline": None,
+        "request": "flexible",
+        "max_gpus": None,
     }
     assert result["request"] == asked
     assert result["records"] == sum(shard.record_count for shard in done)

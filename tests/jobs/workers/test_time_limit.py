@@ -20,7 +20,7 @@ BATCH_SECONDS = 4.0  # test-slow-echo: 50 records a batch; 1,000 records need 80
 
 
 def test_a_job_past_its_time_limit_stops_there_and_keeps_what_finished(fleet, partner_client):
-    form = job_form(csv_bytes(1000), name="numbers.csv", work="test-slow-echo", hours="0.01")
+    form = job_form(csv_bytes(1000), name="numbers.csv", work="test-slow-echo", hours="0.01", request_kind="fixed")
     form["param-test-slow-echo-seconds_per_batch"] = str(BATCH_SECONDS)
     assert partner_client.post("/jobs/new/", form).status_code == 302
     job = wait_for_end(Job.objects.get(), timeout=120)
