@@ -348,7 +348,7 @@ def _check_request(request: Request, work: str) -> dict:
         refusals.extend(error.refusals)
     try:
         has_deadline = bool(request.deadline and str(request.deadline).strip())
-        kind, cap = parse_width(request.kind, request.max_gpus, gpus, has_deadline, work=work)
+        kind, cap = parse_width(request.kind, request.max_gpus, has_deadline, work=work)
     except RequestError as error:
         refusals.extend(error.refusals)
     if refusals:

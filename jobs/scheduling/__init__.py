@@ -123,10 +123,10 @@ def parse_request(gpus, hours, shape: str = Job.Shape.SHORT_WIDE, work: str = ""
     return gpus, hours
 
 
-def parse_width(kind: str, max_gpus, gpus: int | None, deadline: bool, work: str = "") -> tuple[str, int | None]:
+def parse_width(kind: str, max_gpus, deadline: bool, work: str = "") -> tuple[str, int | None]:
     """The kind of request (blank: flexible, or fixed for a job with a `deadline`) and a flexible job's width
-    cap (None: its GPUs), checked against the fleet online that can run `work`; RequestError names each field
-    refused. `gpus` is None when the GPUs were refused: the cap is then read but not compared."""
+    cap (None: its GPUs), checked against the fleet online that can run `work`; RequestError names the field
+    refused. A cap may be below the GPUs asked for: the job then runs narrower, for longer."""
     kind = str(kind or "").strip().lower() or (Job.Request.FIXED if deadline else Job.Request.FLEXIBLE)
     if kind not in Job.Request.values:
         raise RequestError("request", f"A request is fixed or flexible, not {shown(kind)}.")
