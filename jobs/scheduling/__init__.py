@@ -513,17 +513,29 @@ _FIELDS = ("pk", "organisation_id", "gpus", "hours", "held_before", "work", "dea
            "started_at", "queued_at", "created", "request", "max_gpus", "budget_ends_at")  # fmt: skip
 
 
-def _claims(now) -> tuple[list[_Claim], dict[int, _Claim], dict[int, int], dict[int, int]]:
-    """The jobs a pass may give slots to, in order; every running flexible job's claim by id (whether it
-    can grow or not: the order says which of them give slots back to whom); the slots each organisation
-    holds now; and the quotas of those that have one."""
+class _Standing(NamedTuple):
+    """The organisations as a pass weighs them: recent usage, slots held now, weights and slot quotas."""
+
+    usage: dict[int, float]
+    holding: dict[int, int]
+    weights: dict[int, Decimal]
+    caps: dict[int, int]
+
+
+def _standing(now) -> _Standing:
     usage, holding = _usage(now)
-    organisations = Organisation.objects.values_list("pk", "share_weight", "max_slots_held")
     weights, caps = {}, {}
-    for pk, weight, cap in organisations:
+    for pk, weight, cap in Organisation.objects.values_list("pk", "share_weight", "max_slots_held"):
         weights[pk] = weight
         if cap is not None:
             caps[pk] = cap
+    return _Standing(usage, holding, weights, caps)
+
+
+def _claims(now, standing: _Standing) -> tuple[list[_Claim], dict[int, _Claim]]:
+    """The jobs a pass may give slots to, in order; and every running flexible job's claim by id (whether it
+    can grow or not: the order says which of them give slots back to whom)."""
+    usage, weights = standing.usage, standing.weights
     claims = []
     for job in waiting().only(*_FIELDS):
         left = job.budget_gpu_seconds - job.held_before.total_seconds() * job.gpus
@@ -545,7 +557,7 @@ def _claims(now) -> tuple[list[_Claim], dict[int, _Claim], dict[int, int], dict[
         if want > 0:
             claims.append(claim)
     claims.sort(key=lambda claim: claim.key)
-    return claims, flexible, holding, caps
+    return claims, flexible
 
 
 def outlook(job: Job, now=None) -> tuple:
@@ -556,11 +568,10 @@ def outlook(job: Job, now=None) -> tuple:
     hours). A flexible job grows into slots as they free up, to its cap. Expected, not promised: passes
     usually end before their limits, so jobs tend to end sooner. (None, None) when no slot online can run it."""
     now = now or timezone.now()
-    claims, flexible, _, _ = _claims(now)
-    usage, _ = _usage(now)
-    weights = dict(Organisation.objects.values_list("pk", "share_weight"))
+    standing = _standing(now)
+    claims, flexible = _claims(now, standing)
     left = job.budget_gpu_seconds - job.held_before.total_seconds() * job.gpus
-    key = _order(job, left, usage, weights)
+    key = _order(job, left, standing.usage, standing.weights)
     nodes = set(nodes_running(job.work))
     slots = schedulable_slots().online().filter(node__in=nodes)
     online, free = slots.count(), slots.free().count()
@@ -632,7 +643,9 @@ class _Pass:
     def __init__(self, now):
         self.now = now
         self.slots = _Slots()
-        self.claims, self.flexible, self.holding, self.caps = _claims(now)
+        standing = _standing(now)
+        self.claims, self.flexible = _claims(now, standing)
+        self.holding, self.caps = standing.holding, standing.caps
         self.given: dict[int, tuple[_Claim, list]] = {}
         self.pending: dict[int, int] = {}
         self.missed: set[int] = set()
