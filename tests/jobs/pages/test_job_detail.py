@@ -112,6 +112,7 @@ def test_it_shows_the_job_to_operators_with_its_shards_and_holds(running_job, op
 
 
 def test_it_shows_how_far_staging_has_got(organisation, partner_client, online_slots):
+    started = timezone.now() - timedelta(seconds=10)
     job = make_job(
         organisation,
         State.STAGING,
@@ -119,10 +120,16 @@ def test_it_shows_how_far_staging_has_got(organisation, partner_client, online_s
         staging_phase="copying",
         staging_done=500 * 10**6,
         staging_total=2000 * 10**6,
-        staging_phase_started=timezone.now() - timedelta(seconds=10),
+        staging_phase_started=started,
     )
+    before = (timezone.now() - started).total_seconds()
     html = partner_client.get(f"/jobs/{job.pk}/progress/").content.decode()
-    assert re.search(r"Copying the data: 500.0\xa0MB of 2.0\xa0GB at (49|50)\.\d MB/s, 3\d s left\.", html)
+    after = (timezone.now() - started).total_seconds()
+    shown = re.search(r"Copying the data: 500.0\xa0MB of 2.0\xa0GB at (\d+\.\d) MB/s, (\d+) s left\.", html)
+    assert shown, "the phase, its sizes, its rate and the time left"
+    rate, left = float(shown[1]), int(shown[2])
+    assert 500 / after - 0.05 <= rate <= 500 / before + 0.05, "the rate over the phase so far, however slow the request"
+    assert 1500 / (500 / before) - 1 <= left <= 1500 / (500 / after) + 1
     assert 'max="100" value="25"' in html
     assert "No CPU slot is held yet." in html
 
