@@ -84,7 +84,7 @@ def run_slot(job_id: int, allocation_id: int, runner: str = "") -> str:
             continue
         shard, token = claimed
         try:
-            process_shard(job, shard, token, gpu)
+            process_shard(job, shard, token, gpu, hold=(allocation_id, runner))
         except ShardLost:
             continue
         except FormatError as error:
@@ -242,10 +242,12 @@ class LeaseKeeper:
     keeper stops at the end, or once the claim is lost (the work's next check finds that too), or once
     a step has run E31_BATCH_MAX_SECONDS without the work saying it moved on: a process stuck in a
     batch is not working, and its lease lapses as a dead one's would, so that the shard is taken again
-    and the hold is not counted as served."""
+    and the hold is not counted as served. With `hold` (the allocation and the runner token of the task
+    that works the shard), each renewal says the task still serves the hold too, as the task does between
+    shards: a hold is not taken for lost while its shard runs longer than a node's timeout."""
 
-    def __init__(self, shard: Shard, token: str):
-        self.shard, self.token = shard, token
+    def __init__(self, shard: Shard, token: str, hold: tuple[int, str] | None = None):
+        self.shard, self.token, self.hold = shard, token, hold
         self.stopping = threading.Event()
         self.moved_at = time.monotonic()
         self.records_done = 0
@@ -274,6 +276,8 @@ class LeaseKeeper:
                     return
                 try:
                     _keep_claim(self.shard, self.token, self.records_done)
+                    if self.hold:
+                        _report(*self.hold)
                 except ShardLost:
                     return
                 except DatabaseError as error:  # the database away a moment: the lease has time left to try again
@@ -282,9 +286,10 @@ class LeaseKeeper:
             connection.close()  # this thread's own connection
 
 
-def process_shard(job: Job, shard: Shard, token: str, gpu: Gpu) -> None:
-    """Work a claimed shard into its part and rejects under its claim token; ShardLost if the claim ends."""
-    with LeaseKeeper(shard, token) as keeper:
+def process_shard(job: Job, shard: Shard, token: str, gpu: Gpu, hold: tuple[int, str] | None = None) -> None:
+    """Work a claimed shard into its part and rejects under its claim token; ShardLost if the claim ends.
+    `hold`: the allocation and runner token of the task that works it, reported on while it does."""
+    with LeaseKeeper(shard, token, hold) as keeper:
         _work(job, shard, token, gpu, keeper)
 
 

@@ -3,11 +3,12 @@ a step that runs past E31_BATCH_MAX_SECONDS is taken as stuck, and its lease lap
 
 import time
 from datetime import timedelta
+from functools import partial
 
 import pytest
 from django.utils import timezone
 
-from jobs.models import Shard, State
+from jobs.models import Allocation, Shard, State
 from jobs.workers.runner import LeaseKeeper
 from tests.factories import make_job
 from tests.support import wait_for
@@ -46,3 +47,30 @@ def test_work_that_moves_on_keeps_its_lease_well_past_the_longest_step(claimed):
             time.sleep(0.2)
         assert keeper.thread.is_alive()
         assert lease_of(claimed) > max(first, timezone.now()), "renewed all along"
+
+
+def test_it_says_the_task_still_serves_its_hold_while_a_long_shard_runs(claimed, online_slots):
+    """A shard longer than a node's timeout: the task reports on its hold only between shards, so the keeper
+    reports for it, or the node would take the hold for lost while its slot works (CI saw it under load)."""
+    long_ago = timezone.now() - timedelta(minutes=5)
+    hold = Allocation.objects.create(
+        job=claimed.job, gpu=online_slots[0], held_from=long_ago, runner="mine", runner_seen=long_ago
+    )
+    superseded = Allocation.objects.create(
+        job=claimed.job, gpu=online_slots[1], held_from=long_ago, runner="newer", runner_seen=long_ago
+    )
+
+    def reported(keeper: LeaseKeeper, allocation: Allocation) -> bool:
+        keeper.moved_on()
+        return Allocation.objects.get(pk=allocation.pk).runner_seen > long_ago
+
+    def renewed(keeper: LeaseKeeper, since) -> bool:
+        keeper.moved_on()
+        return lease_of(claimed) > since
+
+    with LeaseKeeper(claimed, "token", (hold.pk, "mine")) as keeper:
+        wait_for(lambda: reported(keeper, hold), timeout=30, what="the hold reported on with the lease")
+    with LeaseKeeper(claimed, "token", (superseded.pk, "older")) as keeper:
+        for _ in range(2):  # the first renewal's report is done by the second's
+            wait_for(partial(renewed, keeper, lease_of(claimed)), timeout=30, what="a renewal")
+    assert not reported(keeper, superseded), "a newer task's hold is its own"
