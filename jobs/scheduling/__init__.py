@@ -1,12 +1,15 @@
-"""The request (GPUs × hours in a shape) and the scheduler that starts a queued job's hold.
+"""The request (GPUs × hours in a shape) and the scheduler that gives slots to jobs.
 
-A queued job starts only when all the GPUs it asked for are free at once. Jobs start in the order
-they were queued, with EASY backfill: the first job that must wait is given a reservation (the
-earliest time enough of the slots it can run on free up, if the running jobs run to their time
-limits), and a job behind it starts now only if that cannot delay the reservation: it ends before
-it, by its own time limit, or it takes only slots the reserved job will not need. So a wide job cannot
-starve, and slots do not stay idle behind it while narrower jobs wait. A job that asks for more GPUs
-than are online at all (a node left) waits without holding up the rest.
+A pass (`schedule`) gives free slots in two rounds: first the jobs with a deadline they could meet when
+submitted, earliest deadline first, each the width that keeps it on time; then every job by its place in
+the fair share (`_fair_places`: weighted fair queuing between organisations, each one's jobs least work
+left first), up to the width it can use. A fixed request starts only when all its GPUs are free at once;
+a flexible one starts on the slots free now and grows into more, and gives slots back at shard boundaries
+to a job ahead of it. The first job that cannot get what it needs is protected: flexible jobs after it are
+asked for their slots back, or, when they do not hold enough, it gets an EASY reservation (the earliest
+time enough of the slots it can run on free up, if the running jobs run to their time limits) that a fixed
+job behind it may not delay. A job that asks for more GPUs than are online at all (a node left) waits
+without holding up the rest.
 """
 
 import heapq
@@ -448,7 +451,7 @@ class _Claim:
     need: int
     want: int
     key: tuple
-    fair: tuple  # its place among all jobs, deadlines or not: the fair share, then least work left
+    fair: tuple  # its place among all jobs, deadlines or not: see _fair_places
 
     @property
     def due(self) -> bool:
@@ -480,20 +483,34 @@ def _usage(now) -> tuple[dict[int, float], dict[int, int]]:
     return usage, holding
 
 
-def _order(job: Job, left: float, usage: dict[int, float], weights: dict[int, Decimal]) -> tuple:
+def _order(job: Job, fair: tuple) -> tuple:
     """Its place in the order, smallest first: jobs with a deadline they can meet, earliest deadline
-    first (EDF); then the rest, the organisation that held least lately (for its weight) first, and in
-    it the job with least work left (GPU-seconds), which keeps the mean completion time least; arrival
-    breaks ties. A job whose deadline could not be met when it was submitted runs as best effort."""
+    first (EDF); then the rest by their place in the fair share (`fair`, see _fair_places). A job whose
+    deadline could not be met when it was submitted runs as best effort."""
     if job.deadline and job.deadline_feasible is not False:
         return (0, job.deadline.timestamp(), 0.0, _arrival(job), job.pk)
-    return (1, *_fair(job, left, usage, weights))
+    return (1, *fair)
 
 
-def _fair(job: Job, left: float, usage: dict[int, float], weights: dict[int, Decimal]) -> tuple:
-    """Its place by the fair share and least work left alone, deadline or not."""
-    share = usage.get(job.organisation_id, 0.0) / float(weights.get(job.organisation_id) or 1)
-    return (share, left, _arrival(job), job.pk)
+def _fair_places(work: list[tuple[Job, float]], usage: dict[int, float], weights: dict[int, Decimal]) -> dict:
+    """Each job's place in the fair share, by id, deadline or not: weighted fair queuing between the
+    organisations, least work left first within each. An organisation's jobs are taken smallest first (work
+    left in GPU-seconds, then arrival), and each is tagged with the organisation's recent GPU-hours
+    (_usage) and the GPU-hours of its own jobs up to and including this one, over its weight: the hour at
+    which a fair share of the fleet would finish it. Smallest tag first. So a partner that held little
+    lately goes ahead of one that held much, a short job ahead of a long one, and one partner's thousand
+    jobs queue behind its own, not in front of everyone else's. A running job's tag holds still while it
+    runs (its usage grows as its work left shrinks)."""
+    by_org: dict[int, list[tuple[float, float, int]]] = {}
+    for job, left in work:
+        by_org.setdefault(job.organisation_id, []).append((max(0.0, left), _arrival(job), job.pk))
+    places = {}
+    for org, jobs in by_org.items():
+        finished, weight = usage.get(org, 0.0), float(weights.get(org) or 1)
+        for left, arrival, pk in sorted(jobs):
+            finished += left / 3600
+            places[pk] = (finished / weight, left, arrival, pk)
+    return places
 
 
 def _arrival(job: Job) -> float:
@@ -535,25 +552,26 @@ def _standing(now) -> _Standing:
 def _claims(now, standing: _Standing) -> tuple[list[_Claim], dict[int, _Claim]]:
     """The jobs a pass may give slots to, in order; and every running flexible job's claim by id (whether it
     can grow or not: the order says which of them give slots back to whom)."""
-    usage, weights = standing.usage, standing.weights
-    claims = []
+    rows = []  # (job, slots held, need, want, work left)
     for job in waiting().only(*_FIELDS):
         left = job.budget_gpu_seconds - job.held_before.total_seconds() * job.gpus
         need = _on_time_width(job, left, now) if job.flexible else job.gpus
-        order = _order(job, left, usage, weights), _fair(job, left, usage, weights)
-        claims.append(_Claim(job, 0, need, job.width_cap, *order))
+        rows.append((job, 0, need, job.width_cap, left))
     running = list(Job.objects.filter(state=State.RUNNING, request=Job.Request.FLEXIBLE).only(*_FIELDS))
     holds = _counts(Allocation.objects.filter(job__in=running, held_to=None))
     shards = Shard.objects.filter(job__in=running)
     pending, total = _counts(shards.filter(status=Shard.Status.PENDING)), _counts(shards)
-    flexible = {}
     for job in running:
         held_now, left_shards = holds.get(job.pk, 0), pending.get(job.pk, 0)
         left = job.budget_gpu_seconds * left_shards / max(1, total.get(job.pk, 0))
         need = max(0, _on_time_width(job, left, now) - held_now) if left_shards else 0
-        want = min(job.width_cap - held_now, left_shards)
-        order = _order(job, left, usage, weights), _fair(job, left, usage, weights)
-        flexible[job.pk] = claim = _Claim(job, held_now, need, want, *order)
+        rows.append((job, held_now, need, min(job.width_cap - held_now, left_shards), left))
+    fair = _fair_places([(job, left) for job, *_, left in rows], standing.usage, standing.weights)
+    claims, flexible, flexible_ids = [], {}, {job.pk for job in running}
+    for job, held_now, need, want, _ in rows:
+        claim = _Claim(job, held_now, need, want, _order(job, fair[job.pk]), fair[job.pk])
+        if job.pk in flexible_ids:
+            flexible[job.pk] = claim
         if want > 0:
             claims.append(claim)
     claims.sort(key=lambda claim: claim.key)
@@ -571,7 +589,11 @@ def outlook(job: Job, now=None) -> tuple:
     standing = _standing(now)
     claims, flexible = _claims(now, standing)
     left = job.budget_gpu_seconds - job.held_before.total_seconds() * job.gpus
-    key = _order(job, left, standing.usage, standing.weights)
+    key = next((claim.key for claim in claims if claim.job.pk == job.pk), None)
+    if key is None:  # not queued yet: placed among its organisation's claims as the pass would place it
+        every = {claim.job.pk: claim for claim in [*claims, *flexible.values()]}.values()
+        mine = [(claim.job, claim.fair[1]) for claim in every if claim.job.organisation_id == job.organisation_id]
+        key = _order(job, _fair_places([*mine, (job, left)], standing.usage, standing.weights)[job.pk])
     nodes = set(nodes_running(job.work))
     slots = schedulable_slots().online().filter(node__in=nodes)
     online, free = slots.count(), slots.free().count()
@@ -704,7 +726,7 @@ class _Pass:
 
 def schedule() -> list[int]:
     """Give free slots to the jobs that wait for them, in two rounds: the deadline jobs by EDF, each the
-    width that keeps it on time; then every job by the fair share and least work left (see _order), up to
+    width that keeps it on time; then every job by its place in the fair share (see _fair_places), up to
     the width it can use. A fixed request starts
     when all its GPUs are free at once; a flexible one starts on as many as are free (up to its cap), and
     a running flexible job grows into free slots it can use. The first job that cannot get what it needs

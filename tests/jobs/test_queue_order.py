@@ -88,14 +88,35 @@ def test_the_organisation_that_held_least_lately_goes_first(organisation, online
     assert Job.objects.get(pk=mine.pk).state == State.QUEUED
 
 
+def test_a_partners_many_jobs_queue_behind_each_other_not_in_front_of_anothers(organisation, online_slots):
+    other = Organisation.objects.create(name="Other", slug="other")
+    mine = [_queued(organisation, gpus=4, hours=1) for _ in range(3)]
+    theirs = _queued(other, gpus=4, hours=1)
+    assert schedule() == [mine[0].pk], "the first of each partner's ties by arrival"
+    lifecycle.release(mine[0], at=timezone.now() + timedelta(hours=1))  # 4 GPU-hours held
+    Job.objects.filter(pk=mine[0].pk).update(state=State.SUCCEEDED)
+    assert schedule() == [theirs.pk], "the other partner's first job before my second: fair, not first come"
+
+
+def test_a_short_job_of_a_partner_that_held_a_little_goes_before_a_long_one_of_a_partner_that_held_none(
+    organisation, online_slots
+):
+    other = Organisation.objects.create(name="Other", slug="other")
+    _used(organisation, 1, 2, ago=0, slots=online_slots)
+    long = _queued(other, gpus=4, hours=10)
+    short = _queued(organisation, gpus=4, hours=0.25)
+    assert schedule() == [short.pk], "2 GPU-hours held and 1 to come, before 40 to come"
+    assert Job.objects.get(pk=long.pk).state == State.QUEUED
+
+
 def test_usage_decays_and_weights_count(organisation, online_slots, settings):
     settings.E31_FAIR_SHARE_HALF_LIFE_HOURS = 1
     other = Organisation.objects.create(name="Other", slug="other")
     _used(organisation, 4, 10, ago=20, slots=online_slots)  # 40 GPU-hours, 20 half-lives ago: about nothing
     _used(other, 1, 1, ago=0, slots=online_slots)
-    mine = _queued(organisation, gpus=4, hours=2)
+    mine = _queued(organisation, gpus=4, hours=0.5)
     _queued(other, gpus=4, hours=0.5)
-    assert schedule() == [mine.pk], "old hours weigh next to nothing"
+    assert schedule() == [mine.pk], "old hours weigh next to nothing: 2 GPU-hours to come against 1 held and 2"
     Allocation.objects.filter(job=mine).delete()
     Job.objects.filter(pk=mine.pk).update(state=State.SUCCEEDED)
     _used(organisation, 1, 1, ago=0, slots=online_slots)  # both held 1 GPU-hour just now
