@@ -25,7 +25,7 @@ import redis
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Count, DurationField, ExpressionWrapper, F, Q, Sum
-from django.db.models.functions import TruncHour
+from django.db.models.functions import Coalesce, TruncHour
 from django.utils import timezone
 
 from jobs import lifecycle, processors
@@ -440,23 +440,81 @@ def _ends(job: Job, now):
     return min(ends, job.deadline) if job.deadline else ends
 
 
+class _Queued(NamedTuple):
+    """What the order is worked out from, read as a plain row: a pass reads every queued job's."""
+
+    pk: int
+    organisation_id: int
+    gpus: int
+    hours: Decimal
+    held_before: timedelta
+    work: str
+    deadline: object  # a datetime, or None
+    deadline_feasible: bool | None
+    arrival: float
+    request: str
+    max_gpus: int | None
+
+    @property
+    def flexible(self) -> bool:
+        return self.request == Job.Request.FLEXIBLE
+
+    @property
+    def width_cap(self) -> int:  # as Job.width_cap
+        return (self.max_gpus or self.gpus) if self.flexible else self.gpus
+
+    @property
+    def left(self) -> float:
+        """GPU-seconds of its budget (as Job.budget_gpu_seconds) not yet held."""
+        return int(self.gpus * self.hours * 3600) - self.held_before.total_seconds() * self.gpus
+
+
+_QUEUED = ("pk", "organisation_id", "gpus", "hours", "held_before", "work", "deadline", "deadline_feasible")
+
+
+def _queued(job: Job) -> _Queued:
+    """A job's row, as _claims reads the queue's."""
+    return _Queued(*(getattr(job, name) for name in _QUEUED), _arrival(job), job.request, job.max_gpus)
+
+
+def _queued_rows():
+    """The waiting jobs' rows, in one query of plain values (a pass orders them itself)."""
+    rows = waiting().order_by().annotate(arrived=Coalesce("queued_at", "started_at", "created"))
+    for *fields, arrived, request, max_gpus in rows.values_list(*_QUEUED, "arrived", "request", "max_gpus"):
+        yield _Queued(*fields, arrived.timestamp(), request, max_gpus)
+
+
 @dataclass
 class _Claim:
     """A job a pass may give slots to: a queued one, or a running flexible one narrower than its cap with
     shards nobody has taken. `need` is the fewest slots it starts (or keeps on time) with; `want`, the most
-    it would use; `key`, its place in the order (see _order)."""
+    it would use; `key`, its place in the order (see _order). `job` is read when a pass comes to it (_with_jobs):
+    a pass orders the whole queue, but looks at its head."""
 
-    job: Job
+    row: _Queued
     held: int
     need: int
     want: int
     key: tuple
     fair: tuple  # its place among all jobs, deadlines or not: see _fair_places
+    job: Job | None = None
 
     @property
     def due(self) -> bool:
         """Whether it is a deadline job the scheduler keeps on time."""
         return self.key[0] == 0
+
+
+def _with_jobs(claims, chunk: int = 64):
+    """The claims in their order, each with its job read: `chunk` at a time, as a pass walks them."""
+    claims = iter(claims)
+    while batch := list(islice(claims, chunk)):
+        unread = [claim.row.pk for claim in batch if claim.job is None]
+        jobs = Job.objects.only(*_FIELDS).in_bulk(unread) if unread else {}
+        for claim in batch:
+            claim.job = claim.job or jobs.get(claim.row.pk)
+            if claim.job is not None:  # gone since the queue was read: passed by
+                yield claim
 
 
 def _usage(now) -> tuple[dict[int, float], dict[int, int]]:
@@ -483,16 +541,16 @@ def _usage(now) -> tuple[dict[int, float], dict[int, int]]:
     return usage, holding
 
 
-def _order(job: Job, fair: tuple) -> tuple:
+def _order(row: _Queued, fair: tuple) -> tuple:
     """Its place in the order, smallest first: jobs with a deadline they can meet, earliest deadline
     first (EDF); then the rest by their place in the fair share (`fair`, see _fair_places). A job whose
     deadline could not be met when it was submitted runs as best effort."""
-    if job.deadline and job.deadline_feasible is not False:
-        return (0, job.deadline.timestamp(), 0.0, _arrival(job), job.pk)
+    if row.deadline and row.deadline_feasible is not False:
+        return (0, row.deadline.timestamp(), 0.0, row.arrival, row.pk)
     return (1, *fair)
 
 
-def _fair_places(work: list[tuple[Job, float]], usage: dict[int, float], weights: dict[int, Decimal]) -> dict:
+def _fair_places(work: list[tuple[_Queued, float]], usage: dict[int, float], weights: dict[int, Decimal]) -> dict:
     """Each job's place in the fair share, by id, deadline or not: weighted fair queuing between the
     organisations, least work left first within each. An organisation's jobs are taken smallest first (work
     left in GPU-seconds, then arrival), and each is tagged with the organisation's recent GPU-hours
@@ -502,8 +560,8 @@ def _fair_places(work: list[tuple[Job, float]], usage: dict[int, float], weights
     jobs queue behind its own, not in front of everyone else's. A running job's tag holds still while it
     runs (its usage grows as its work left shrinks)."""
     by_org: dict[int, list[tuple[float, float, int]]] = {}
-    for job, left in work:
-        by_org.setdefault(job.organisation_id, []).append((max(0.0, left), _arrival(job), job.pk))
+    for row, left in work:
+        by_org.setdefault(row.organisation_id, []).append((max(0.0, left), row.arrival, row.pk))
     places = {}
     for org, jobs in by_org.items():
         finished, weight = usage.get(org, 0.0), float(weights.get(org) or 1)
@@ -517,13 +575,13 @@ def _arrival(job: Job) -> float:
     return (job.queued_at or job.started_at or job.created).timestamp()
 
 
-def _on_time_width(job: Job, left: float, now) -> int:
+def _on_time_width(row: _Queued, left: float, now) -> int:
     """How many slots a flexible job needs from now on to do `left` GPU-seconds by its deadline (at
     least one); one without a deadline."""
-    if job.deadline is None or job.deadline_feasible is False:
+    if row.deadline is None or row.deadline_feasible is False:
         return 1
-    seconds = max(1.0, (job.deadline - now).total_seconds())
-    return max(1, min(job.width_cap, math.ceil(left / seconds)))
+    seconds = max(1.0, (row.deadline - now).total_seconds())
+    return max(1, min(row.width_cap, math.ceil(left / seconds)))
 
 
 _FIELDS = ("pk", "organisation_id", "gpus", "hours", "held_before", "work", "deadline", "deadline_feasible",
@@ -552,26 +610,27 @@ def _standing(now) -> _Standing:
 def _claims(now, standing: _Standing) -> tuple[list[_Claim], dict[int, _Claim]]:
     """The jobs a pass may give slots to, in order; and every running flexible job's claim by id (whether it
     can grow or not: the order says which of them give slots back to whom)."""
-    rows = []  # (job, slots held, need, want, work left)
-    for job in waiting().only(*_FIELDS):
-        left = job.budget_gpu_seconds - job.held_before.total_seconds() * job.gpus
-        need = _on_time_width(job, left, now) if job.flexible else job.gpus
-        rows.append((job, 0, need, job.width_cap, left))
+    rows = []  # (row, slots held, need, want, work left, the job when read)
+    for row in _queued_rows():
+        left = row.left
+        need = _on_time_width(row, left, now) if row.flexible else row.gpus
+        rows.append((row, 0, need, row.width_cap, left, None))
     running = list(Job.objects.filter(state=State.RUNNING, request=Job.Request.FLEXIBLE).only(*_FIELDS))
     holds = _counts(Allocation.objects.filter(job__in=running, held_to=None))
     shards = Shard.objects.filter(job__in=running)
     pending, total = _counts(shards.filter(status=Shard.Status.PENDING)), _counts(shards)
     for job in running:
         held_now, left_shards = holds.get(job.pk, 0), pending.get(job.pk, 0)
+        row = _queued(job)
         left = job.budget_gpu_seconds * left_shards / max(1, total.get(job.pk, 0))
-        need = max(0, _on_time_width(job, left, now) - held_now) if left_shards else 0
-        rows.append((job, held_now, need, min(job.width_cap - held_now, left_shards), left))
-    fair = _fair_places([(job, left) for job, *_, left in rows], standing.usage, standing.weights)
-    claims, flexible, flexible_ids = [], {}, {job.pk for job in running}
-    for job, held_now, need, want, _ in rows:
-        claim = _Claim(job, held_now, need, want, _order(job, fair[job.pk]), fair[job.pk])
-        if job.pk in flexible_ids:
-            flexible[job.pk] = claim
+        need = max(0, _on_time_width(row, left, now) - held_now) if left_shards else 0
+        rows.append((row, held_now, need, min(job.width_cap - held_now, left_shards), left, job))
+    fair = _fair_places([(row, left) for row, *_, left, _ in rows], standing.usage, standing.weights)
+    claims, flexible = [], {}
+    for row, held_now, need, want, _, job in rows:
+        claim = _Claim(row, held_now, need, want, _order(row, fair[row.pk]), fair[row.pk], job)
+        if job is not None:
+            flexible[row.pk] = claim
         if want > 0:
             claims.append(claim)
     claims.sort(key=lambda claim: claim.key)
@@ -589,11 +648,12 @@ def outlook(job: Job, now=None) -> tuple:
     standing = _standing(now)
     claims, flexible = _claims(now, standing)
     left = job.budget_gpu_seconds - job.held_before.total_seconds() * job.gpus
-    key = next((claim.key for claim in claims if claim.job.pk == job.pk), None)
+    key = next((claim.key for claim in claims if claim.row.pk == job.pk), None)
     if key is None:  # not queued yet: placed among its organisation's claims as the pass would place it
-        every = {claim.job.pk: claim for claim in [*claims, *flexible.values()]}.values()
-        mine = [(claim.job, claim.fair[1]) for claim in every if claim.job.organisation_id == job.organisation_id]
-        key = _order(job, _fair_places([*mine, (job, left)], standing.usage, standing.weights)[job.pk])
+        every = {claim.row.pk: claim for claim in [*claims, *flexible.values()]}.values()
+        mine = [(claim.row, claim.fair[1]) for claim in every if claim.row.organisation_id == job.organisation_id]
+        row = _queued(job)._replace(pk=job.pk or math.inf)  # one not saved yet is the last of its ties
+        key = _order(row, _fair_places([*mine, (row, left)], standing.usage, standing.weights)[row.pk])
     nodes = set(nodes_running(job.work))
     slots = schedulable_slots().online().filter(node__in=nodes)
     online, free = slots.count(), slots.free().count()
@@ -608,16 +668,16 @@ def outlook(job: Job, now=None) -> tuple:
     heapq.heapify(releases)
     at = now
     for claim in claims:
-        if claim.held or claim.key >= key or claim.job.pk == job.pk or claim.job.work != job.work:
+        if claim.held or claim.key >= key or claim.row.pk == job.pk or claim.row.work != job.work:
             continue
-        gpus = min(claim.job.gpus, online)
+        gpus = min(claim.row.gpus, online)
         while free < gpus and releases:
             when, count = heapq.heappop(releases)
             at, free = max(at, when), free + count
         if free < gpus:
             break
         free -= gpus
-        heapq.heappush(releases, (at + timedelta(hours=float(claim.job.hours)), gpus))
+        heapq.heappush(releases, (at + timedelta(hours=float(claim.row.hours)), gpus))
     need = 1 if job.flexible else min(job.gpus, online)
     while free < need and releases:
         when, count = heapq.heappop(releases)
@@ -648,7 +708,7 @@ def _ask_back(claim: _Claim, short: int, slots: _Slots, flexible: dict[int, _Cla
     back in all; none when that could not make up `short`."""
     place = getattr(claim, by)
     behind = [pk for pk, other in flexible.items() if getattr(other, by) > place and (by == "key" or not other.due)]
-    holds = Allocation.objects.filter(job__in=behind, held_to=None, gpu__node__in=slots.nodes_for(claim.job.work))
+    holds = Allocation.objects.filter(job__in=behind, held_to=None, gpu__node__in=slots.nodes_for(claim.row.work))
     rows = list(holds.values_list("pk", "job_id", "give_back"))
     if len(rows) < short:
         return 0
@@ -738,15 +798,15 @@ def schedule() -> list[int]:
     now = timezone.now()
     with transaction.atomic():
         one = _Pass(now)
-        for claim in (claim for claim in one.claims if claim.due):
+        for claim in _with_jobs(claim for claim in one.claims if claim.due):
             if not one.place(claim, claim.need, claim.need, by="key"):
                 break  # deadlines first, each given the width that keeps it on time
         else:
-            for claim in sorted(one.claims, key=lambda claim: claim.fair):
-                given = len(one.given.get(claim.job.pk, (None, []))[1])
-                if claim.due and not claim.job.flexible:
+            for claim in _with_jobs(sorted(one.claims, key=lambda claim: claim.fair)):
+                given = len(one.given.get(claim.row.pk, (None, []))[1])
+                if claim.due and not claim.row.flexible:
                     continue  # a fixed deadline job had its turn: all its GPUs, or none
-                need = claim.need if not claim.job.flexible else int(not claim.held and not given)
+                need = claim.need if not claim.row.flexible else int(not claim.held and not given)
                 if not one.place(claim, claim.want - given, need, by="fair"):
                     break
         plan, grow = one.plans()
