@@ -2,7 +2,7 @@
 
 A pass (`schedule`) gives free slots in two rounds: first the jobs with a deadline they could meet when
 submitted, earliest deadline first, each the width that keeps it on time; then every job by its place in
-the fair share (`_fair_places`: weighted fair queuing between organisations, each one's jobs least work
+the fair share (`_Fair`: weighted fair queuing between organisations, each one's jobs least work
 left first), up to the width it can use. A fixed request starts only when all its GPUs are free at once;
 a flexible one starts on the slots free now and grows into more, and gives slots back at shard boundaries
 to a job ahead of it. The first job that cannot get what it needs is protected: flexible jobs after it are
@@ -18,14 +18,27 @@ import math
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
-from itertools import islice
+from itertools import chain, islice
 from typing import NamedTuple
 
 import redis
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, DurationField, ExpressionWrapper, F, Q, Sum
-from django.db.models.functions import Coalesce, TruncHour
+from django.db.models import (
+    Case,
+    Count,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    FloatField,
+    Func,
+    Q,
+    Sum,
+    Value,
+    When,
+    Window,
+)
+from django.db.models.functions import Cast, Coalesce, TruncHour
 from django.utils import timezone
 
 from jobs import lifecycle, processors
@@ -477,11 +490,32 @@ def _queued(job: Job) -> _Queued:
     return _Queued(*(getattr(job, name) for name in _QUEUED), _arrival(job), job.request, job.max_gpus)
 
 
-def _queued_rows():
-    """The waiting jobs' rows, in one query of plain values (a pass orders them itself)."""
-    rows = waiting().order_by().annotate(arrived=Coalesce("queued_at", "started_at", "created"))
-    for *fields, arrived, request, max_gpus in rows.values_list(*_QUEUED, "arrived", "request", "max_gpus"):
-        yield _Queued(*fields, arrived.timestamp(), request, max_gpus)
+class _Seconds(Func):
+    """A duration in seconds: PostgreSQL's interval, SQLite's microseconds."""
+
+    output_field = FloatField()
+
+    def as_postgresql(self, compiler, connection, **extra):
+        return self.as_sql(compiler, connection, template="EXTRACT(EPOCH FROM %(expressions)s)", **extra)
+
+    def as_sqlite(self, compiler, connection, **extra):
+        return self.as_sql(compiler, connection, template="(%(expressions)s / 1000000.0)", **extra)
+
+
+# A queued job's work left in SQL, as _Queued.left works it out; and its arrival, as _arrival.
+_LEFT = ExpressionWrapper(
+    Cast(F("gpus") * F("hours"), FloatField()) * 3600 - _Seconds("held_before") * F("gpus"), output_field=FloatField()
+)
+_ARRIVED = Coalesce("queued_at", "started_at", "created")
+_COLUMNS = (*_QUEUED, "arrived", "request", "max_gpus")
+
+
+def _rows(queryset, *more: str):
+    """Its rows, each as a _Queued followed by the values of `more`, read a few at a time: a pass looks at
+    the head of the queue."""
+    for values in queryset.values_list(*_COLUMNS, *more).iterator(chunk_size=64):
+        *fields, arrived, request, max_gpus = values[: len(_COLUMNS)]
+        yield _Queued(*fields, arrived.timestamp(), request, max_gpus), *values[len(_COLUMNS) :]
 
 
 @dataclass
@@ -489,14 +523,14 @@ class _Claim:
     """A job a pass may give slots to: a queued one, or a running flexible one narrower than its cap with
     shards nobody has taken. `need` is the fewest slots it starts (or keeps on time) with; `want`, the most
     it would use; `key`, its place in the order (see _order). `job` is read when a pass comes to it (_with_jobs):
-    a pass orders the whole queue, but looks at its head."""
+    a pass looks at the head of the queue."""
 
     row: _Queued
     held: int
     need: int
     want: int
     key: tuple
-    fair: tuple  # its place among all jobs, deadlines or not: see _fair_places
+    fair: tuple | None  # its place among all jobs, deadlines or not (see _Fair); None in the deadlines' round
     job: Job | None = None
 
     @property
@@ -541,34 +575,66 @@ def _usage(now) -> tuple[dict[int, float], dict[int, int]]:
     return usage, holding
 
 
-def _order(row: _Queued, fair: tuple) -> tuple:
-    """Its place in the order, smallest first: jobs with a deadline they can meet, earliest deadline
-    first (EDF); then the rest by their place in the fair share (`fair`, see _fair_places). A job whose
-    deadline could not be met when it was submitted runs as best effort."""
-    if row.deadline and row.deadline_feasible is not False:
+def _due(row: _Queued) -> bool:
+    """Whether it is a deadline job the scheduler keeps on time: one whose deadline could not be met when it
+    was submitted runs as best effort."""
+    return bool(row.deadline) and row.deadline_feasible is not False
+
+
+def _order(row: _Queued, fair: tuple | None) -> tuple:
+    """Its place in the order, smallest first: jobs with a deadline they can meet (_due), earliest deadline
+    first (EDF); then the rest by their place in the fair share (`fair`, see _Fair)."""
+    if _due(row):
         return (0, row.deadline.timestamp(), 0.0, row.arrival, row.pk)
     return (1, *fair)
 
 
-def _fair_places(work: list[tuple[_Queued, float]], usage: dict[int, float], weights: dict[int, Decimal]) -> dict:
-    """Each job's place in the fair share, by id, deadline or not: weighted fair queuing between the
-    organisations, least work left first within each. An organisation's jobs are taken smallest first (work
-    left in GPU-seconds, then arrival), and each is tagged with the organisation's recent GPU-hours
-    (_usage) and the GPU-hours of its own jobs up to and including this one, over its weight: the hour at
-    which a fair share of the fleet would finish it. Smallest tag first. So a partner that held little
-    lately goes ahead of one that held much, a short job ahead of a long one, and one partner's thousand
-    jobs queue behind its own, not in front of everyone else's. A running job's tag holds still while it
-    runs (its usage grows as its work left shrinks)."""
-    by_org: dict[int, list[tuple[float, float, int]]] = {}
-    for row, left in work:
-        by_org.setdefault(row.organisation_id, []).append((max(0.0, left), row.arrival, row.pk))
-    places = {}
-    for org, jobs in by_org.items():
-        finished, weight = usage.get(org, 0.0), float(weights.get(org) or 1)
-        for left, arrival, pk in sorted(jobs):
-            finished += left / 3600
-            places[pk] = (finished / weight, left, arrival, pk)
-    return places
+class _Fair:
+    """The fair share of one pass: weighted fair queuing between the organisations. Each job is tagged with
+    its organisation's recent GPU-hours (_usage), and the GPU-hours left of its organisation's jobs ahead of
+    it and its own, over the organisation's weight: the hour at which a fair share of the fleet would finish
+    it. Smallest tag first. In an organisation, its running flexible jobs come first, then its queued ones
+    least work left first (then arrival). So a partner that held little lately goes ahead of one that held
+    much, a short job ahead of a long one, and one partner's thousand jobs queue behind its own, not in front
+    of everyone else's. A running job's tag holds still while it runs (its usage grows as its work left
+    shrinks). The queue's tags are worked out by the database (`queued`), a window over each organisation's
+    jobs, so that a pass reads the head of the queue in the order, not all of it."""
+
+    def __init__(self, standing: "_Standing", running: list[tuple[_Queued, float]]):
+        self.offset = dict(standing.usage)  # GPU-hours ahead of an organisation's queued jobs
+        self.weights = {org: float(weight or 1) for org, weight in standing.weights.items()}
+        self.running = {}
+        for row, left in sorted(running, key=lambda pair: (max(0.0, pair[1]), pair[0].arrival, pair[0].pk)):
+            org = row.organisation_id
+            self.offset[org] = self.offset.get(org, 0.0) + max(0.0, left) / 3600
+            self.running[row.pk] = _place(self.offset[org] / self.weights.get(org, 1.0), left, row)
+
+    def queued(self):
+        """The waiting jobs, tagged (`tag`, `left`, `arrived`) and in the order of their tags."""
+        ahead = Window(Sum(_LEFT), partition_by=[F("organisation_id")], order_by=[_LEFT, _ARRIVED, F("id")])
+        offsets = [When(organisation_id=org, then=Value(hours)) for org, hours in self.offset.items() if hours]
+        scales = [When(organisation_id=org, then=Value(1 / w)) for org, w in self.weights.items() if w != 1.0]
+        tag = ExpressionWrapper(
+            (Case(*offsets, default=Value(0.0)) + ahead / 3600.0) * Case(*scales, default=Value(1.0)),
+            output_field=FloatField(),
+        )
+        rows = waiting().annotate(left=_LEFT, arrived=_ARRIVED, tag=tag)
+        return rows.order_by("tag", "left", "arrived", "id")
+
+    def of(self, row: _Queued, left: float) -> tuple:
+        """The place of one job (queued, or not yet): behind its organisation's other queued jobs with as
+        little work left or less."""
+        org = row.organisation_id
+        others = waiting().filter(organisation_id=org).exclude(pk=row.pk if row.pk != math.inf else None)
+        mine = others.annotate(left=_LEFT).filter(left__lte=max(0.0, left))
+        ahead = mine.aggregate(hours=Sum("left"))["hours"] or 0.0
+        hours = self.offset.get(org, 0.0) + (ahead + max(0.0, left)) / 3600
+        return _place(hours / self.weights.get(org, 1.0), left, row)
+
+
+def _place(tag: float, left: float, row: _Queued) -> tuple:
+    """A job's place in the fair share, smallest first: its tag (see _Fair), then least work left, arrival."""
+    return (tag, max(0.0, left), row.arrival, row.pk)
 
 
 def _arrival(job: Job) -> float:
@@ -607,34 +673,49 @@ def _standing(now) -> _Standing:
     return _Standing(usage, holding, weights, caps)
 
 
-def _claims(now, standing: _Standing) -> tuple[list[_Claim], dict[int, _Claim]]:
-    """The jobs a pass may give slots to, in order; and every running flexible job's claim by id (whether it
-    can grow or not: the order says which of them give slots back to whom)."""
-    rows = []  # (row, slots held, need, want, work left, the job when read)
-    for row in _queued_rows():
+class _Claims:
+    """The jobs a pass may give slots to, streamed in the order: the queue read from the database a few rows
+    at a time, the running flexible jobs (few) read whole. `flexible`: every running flexible job's claim by
+    id, whether it can grow or not (the order says which of them give slots back to whom)."""
+
+    def __init__(self, now, standing: "_Standing"):
+        self.now = now
+        running = list(Job.objects.filter(state=State.RUNNING, request=Job.Request.FLEXIBLE).only(*_FIELDS))
+        holds = _counts(Allocation.objects.filter(job__in=running, held_to=None))
+        shards = Shard.objects.filter(job__in=running)
+        pending, total = _counts(shards.filter(status=Shard.Status.PENDING)), _counts(shards)
+        rows = []
+        for job in running:
+            held_now, left_shards = holds.get(job.pk, 0), pending.get(job.pk, 0)
+            left = job.budget_gpu_seconds * left_shards / max(1, total.get(job.pk, 0))
+            need = max(0, _on_time_width(_queued(job), left, now) - held_now) if left_shards else 0
+            rows.append((job, held_now, need, min(job.width_cap - held_now, left_shards), left))
+        self.share = _Fair(standing, [(_queued(job), left) for job, *_, left in rows])
+        self.flexible = {}
+        for job, held_now, need, want, _ in rows:
+            row, fair = _queued(job), self.share.running[job.pk]
+            self.flexible[job.pk] = _Claim(row, held_now, need, want, _order(row, fair), fair, job)
+        self.growing = sorted((claim for claim in self.flexible.values() if claim.want > 0), key=lambda c: c.fair)
+
+    def _claim(self, row: _Queued, fair: tuple | None) -> _Claim:
         left = row.left
-        need = _on_time_width(row, left, now) if row.flexible else row.gpus
-        rows.append((row, 0, need, row.width_cap, left, None))
-    running = list(Job.objects.filter(state=State.RUNNING, request=Job.Request.FLEXIBLE).only(*_FIELDS))
-    holds = _counts(Allocation.objects.filter(job__in=running, held_to=None))
-    shards = Shard.objects.filter(job__in=running)
-    pending, total = _counts(shards.filter(status=Shard.Status.PENDING)), _counts(shards)
-    for job in running:
-        held_now, left_shards = holds.get(job.pk, 0), pending.get(job.pk, 0)
-        row = _queued(job)
-        left = job.budget_gpu_seconds * left_shards / max(1, total.get(job.pk, 0))
-        need = max(0, _on_time_width(row, left, now) - held_now) if left_shards else 0
-        rows.append((row, held_now, need, min(job.width_cap - held_now, left_shards), left, job))
-    fair = _fair_places([(row, left) for row, *_, left, _ in rows], standing.usage, standing.weights)
-    claims, flexible = [], {}
-    for row, held_now, need, want, _, job in rows:
-        claim = _Claim(row, held_now, need, want, _order(row, fair[row.pk]), fair[row.pk], job)
-        if job is not None:
-            flexible[row.pk] = claim
-        if want > 0:
-            claims.append(claim)
-    claims.sort(key=lambda claim: claim.key)
-    return claims, flexible
+        need = _on_time_width(row, left, self.now) if row.flexible else row.gpus
+        return _Claim(row, 0, need, row.width_cap, _order(row, fair), fair)
+
+    def due(self):
+        """The deadline jobs, earliest deadline first."""
+        rows = waiting().filter(deadline__isnull=False).exclude(deadline_feasible=False).annotate(arrived=_ARRIVED)
+        queued = (self._claim(row, None) for (row,) in _rows(rows.order_by("deadline", "arrived", "id")))
+        return heapq.merge(queued, (claim for claim in self.growing if claim.due), key=lambda claim: claim.key)
+
+    def fair(self):
+        """Every job, deadline or not, by its place in the fair share."""
+        queued = (self._claim(row, _place(tag, row.left, row)) for row, tag in _rows(self.share.queued(), "tag"))
+        return heapq.merge(queued, self.growing, key=lambda claim: claim.fair)
+
+    def in_order(self):
+        """Every claim by its place in the order (_order): the deadline jobs by EDF, then the rest by fair share."""
+        return chain(self.due(), (claim for claim in self.fair() if not claim.due))
 
 
 def outlook(job: Job, now=None) -> tuple:
@@ -645,15 +726,11 @@ def outlook(job: Job, now=None) -> tuple:
     hours). A flexible job grows into slots as they free up, to its cap. Expected, not promised: passes
     usually end before their limits, so jobs tend to end sooner. (None, None) when no slot online can run it."""
     now = now or timezone.now()
-    standing = _standing(now)
-    claims, flexible = _claims(now, standing)
-    left = job.budget_gpu_seconds - job.held_before.total_seconds() * job.gpus
-    key = next((claim.key for claim in claims if claim.row.pk == job.pk), None)
-    if key is None:  # not queued yet: placed among its organisation's claims as the pass would place it
-        every = {claim.row.pk: claim for claim in [*claims, *flexible.values()]}.values()
-        mine = [(claim.row, claim.fair[1]) for claim in every if claim.row.organisation_id == job.organisation_id]
-        row = _queued(job)._replace(pk=job.pk or math.inf)  # one not saved yet is the last of its ties
-        key = _order(row, _fair_places([*mine, (row, left)], standing.usage, standing.weights)[row.pk])
+    claims = _Claims(now, _standing(now))
+    flexible = claims.flexible
+    row = _queued(job)._replace(pk=job.pk or math.inf)  # one not saved yet is the last of its ties
+    left = row.left
+    key = _order(row, None if _due(row) else claims.share.of(row, left))
     nodes = set(nodes_running(job.work))
     slots = schedulable_slots().online().filter(node__in=nodes)
     online, free = slots.count(), slots.free().count()
@@ -667,8 +744,10 @@ def outlook(job: Job, now=None) -> tuple:
         releases.append((now if behind else max(now, other.time_limit_at()), other.held_here))
     heapq.heapify(releases)
     at = now
-    for claim in claims:
-        if claim.held or claim.key >= key or claim.row.pk == job.pk or claim.row.work != job.work:
+    for claim in claims.in_order():
+        if claim.key >= key:
+            break
+        if claim.held or claim.row.pk == job.pk or claim.row.work != job.work:
             continue
         gpus = min(claim.row.gpus, online)
         while free < gpus and releases:
@@ -726,7 +805,8 @@ class _Pass:
         self.now = now
         self.slots = _Slots()
         standing = _standing(now)
-        self.claims, self.flexible = _claims(now, standing)
+        self.claims = _Claims(now, standing)
+        self.flexible = self.claims.flexible
         self.holding, self.caps = standing.holding, standing.caps
         self.given: dict[int, tuple[_Claim, list]] = {}
         self.pending: dict[int, int] = {}
@@ -786,7 +866,7 @@ class _Pass:
 
 def schedule() -> list[int]:
     """Give free slots to the jobs that wait for them, in two rounds: the deadline jobs by EDF, each the
-    width that keeps it on time; then every job by its place in the fair share (see _fair_places), up to
+    width that keeps it on time; then every job by its place in the fair share (see _Fair), up to
     the width it can use. A fixed request starts
     when all its GPUs are free at once; a flexible one starts on as many as are free (up to its cap), and
     a running flexible job grows into free slots it can use. The first job that cannot get what it needs
@@ -798,11 +878,11 @@ def schedule() -> list[int]:
     now = timezone.now()
     with transaction.atomic():
         one = _Pass(now)
-        for claim in _with_jobs(claim for claim in one.claims if claim.due):
+        for claim in _with_jobs(one.claims.due()):
             if not one.place(claim, claim.need, claim.need, by="key"):
                 break  # deadlines first, each given the width that keeps it on time
         else:
-            for claim in _with_jobs(sorted(one.claims, key=lambda claim: claim.fair)):
+            for claim in _with_jobs(one.claims.fair()):
                 given = len(one.given.get(claim.row.pk, (None, []))[1])
                 if claim.due and not claim.row.flexible:
                     continue  # a fixed deadline job had its turn: all its GPUs, or none
