@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from billing.metering import price_holds
 from jobs import lifecycle
-from jobs.models import Allocation, Job, Shard, State
+from jobs.models import Allocation, Gpu, Job, Shard, State
 from jobs.scheduling import schedule
 from jobs.workers import node
 from portal.models import Organisation
@@ -259,3 +259,62 @@ def test_a_deadline_job_takes_the_width_that_keeps_it_on_time_and_the_rest_go_by
     small = _flexible(organisation, gpus=1, hours=0.5, max_gpus=4)
     assert sorted(schedule()) == sorted([due.pk, small.pk])
     assert (_held(due), _held(small)) == (1, 3), "one slot keeps it on time; the job with less work takes the rest"
+
+
+def _resizing(organisation) -> tuple[Job, list[Allocation], Job]:
+    """A flexible job on the four slots, three asked back for a deadline job, one of them given back: mid-resize."""
+    flexible = _flexible(organisation, gpus=4, hours=2)
+    assert schedule() == [flexible.pk]
+    due = _queued(organisation, gpus=3, deadline=timezone.now() + timedelta(hours=2))
+    assert schedule() == []
+    asked = list(Allocation.objects.filter(job=flexible, held_to=None, give_back=True))
+    assert len(asked) == 3 and lifecycle.give_back(asked[0].pk)
+    for index, hold in enumerate(Allocation.objects.filter(job=flexible, held_to=None)):  # a shard on each slot held
+        Shard.objects.filter(job=flexible, index=index).update(status=Shard.Status.RUNNING, claim="c", gpu=hold.gpu)
+    return flexible, asked, due
+
+
+def _unserved(job: Job, until) -> list[Allocation]:
+    """Its holds that ended after `until` or are still open: what would be billed past it."""
+    return [a for a in Allocation.objects.filter(job=job) if a.held_to is None or a.held_to > until]
+
+
+def test_a_flexible_job_cancelled_mid_resize_ends_every_hold_once(organisation, online_slots):
+    flexible, asked, due = _resizing(organisation)
+    assert lifecycle.cancel(flexible)
+    cancelled = timezone.now()
+    assert _held(flexible) == 0 and not _unserved(flexible, cancelled), "nothing held or billed past the cancel"
+    assert not lifecycle.give_back(asked[1].pk), "its slot's next shard boundary finds the hold ended"
+    assert schedule() == [due.pk], "the slots it was asked for, and the rest, are free"
+    assert Allocation.objects.filter(job=flexible).count() == 4, "four holds, each ended once"
+
+
+def test_a_flexible_job_whose_node_dies_mid_resize_loses_nothing_and_is_billed_to_its_last_heartbeat(
+    organisation, online_slots
+):
+    flexible, _, due = _resizing(organisation)
+    seen = timezone.now()
+    Gpu.objects.update(last_seen=seen - timedelta(minutes=5))
+    node.take_offline(Allocation.objects.filter(gpu__node__name="fake-node"), timezone.now(), at=seen)
+    flexible.refresh_from_db()
+    assert flexible.state == State.QUEUED, "no slot left: back in the queue, the meter off"
+    assert _held(flexible) == 0 and not _unserved(flexible, seen), "billed to the node's last heartbeat"
+    shards = Shard.objects.filter(job=flexible)
+    assert not shards.filter(status=Shard.Status.RUNNING).exists(), "the shards it ran go back to be taken again"
+    assert shards.count() == 8 and not shards.filter(status=Shard.Status.DONE).exists(), "none lost, none done twice"
+    Gpu.objects.update(last_seen=timezone.now())
+    assert schedule() == [due.pk, flexible.pk], "the node back: the deadline first, the flexible one on the rest"
+    assert (_held(due), _held(flexible)) == (3, 1)
+
+
+def test_a_flexible_job_back_in_the_queue_and_put_on_hold_is_passed_by(organisation, online_slots):
+    flexible = _flexible(organisation, gpus=2, hours=1)
+    assert schedule() == [flexible.pk]
+    for hold in Allocation.objects.filter(job=flexible):
+        Allocation.objects.filter(pk=hold.pk).update(give_back=True)
+        lifecycle.give_back(hold.pk)
+    assert Job.objects.get(pk=flexible.pk).state == State.QUEUED
+    assert lifecycle.put_on_hold(flexible, "quota review")
+    other = _queued(organisation, gpus=1)
+    assert schedule() == [other.pk], "passed by while on hold"
+    assert _held(flexible) == 0
