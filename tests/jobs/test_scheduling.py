@@ -12,7 +12,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_it_waits_for_all_its_gpus_and_meters_only_the_hold(fleet, partner_client):
-    partner_client.post("/jobs/new/", {**slow_job_form("0.3"), "request_kind": "fixed"})
+    partner_client.post("/jobs/new/", {**slow_job_form("1"), "request_kind": "fixed"})  # 20 s: the second waits
     first = Job.objects.get()
     wait_for(lambda: Job.objects.get(pk=first.pk).state == State.RUNNING, timeout=60)
     partner_client.post("/jobs/new/", {**slow_job_form("0.05"), "request_kind": "fixed"})

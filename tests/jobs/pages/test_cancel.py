@@ -18,7 +18,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_it_releases_the_gpus_within_seconds_and_keeps_finished_shards(fleet, partner_client):
-    partner_client.post("/jobs/new/", slow_job_form())
+    partner_client.post("/jobs/new/", slow_job_form("1"))  # 20 s on 2 slots: the cancel lands before its end
     job = Job.objects.get()
     wait_for(lambda: Shard.objects.filter(job=job, status=Shard.Status.DONE).count() >= 2, timeout=60)
 

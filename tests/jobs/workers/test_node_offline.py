@@ -32,9 +32,10 @@ pytestmark = pytest.mark.system
 
 @pytest.fixture
 def two_fake_nodes(db):
-    """Two online nodes of one CPU slot each, with no worker behind them."""
+    """Two online nodes of one CPU slot each, with no worker behind them: seen a day ahead, so that they stay
+    online however long the job takes to stage (a test silences one with `silence`)."""
     Gpu.objects.update(last_seen=None)
-    now = timezone.now()
+    now = timezone.now() + timedelta(days=1)
     slots = []
     for letter in "ab":
         node = Node.objects.create(name=f"fake-{letter}", hostname=letter, last_seen=now)
