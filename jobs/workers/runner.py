@@ -151,10 +151,12 @@ def claim_next(job: Job, gpu: Gpu) -> tuple[Shard, str] | None:
     claimable = Q(status=Shard.Status.PENDING) | Q(status=Shard.Status.RUNNING, lease_until__lt=now)
     # A running shard of this very slot was left by a worker process that died on it.
     claimable |= Q(status=Shard.Status.RUNNING, gpu=gpu)
-    candidates = Shard.objects.filter(job=job).filter(claimable)
-    if _another_live_slot(job, gpu):
-        candidates = candidates.exclude(status=Shard.Status.PENDING, failed_on=gpu)  # retried elsewhere
-    for shard in candidates.order_by("index")[:8]:
+    candidates = Shard.objects.filter(job=job).filter(claimable).order_by("index")
+    first = list(candidates[:8])
+    failed_here = any(shard.status == Shard.Status.PENDING and shard.failed_on_id == gpu.pk for shard in first)
+    if failed_here and _another_live_slot(job, gpu):  # asked only then: most claims find no failed shard
+        first = list(candidates.exclude(status=Shard.Status.PENDING, failed_on=gpu)[:8])  # retried elsewhere
+    for shard in first:
         if shard.attempts >= settings.E31_SHARD_MAX_ATTEMPTS:
             reason = f"Shard {shard.index} failed {shard.attempts} times: {shard.last_error}"
             if not job.allow_partial:

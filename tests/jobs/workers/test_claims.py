@@ -61,3 +61,19 @@ def test_a_slot_whose_hold_ended_claims_nothing(running_job, online_slots):
     assert claim_next(running_job, online_slots[2]) is None, "a slot the job never held"
     shard, _ = claim_next(running_job, first)
     assert Shard.objects.get(pk=shard.pk).gpu == first
+
+
+def test_a_shard_that_failed_on_a_slot_is_left_to_another_live_slot_and_taken_when_none_is(running_job, online_slots):
+    first, second = online_slots[:2]
+    for index in range(1, 10):  # more shards failed here than one read of candidates holds
+        Shard.objects.create(
+            job=running_job, index=index, first_record=1, record_count=5, first_line=2, start_byte=0, end_byte=50
+        )
+    Shard.objects.filter(job=running_job, index__lt=9).update(failed_on=first, attempts=1)
+    shard, _ = claim_next(running_job, first)
+    assert shard.index == 9, "the nine that failed on it are left to the other slot, however many"
+    shard, _ = claim_next(running_job, second)
+    assert shard.index == 0, "the other slot retries them"
+    running_job.allocations.filter(gpu=second).update(held_to=running_job.started_at)
+    shard, _ = claim_next(running_job, first)
+    assert shard.index == 1, "no other slot held: it retries them itself"
