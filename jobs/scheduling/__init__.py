@@ -454,7 +454,7 @@ def _ends(job: Job, now):
 
 
 class _Queued(NamedTuple):
-    """What the order is worked out from, read as a plain row: a pass reads every queued job's."""
+    """What the order is worked out from, read as a plain row: a pass reads the queue's head in these."""
 
     pk: int
     organisation_id: int
@@ -486,7 +486,7 @@ _QUEUED = ("pk", "organisation_id", "gpus", "hours", "held_before", "work", "dea
 
 
 def _queued(job: Job) -> _Queued:
-    """A job's row, as _claims reads the queue's."""
+    """A job's row, as _Claims reads the queue's."""
     return _Queued(*(getattr(job, name) for name in _QUEUED), _arrival(job), job.request, job.max_gpus)
 
 
@@ -686,14 +686,14 @@ class _Claims:
         pending, total = _counts(shards.filter(status=Shard.Status.PENDING)), _counts(shards)
         rows = []
         for job in running:
-            held_now, left_shards = holds.get(job.pk, 0), pending.get(job.pk, 0)
+            row, held_now, left_shards = _queued(job), holds.get(job.pk, 0), pending.get(job.pk, 0)
             left = job.budget_gpu_seconds * left_shards / max(1, total.get(job.pk, 0))
-            need = max(0, _on_time_width(_queued(job), left, now) - held_now) if left_shards else 0
-            rows.append((job, held_now, need, min(job.width_cap - held_now, left_shards), left))
-        self.share = _Fair(standing, [(_queued(job), left) for job, *_, left in rows])
+            need = max(0, _on_time_width(row, left, now) - held_now) if left_shards else 0
+            rows.append((job, row, held_now, need, min(job.width_cap - held_now, left_shards), left))
+        self.share = _Fair(standing, [(row, left) for _, row, *_, left in rows])
         self.flexible = {}
-        for job, held_now, need, want, _ in rows:
-            row, fair = _queued(job), self.share.running[job.pk]
+        for job, row, held_now, need, want, _ in rows:
+            fair = self.share.running[job.pk]
             self.flexible[job.pk] = _Claim(row, held_now, need, want, _order(row, fair), fair, job)
         self.growing = sorted((claim for claim in self.flexible.values() if claim.want > 0), key=lambda c: c.fair)
 
