@@ -194,12 +194,18 @@ def shared_by(item: pytest.Item) -> tuple[str, ...]:
     )
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session, config, items):
     """The tests that ask for no shared process run first, then those that share the same ones, group by group
     (a stable sort: within each group the tests keep their order), so each shared process starts once a run and
-    is never up where a test did not ask for it."""
+    is never up where a test did not ask for it.
+
+    Run in several runners (`make test`: pytest-xdist's loadgroup), a group is one runner's, whole, and so is each
+    module of the tests that share nothing (its module-scoped processes start once). This runs before xdist reads
+    the groups."""
     for item in items:
         item.stash[NEEDS] = shared_by(item)
+        item.add_marker(pytest.mark.xdist_group("+".join(item.stash[NEEDS]) or item.nodeid.partition("::")[0]))
         if "browser" in item.fixturenames:
             item.add_marker(pytest.mark.browser)
         if any(mark in MODEL_SKIPS for mark in item.iter_markers("skipif")):

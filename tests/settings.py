@@ -6,11 +6,38 @@ Workers started by the tests inherit these through the environment.
 import os
 import socket
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from django.core.exceptions import ImproperlyConfigured
 
 ROOT = Path(__file__).resolve().parent.parent
 PLUGIN_PATH = ROOT / "tests" / "plugin_path"
 
 os.environ.setdefault("E31_VAR_DIR", str(ROOT / "var" / "test"))
+
+
+def _redis_db_of(url: str, runner: int) -> str:
+    """REDIS_URL with a database of this runner's own: the base one for the first, one lower for each next."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis", "rediss"):
+        raise ImproperlyConfigured(f"Several test runners need a redis:// REDIS_URL, not {url!r}: run pytest alone")
+    base = int(parts.path.strip("/") or 0)
+    if runner > base:
+        raise ImproperlyConfigured(f"REDIS_URL's database {base} leaves no database for test runner {runner}")
+    return urlunsplit(parts._replace(path=f"/{base - runner}"))
+
+
+# `make test` runs the suite in several runners (pytest-xdist): each has a var/ (so its embedded Redis, its SQLite
+# file, its job storage), a Redis database and an SMTP port of its own. The processes a runner starts inherit its
+# environment, marked as done in E31_TEST_RUNNER, so they find the same.
+_runner = os.environ.get("PYTEST_XDIST_WORKER")
+if _runner and os.environ.get("E31_TEST_RUNNER") != _runner:
+    os.environ["E31_TEST_RUNNER"] = _runner
+    os.environ["E31_VAR_DIR"] = str(Path(os.environ["E31_VAR_DIR"]) / _runner)
+    os.environ.pop("E31_STAGING_ROOTS", None)
+    os.environ.pop("E31_TEST_SMTP_PORT", None)
+    if "REDIS_URL" in os.environ:
+        os.environ["REDIS_URL"] = _redis_db_of(os.environ["REDIS_URL"], int(_runner.removeprefix("gw")))
 os.environ.setdefault("E31_HEARTBEAT_SECONDS", "1")
 # A node counts as online for 10 beats here: a loaded machine may hold a beat up for seconds, and a
 # form posted then must not find the fleet gone. Tests of a silent node wait for it, not for a time.

@@ -80,10 +80,13 @@ class Received:
 
 @dataclass
 class Receiver:
-    """What a webhook endpoint received, in order; it answers 500 to its first `failing` posts, then 204."""
+    """What a webhook endpoint received, in order; it answers 500 to its first `failing` posts, then 204. A held
+    one answers each post only once `release` is set: the attempt is under way until then."""
 
     port: int = 0
     failing: int = 0
+    held: bool = False
+    release: threading.Event = field(default_factory=threading.Event)
     posts: list[Received] = field(default_factory=list)
 
     def url(self, path: str = "/hook") -> str:
@@ -91,13 +94,15 @@ class Receiver:
 
 
 @contextlib.contextmanager
-def webhook_receiver(failing: int = 0) -> Iterator[Receiver]:
-    received = Receiver(failing=failing)
+def webhook_receiver(failing: int = 0, held: bool = False) -> Iterator[Receiver]:
+    received = Receiver(failing=failing, held=held)
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_POST(self):
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             received.posts.append(Received(time.time(), dict(self.headers.items()), body))
+            if received.held:
+                received.release.wait(60)
             self.send_response(500 if len(received.posts) <= received.failing else 204)
             self.send_header("Content-Length", "0")
             self.end_headers()

@@ -13,7 +13,7 @@ import pytest
 from django.utils import timezone
 
 from api.webhooks import delivery
-from api.webhooks.models import Delivery, Endpoint
+from api.webhooks.models import Attempt, Delivery, Endpoint
 from api.webhooks.receivers import record
 from jobs import lifecycle
 from jobs.models import Job, State
@@ -131,12 +131,15 @@ def test_a_receiver_that_fails_twice_gets_it_on_the_third_attempt_after_the_back
 
 @pytest.mark.django_db(transaction=True)
 def test_a_removed_endpoint_hears_nothing_more(fleet, partner_api, organisation):
-    with webhook_receiver(failing=100) as receiver:
+    with webhook_receiver(failing=100, held=True) as receiver:
         made = make_endpoint(partner_api, receiver.url())
         job = make_job(organisation)
         lifecycle.cancel(job)
         wait_for(lambda: receiver.posts, timeout=20, what="the first attempt")
+        # Removed while its first attempt is under way (the receiver holds it), which then fails: no retry follows.
         assert partner_api.delete(f"/api/v1/webhooks/{made['id']}/").status_code == 204
+        receiver.release.set()
+        wait_for(Attempt.objects.exists, timeout=20, what="the first attempt's outcome")
         later = make_job(organisation)
         lifecycle.cancel(later)
         time.sleep(4)  # past two retries of the shrunk backoff

@@ -41,7 +41,8 @@ def test_it_packs_a_model_folder_uploads_it_once_and_reuses_a_kept_model(e31, fl
     assert late.returncode == 1 and late.stderr.endswith("e31: This is a binary file, not CSV or JSONL text.\n")
     (e31.folder / "notes.csv").write_bytes(NOTES)
     mark = len(portal.lines())
-    accepted = e31(*EMBED, "--model", "bert", "--gpus", "1")
+    # Its staged copy kept, so its model is too: the job may end before the next submit chooses the model again.
+    accepted = e31(*EMBED, "--model", "bert", "--gpus", "1", "--keep-days", "1")
     assert accepted.returncode == 0, accepted.stderr
     assert "Using the earlier upload of bert.tar" in accepted.stderr, "the same folder is the same upload"
     assert len(portal.requests("PATCH", "/api/v1/uploads/", after=mark)) == 1, "the new data's one chunk alone"
