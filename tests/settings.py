@@ -23,7 +23,10 @@ def _redis_db_of(url: str, runner: int) -> str:
         raise ImproperlyConfigured(f"Several test runners need a redis:// REDIS_URL, not {url!r}: run pytest alone")
     base = int(parts.path.strip("/") or 0)
     if runner > base:
-        raise ImproperlyConfigured(f"REDIS_URL's database {base} leaves no database for test runner {runner}")
+        raise ImproperlyConfigured(
+            f"Test runner {runner} needs a Redis database of its own {runner} below REDIS_URL's ({base}): each runner "
+            f"empties its own, so name database {runner} or higher, or run one (make test TEST_RUNNERS=1)"
+        )
     return urlunsplit(parts._replace(path=f"/{base - runner}"))
 
 
