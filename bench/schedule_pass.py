@@ -1,17 +1,19 @@
 """One scheduling pass over a long queue (issue 16): its time and its queries, at each queue length.
 
-    .venv/bin/python bench/schedule_pass.py [--queued 100,1000,10000] [--gpus 1000] [--rounds 5]
+    .venv/bin/python bench/schedule_pass.py [--queued 100,1000,10000] [--gpus 1000] [--rounds 5] [--history 0]
 
 Seeds, into the configured database (DATABASE_URL; PostgreSQL for the figures in
 docs/benchmarks.md), `--gpus` online GPUs on nodes of 8, a few running jobs holding all but 16 of
 them, and the longest queue asked for (jobs of 1 to 8 GPUs); a shorter queue is the same one with
-its tail cut off (its jobs put back to staging). Each pass runs in a transaction that is rolled
-back, so every pass sees the same queue: it starts the jobs at the head that fit and stops at the
-first that does not. Prints the median of `--rounds` passes, the queries of one, and how the time
-at the longest queue compares with the shortest (1.0: constant in the queue's length). Then the
-queue's figures (jobs/queue_figures.py, in the configured Redis): the time to work them out and store
-them for the whole queue, and to read the last job's against counting them for it alone. What it
-seeded is deleted at the end. Give it a database of its own: it marks every other slot offline.
+its tail cut off (its jobs put back to staging). `--history N` adds N holds that ended over the last
+30 days, of 100 ended jobs: the ledger's past, which the fair share reads (its decayed usage). Each
+pass runs in a transaction that is rolled back, so every pass sees the same queue: it starts the
+jobs at the head that fit and stops at the first that does not. Prints the median of `--rounds`
+passes, the queries of one, and how the time at the longest queue compares with the shortest (1.0:
+constant in the queue's length). Then the queue's figures (jobs/queue_figures.py, in the configured
+Redis): the time to work them out and store them for the whole queue, and to read the last job's
+against counting them for it alone. What it seeded is deleted at the end. Give it a database of its
+own: it marks every other slot offline.
 """
 
 import argparse
@@ -78,6 +80,37 @@ def seed(queued: int, gpus: int) -> list[Job]:
     )
 
 
+def seed_history(holds: int, gpus: int) -> None:
+    """`holds` ended holds of 100 ended jobs, each of an hour or less, ending at random over the last 30 days."""
+    if not holds:
+        return
+    now = timezone.now()
+    organisation = Organisation.objects.get(slug=NAME)
+    slots = list(Gpu.objects.filter(node__name__startswith=NAME)[:gpus])
+    ended = Job.objects.bulk_create(
+        Job(organisation=organisation, work="clean-table", params={}, source_name="a.csv", hours=1, gpus=8,
+            state=State.SUCCEEDED, queued_at=now - timedelta(days=31))
+        for _ in range(100)
+    )  # fmt: skip
+    draw = random.Random(30)
+    for start in range(0, holds, 10_000):
+        batch = []
+        for n in range(start, min(holds, start + 10_000)):
+            end = now - timedelta(seconds=draw.uniform(60, 30 * 86400))
+            batch.append(
+                Allocation(job=ended[n % 100], gpu=slots[n % len(slots)],
+                           held_from=end - timedelta(seconds=draw.uniform(30, 3600)), held_to=end)
+            )  # fmt: skip
+        Allocation.objects.bulk_create(batch)
+
+
+def beat() -> None:
+    """The seeded nodes' heartbeats: seeding a long history takes longer than a node stays online unheard."""
+    now = timezone.now()
+    Node.objects.filter(name__startswith=NAME).update(last_seen=now)
+    Gpu.objects.filter(node__name__startswith=NAME).update(last_seen=now)
+
+
 def tidy() -> None:
     """What autovacuum does between passes in a running portal: the dead rows of the seeding and of
     the rolled-back passes gone, the planner's figures made."""
@@ -123,19 +156,23 @@ def main() -> None:
     parser.add_argument("--queued", default="100,1000,10000")
     parser.add_argument("--gpus", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--history", type=int, default=0, help="ended holds in the ledger's past (default 0)")
     args = parser.parse_args()
     logging.getLogger("jobs.scheduling").setLevel(logging.WARNING)
     lengths = sorted(int(n) for n in args.queued.split(","))
     Gpu.objects.update(last_seen=None)  # only the seeded fleet is online
     queue = seed(lengths[-1], args.gpus)
+    seed_history(args.history, args.gpus)
     tidy()
-    print(f"{connection.vendor}, {args.gpus} GPUs ({FREE} free), median of {args.rounds} passes")
+    print(f"{connection.vendor}, {args.gpus} GPUs ({FREE} free), {args.history} ended holds, "
+          f"median of {args.rounds} passes")  # fmt: skip
     times = {}
     try:
         for length in lengths:
             Job.objects.filter(pk__in=[job.pk for job in queue[length:]]).update(state=State.STAGING)
             Job.objects.filter(pk__in=[job.pk for job in queue[:length]]).update(state=State.QUEUED)
             tidy()
+            beat()
             one_pass()  # warm: the first pass pays for imports and connections
             passes = [one_pass() for _ in range(args.rounds)]
             times[length] = statistics.median(seconds for seconds, _, _ in passes)
