@@ -51,8 +51,8 @@ serve: $(VENV)/.requirements client-wheel
 	$(PY) manage.py collectstatic --noinput --verbosity 0
 	E31_STATIC_FINDERS=false $(PY) -m gunicorn --config gunicorn.conf.py
 
-# The suite in TEST_RUNNERS runners at once (pytest-xdist): most of its time is spent waiting on workers, servers
-# and a browser, not on the CPU. `pytest` alone runs it in one.
+# The suite in TEST_RUNNERS runners at once (pytest-xdist): its tests wait on workers, servers and a browser, and
+# runners overlap their waits until the CPU is full (docs/benchmarks.md). `pytest` alone runs it in one.
 TEST_RUNNERS ?= 3
 test: $(VENV)/.requirements-dev
 	$(PY) -m pytest -n $(TEST_RUNNERS) --dist loadgroup

@@ -80,7 +80,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
-# Each test client loads the middleware anew, and whitenoise would then scan every static file again (0.17 CPU-s a
-# client, a third of the CPU of the tests that run in the test process): it finds a file when it is asked for instead,
-# as it does under DEBUG. `make serve` (tests/portal/test_serve.py) and `make run` serve as before.
+# Each test client loads the middleware anew, and whitenoise would then scan every static file again (17 ms of CPU a
+# client): it finds a file when it is asked for instead, as it does under DEBUG. `make serve`
+# (tests/portal/test_serve.py) and `make run` serve as before.
 WHITENOISE_AUTOREFRESH = True
