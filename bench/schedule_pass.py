@@ -40,7 +40,7 @@ from django.utils import timezone  # noqa: E402
 
 from jobs import processors, scheduling  # noqa: E402
 from jobs import queue_figures as stored_figures  # noqa: E402
-from jobs.models import Allocation, Gpu, Job, Node, State  # noqa: E402
+from jobs.models import Allocation, Gpu, Job, Node, State, UsageHour  # noqa: E402
 from portal.models import Organisation  # noqa: E402
 
 FREE = 16  # GPUs left free by the running jobs
@@ -102,6 +102,7 @@ def seed_history(holds: int, gpus: int) -> None:
                            held_from=end - timedelta(seconds=draw.uniform(30, 3600)), held_to=end)
             )  # fmt: skip
         Allocation.objects.bulk_create(batch)
+    UsageHour.add(Allocation.objects.filter(job__in=ended))  # as lifecycle rolls up each hold as it ends
 
 
 def beat() -> None:

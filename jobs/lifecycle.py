@@ -33,7 +33,7 @@ from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from jobs import enqueue, queue_figures
-from jobs.models import ENDED, Allocation, Gpu, Job, JobEvent, Shard, State, hold_periods
+from jobs.models import ENDED, Allocation, Gpu, Job, JobEvent, Shard, State, UsageHour, hold_periods
 from jobs.signals import hold_released, state_changed
 
 log = logging.getLogger(__name__)
@@ -268,6 +268,7 @@ def release(job: Job, at=None) -> bool:
         open_holds = list(Allocation.objects.select_for_update().filter(job=job, held_to__isnull=True))
         ends = Greatest(Value(ended), F("held_from"))  # a hold never ends before it started
         Allocation.objects.filter(pk__in=[a.pk for a in open_holds]).update(held_to=ends, modified=now)
+        UsageHour.add(Allocation.objects.filter(pk__in=[a.pk for a in open_holds]))
         held = list(Allocation.objects.filter(job=job))
         if held:
             holds = [(a.held_from, a.held_to) for a in held]
@@ -297,6 +298,7 @@ def lose_slots(job: Job, allocations: list[Allocation], at, node: str, cause: st
             Allocation.objects.filter(pk=allocation.pk).update(held_to=max(ended, allocation.held_from), modified=now)
         if not lost:
             return 0
+        UsageHour.add(Allocation.objects.filter(pk__in=[allocation.pk for allocation in lost]))
         gpus = [allocation.gpu for allocation in lost]
         returned = Shard.objects.filter(job=job, gpu__in=gpus, status=Shard.Status.RUNNING).update(
             status=Shard.Status.PENDING, claim="", lease_until=None
@@ -406,6 +408,7 @@ def give_back(allocation_id: int, idle: bool = False) -> bool:
         if allocation is None or not (others or (pending and not idle)):
             return False
         hold.update(held_to=now, give_back=True, modified=now)  # given back, not lost: no slot rejoins it
+        UsageHour.add(Allocation.objects.filter(pk=allocation.pk))
         noun = "CPU slot" if allocation.gpu.kind == Gpu.Kind.CPU else "GPU"
         what = f"{noun} {allocation.gpu.index} of node {allocation.gpu.node.name} given back at a shard boundary"
         if others:

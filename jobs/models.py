@@ -2,12 +2,13 @@
 
 import uuid
 from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from django.conf import settings
-from django.db import models
-from django.db.models import Exists, F, OuterRef, Q
+from django.db import IntegrityError, models, transaction
+from django.db.models import Exists, F, OuterRef, Q, Sum
+from django.db.models.functions import TruncHour
 from django.utils import timezone
 
 from portal.models import Organisation, TimeStamped
@@ -475,6 +476,45 @@ class Allocation(TimeStamped):
 
     def __str__(self) -> str:
         return f"{self.gpu} for job {self.job_id}"
+
+
+class UsageHour(models.Model):
+    """An organisation's seconds of slots held, summed by the hour (UTC) its holds ended in: what the fair share
+    reads of the past (jobs.scheduling._usage), a row an hour however many holds ended in it. Written where a
+    hold ends (add), in the same transaction, so a hold ended late (a silent node's, at its last sight) adds to
+    the hour it ended in like any other."""
+
+    organisation = models.ForeignKey(Organisation, on_delete=models.CASCADE, related_name="+")
+    hour = models.DateTimeField()
+    seconds = models.FloatField(default=0.0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["organisation", "hour"], name="one_usage_row_an_hour")]
+
+    def __str__(self) -> str:
+        return f"{self.organisation_id} at {self.hour:%Y-%m-%d %H:00}: {self.seconds:.0f} s held"
+
+    @classmethod
+    def held(cls, allocations) -> list[tuple[int, datetime, float]]:
+        """The ended holds among `allocations` (a queryset), summed: (organisation, hour, seconds) rows."""
+        length = models.ExpressionWrapper(F("held_to") - F("held_from"), output_field=models.DurationField())
+        rows = allocations.filter(held_to__isnull=False).order_by()
+        rows = rows.values_list("job__organisation_id", TruncHour("held_to", tzinfo=UTC)).annotate(s=Sum(length))
+        return sorted((org, hour, max(0.0, held.total_seconds())) for org, hour, held in rows)
+
+    @classmethod
+    def add(cls, allocations) -> None:
+        """Add the ended holds among `allocations` (a queryset) to their organisations' hours. Rows are
+        touched in (organisation, hour) order, so that two writers lock them in the same order."""
+        for org, hour, seconds in cls.held(allocations):
+            row = cls.objects.filter(organisation_id=org, hour=hour)
+            if row.update(seconds=F("seconds") + seconds):
+                continue
+            try:
+                with transaction.atomic():
+                    cls.objects.create(organisation_id=org, hour=hour, seconds=seconds)
+            except IntegrityError:  # another writer made the hour's row since
+                row.update(seconds=F("seconds") + seconds)
 
 
 class Upload(TimeStamped):

@@ -27,7 +27,6 @@ from django.db import transaction
 from django.db.models import (
     Case,
     Count,
-    DurationField,
     ExpressionWrapper,
     F,
     FloatField,
@@ -38,12 +37,12 @@ from django.db.models import (
     When,
     Window,
 )
-from django.db.models.functions import Cast, Coalesce, TruncHour
+from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 
 from jobs import lifecycle, processors
 from jobs import queue_figures as stored_figures
-from jobs.models import Allocation, Gpu, Job, Node, Shard, State
+from jobs.models import Allocation, Gpu, Job, Node, Shard, State, UsageHour
 from jobs.queue_figures import QueueFigures
 from portal.models import Organisation
 from portal.text import ascii_count, ascii_decimal, shown
@@ -558,20 +557,19 @@ def _usage(now) -> tuple[dict[int, float], dict[int, int]]:
     usage: dict[int, float] = {}
     holding: dict[int, int] = {}
 
-    def add(org: int, held: timedelta, ended) -> None:
-        hours = max(0.0, held.total_seconds()) / 3600
+    def add(org: int, seconds: float, ended) -> None:
+        hours = max(0.0, seconds) / 3600
         usage[org] = usage.get(org, 0.0) + hours * 0.5 ** (max(0.0, (now - ended).total_seconds()) / half_life)
 
     for org, start in Allocation.objects.filter(held_to=None).values_list("job__organisation_id", "held_from"):
         holding[org] = holding.get(org, 0) + 1
-        add(org, now - start, now)
-    # The holds that ended, added up by the hour they ended in (read in a row an organisation and an hour,
-    # however many there were), each hour's decayed from its middle.
-    ended = Allocation.objects.filter(held_to__gt=now - timedelta(seconds=10 * half_life)).order_by()
-    held = Sum(ExpressionWrapper(F("held_to") - F("held_from"), output_field=DurationField()))
-    hours = ended.values_list("job__organisation_id", TruncHour("held_to")).annotate(held=held)
-    for org, hour, total in hours:
-        add(org, total, hour + timedelta(minutes=30))
+        add(org, (now - start).total_seconds(), now)
+    # The holds that ended, as rolled up where they ended: a row an organisation and an hour (UsageHour), each
+    # hour's decayed from its middle; none older than ten half-lives, which weigh under a thousandth.
+    since = now - timedelta(seconds=10 * half_life, hours=1)
+    rolled_up = UsageHour.objects.filter(hour__gt=since).values_list("organisation_id", "hour", "seconds")
+    for org, hour, seconds in rolled_up:
+        add(org, seconds, hour + timedelta(minutes=30))
     return usage, holding
 
 

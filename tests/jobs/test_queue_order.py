@@ -3,7 +3,7 @@ organisations (decayed GPU-hours over their weights), then least work left; quot
 requests, which start on the slots free now, grow into free ones and give slots back at shard
 boundaries to a job ahead of them in the order."""
 
-from datetime import timedelta
+from datetime import UTC, timedelta
 from decimal import Decimal
 
 import pytest
@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from billing.metering import price_holds
 from jobs import lifecycle
-from jobs.models import Allocation, Gpu, Job, Shard, State
+from jobs.models import Allocation, Gpu, Job, Shard, State, UsageHour
 from jobs.scheduling import schedule
 from jobs.workers import node
 from portal.models import Organisation
@@ -77,6 +77,42 @@ def _used(organisation, gpus: int, hours: float, ago: float, slots) -> None:
     Allocation.objects.bulk_create(
         Allocation(job=job, gpu=slot, held_from=end - timedelta(hours=hours), held_to=end) for slot in slots[:gpus]
     )
+    UsageHour.add(Allocation.objects.filter(job=job))
+
+
+def _rolled_up(organisation) -> dict:
+    """The organisation's roll-up: seconds held, by hour."""
+    rows = UsageHour.objects.filter(organisation=organisation).values_list("hour", "seconds")
+    return {hour: round(seconds) for hour, seconds in rows}
+
+
+def test_ended_holds_join_their_organisations_hour_where_they_end(organisation, other_organisation, online_slots):
+    """Released, lost late with their node, or given back: each ended hold's seconds are added to its
+    organisation's hour (the hour it ended in, UTC) in the roll-up the fair share reads."""
+    hour = (timezone.now() - timedelta(hours=3)).astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    start = hour + timedelta(minutes=10)
+    mine, theirs = _queued(organisation, gpus=2), _queued(other_organisation, gpus=1)
+    assert sorted(schedule()) == sorted([mine.pk, theirs.pk])
+    Allocation.objects.update(held_from=start)
+    assert lifecycle.release(mine, at=start + timedelta(minutes=30))
+    lost = list(Allocation.objects.filter(job=theirs))
+    assert lifecycle.lose_slots(theirs, lost, at=start + timedelta(minutes=70), node="fake-node") == 1
+    assert _rolled_up(organisation) == {hour: 2 * 1800}
+    assert _rolled_up(other_organisation) == {hour + timedelta(hours=1): 4200}, "the hour it ended in, not now"
+
+    again = _queued(organisation, gpus=1)
+    assert again.pk in schedule(), "(theirs, back in the queue, too)"
+    Allocation.objects.filter(job=again).update(held_from=start)
+    assert lifecycle.release(again, at=start + timedelta(minutes=40))
+    assert _rolled_up(organisation) == {hour: 2 * 1800 + 2400}, "added to the hour's row"
+
+    flexible = _flexible(organisation, gpus=2, hours=2)
+    assert schedule() == [flexible.pk]
+    given = Allocation.objects.filter(job=flexible).first()
+    Allocation.objects.filter(pk=given.pk).update(give_back=True, held_from=timezone.now() - timedelta(minutes=10))
+    assert lifecycle.give_back(given.pk)
+    ended = Allocation.objects.get(pk=given.pk).held_to.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    assert 599 <= _rolled_up(organisation)[ended] <= 660
 
 
 def test_the_organisation_that_held_least_lately_goes_first(organisation, online_slots):

@@ -1,4 +1,4 @@
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.core.management import call_command
 from django.db import connection
@@ -6,7 +6,7 @@ from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
 from jobs import retention
-from jobs.models import Job, JobEvent
+from jobs.models import Job, JobEvent, UsageHour
 
 
 def test_it_has_a_migration_for_every_model_change(db):
@@ -57,3 +57,29 @@ def test_the_timelines_holds_written_before_0022_read_as_holds(transactional_db)
     executor.migrate(executor.loader.graph.leaf_nodes())
 
     assert list(JobEvent.objects.filter(job=job.pk).values_list("hold", flat=True)) == ["", "put", "lifted"]
+
+
+def test_the_holds_ended_before_0025_are_rolled_up_for_the_fair_share(transactional_db):
+    """0025 sums the ledger's past into the roll-up the fair share reads since: by organisation and hour."""
+    executor = MigrationExecutor(connection)
+    executor.migrate([("jobs", "0024_flexible_requests")])
+    old = executor.loader.project_state([("jobs", "0024_flexible_requests")]).apps
+    organisation = old.get_model("portal", "Organisation").objects.create(name="Old Lab", slug="old-lab")
+    node = old.get_model("jobs", "Node").objects.create(name="old-node", hostname="old")
+    slots = [old.get_model("jobs", "Gpu").objects.create(node=node, index=i, queue=f"slot.old.{i}") for i in range(3)]
+    job = old.get_model("jobs", "Job").objects.create(
+        organisation=organisation, work="clean-table", source_name="a.csv", gpus=3, hours=1, state="running"
+    )
+    hour = datetime(2026, 11, 30, 9, tzinfo=UTC)
+    holds = [
+        (hour, hour + timedelta(minutes=20)),
+        (hour + timedelta(minutes=5), hour + timedelta(minutes=65)),
+        (hour, None),
+    ]
+    for slot, (start, end) in zip(slots, holds, strict=True):
+        old.get_model("jobs", "Allocation").objects.create(job=job, gpu=slot, held_from=start, held_to=end)
+    executor = MigrationExecutor(connection)
+    executor.migrate(executor.loader.graph.leaf_nodes())
+
+    rows = UsageHour.objects.filter(organisation=organisation.pk).order_by("hour").values_list("hour", "seconds")
+    assert list(rows) == [(hour, 1200.0), (hour + timedelta(hours=1), 3600.0)], "an open hold is not rolled up"
