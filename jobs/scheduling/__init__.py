@@ -261,10 +261,17 @@ def _fleet_releases(now) -> tuple[int, int, list[tuple]]:
     latest: (when, how many GPUs), at each running job's time limit."""
     slots = schedulable_slots().online()
     online, free = slots.count(), slots.free().count()
-    open_holds = Count("allocations", filter=Q(allocations__held_to__isnull=True, allocations__gpu__in=slots))
-    running = Job.objects.filter(state=State.RUNNING).only(*_LIMIT_FIELDS)
-    releases = [(max(now, job.time_limit_at()), job.held) for job in running.annotate(held=open_holds) if job.held]
+    releases = [(max(now, job.time_limit_at()), held) for job, held in _holding(Q(gpu__in=slots))]
     return online, free, releases
+
+
+def _holding(slots: Q) -> list[tuple[Job, int]]:
+    """The running jobs that hold slots (those `slots`, a filter of Allocation), each with how many (the job
+    with its time limit's fields). One query, from the open holds (an index of their own), not from every hold
+    the running jobs had: a flexible job's given back."""
+    rows = Allocation.objects.filter(slots, held_to__isnull=True, job__state=State.RUNNING).order_by()
+    rows = rows.values_list("job_id", *(f"job__{name}" for name in _LIMIT_FIELDS)).annotate(Count("pk"))
+    return [(Job(pk=pk, **dict(zip(_LIMIT_FIELDS, limit, strict=True))), held) for pk, *limit, held in rows]
 
 
 def latest_starts(now=None, until: Job | None = None) -> dict:
@@ -421,11 +428,7 @@ class _Reservation:
     def _held_until(self, plan: list[tuple[Job, list]], now) -> list[tuple]:
         """When the slots on the reserved job's nodes held now come free at the latest: (when, how many), the
         running jobs' at their time limits and this pass's starts' at theirs."""
-        on_nodes = Count(
-            "allocations", filter=Q(allocations__held_to__isnull=True, allocations__gpu__node__in=self.nodes)
-        )
-        running = Job.objects.filter(state=State.RUNNING).only(*_LIMIT_FIELDS)
-        held = [(max(now, job.time_limit_at()), count) for job in running.annotate(on=on_nodes) if (count := job.on)]
+        held = [(max(now, job.time_limit_at()), count) for job, count in _holding(Q(gpu__node__in=self.nodes))]
         for job, taken in plan:
             count = sum(1 for slot in taken if slot.node_id in self.nodes)
             if count:
@@ -735,11 +738,9 @@ def outlook(job: Job, now=None) -> tuple:
     if online == 0:
         return None, None
     releases = []
-    running = Job.objects.filter(state=State.RUNNING).exclude(pk=job.pk)
-    held = Count("allocations", filter=Q(allocations__held_to=None, allocations__gpu__in=slots))
-    for other in running.annotate(held_here=held).filter(held_here__gt=0):
+    for other, held in _holding(Q(gpu__in=slots) & ~Q(job=job.pk)):
         behind = other.pk in flexible and flexible[other.pk].key > key
-        releases.append((now if behind else max(now, other.time_limit_at()), other.held_here))
+        releases.append((now if behind else max(now, other.time_limit_at()), held))
     heapq.heapify(releases)
     at = now
     for claim in claims.in_order():
