@@ -372,12 +372,11 @@ class Replay:
             return
         if slot.job is None:
             slot.job = Job.objects.get(pk=slot.job_id)
-        if slot.job.flexible:
-            slot.job.refresh_from_db(fields=["budget_ends_at", "deadline"])
+        asked = slot.job.flexible and runner.asked_back(slot.job, slot.allocation_id)
         if slot.job.time_limit_passed():
             lifecycle.time_out(slot.job)
             return
-        if slot.job.flexible and lifecycle.give_back(slot.allocation_id):
+        if asked and lifecycle.give_back(slot.allocation_id):
             return self.given_back(slot)
         claimed = runner.claim_next(slot.job, slot.gpu)
         if claimed is None:

@@ -67,10 +67,8 @@ def run_slot(job_id: int, allocation_id: int, runner: str = "") -> str:
             return "superseded" if held else "released"
         if time.monotonic() > deadline:
             return _hand_over(job_id, allocation_id, runner, gpu.queue)
-        if job.flexible:
-            job.refresh_from_db(fields=["budget_ends_at", "deadline"])  # its width changes its limit
-            if lifecycle.give_back(allocation_id):
-                return "given back"
+        if job.flexible and asked_back(job, allocation_id) and lifecycle.give_back(allocation_id):
+            return "given back"
         if job.kind == Job.Kind.SAMPLE:
             skip_past_budget(job)
         claimed = claim_next(job, gpu)
@@ -133,6 +131,14 @@ def _hand_over(job_id: int, allocation_id: int, runner: str, queue: str) -> str:
         return "superseded"
     enqueue.run_slot(job_id, allocation_id, successor, queue)
     return "continued"
+
+
+def asked_back(job: Job, allocation_id: int) -> bool:
+    """A flexible job's turn at a shard boundary: its limit's fields read again (its width moves its budget's
+    end), and whether the scheduler asked this slot back, in one query."""
+    row = Allocation.objects.filter(pk=allocation_id).values_list("give_back", "job__budget_ends_at", "job__deadline")
+    asked, job.budget_ends_at, job.deadline = row.first() or (False, job.budget_ends_at, job.deadline)
+    return asked
 
 
 def skip_past_budget(job: Job) -> int:
