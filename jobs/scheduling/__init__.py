@@ -404,6 +404,12 @@ class _Slots:
             del self.free[slot.pk]
 
 
+# A flexible job runs wider than its request only while each of its slots has this many of its shards left to
+# take: a slot's start on a job (its warm-up: the model loaded, the first batch) is billed to the job's budget,
+# and spread over a few shards it costs a few per cent of it, not the slack between the request and the work.
+SHARDS_PER_EXTRA_SLOT = 4
+
+
 # How many jobs behind the first that must wait a pass considers for backfill: a pass's work stays bounded
 # whatever the queue's length.
 BACKFILL_WINDOW = 256
@@ -642,6 +648,12 @@ def _arrival(job: Job) -> float:
     return (job.queued_at or job.started_at or job.created).timestamp()
 
 
+def _useful_width(row: _Queued, pending: int) -> int:
+    """The most slots a flexible job uses well with `pending` shards left to take: its request's width, or
+    more up to its cap while each slot has SHARDS_PER_EXTRA_SLOT of them (never more slots than shards)."""
+    return min(row.width_cap, pending, max(row.gpus, math.ceil(pending / SHARDS_PER_EXTRA_SLOT)))
+
+
 def _on_time_width(row: _Queued, left: float, now) -> int:
     """How many slots a flexible job needs from now on to do `left` GPU-seconds by its deadline (at
     least one); one without a deadline."""
@@ -690,7 +702,7 @@ class _Claims:
             row, held_now, left_shards = _queued(job), holds.get(job.pk, 0), pending.get(job.pk, 0)
             left = job.budget_gpu_seconds * left_shards / max(1, total.get(job.pk, 0))
             need = max(0, _on_time_width(row, left, now) - held_now) if left_shards else 0
-            rows.append((job, row, held_now, need, min(job.width_cap - held_now, left_shards), left))
+            rows.append((job, row, held_now, need, _useful_width(row, left_shards) - held_now, left))
         self.share = _Fair(standing, [(row, left) for _, row, *_, left in rows])
         self.flexible = {}
         for job, row, held_now, need, want, _ in rows:
@@ -836,7 +848,9 @@ class _Pass:
         if job.flexible and not claim.held:
             if job.pk not in self.pending:
                 self.pending[job.pk] = Shard.objects.filter(job=job, status=Shard.Status.PENDING).count()
-            room = min(room, self.pending[job.pk] - len(self.given.get(job.pk, (None, []))[1]))
+            given = len(self.given.get(job.pk, (None, []))[1])
+            pending = self.pending[job.pk]
+            room = max(0, min(room, min(pending, max(need, _useful_width(claim.row, pending))) - given))
         taken = slots.peek_up_to(job.work, room)
         enough = bool(taken) and (job.flexible or len(taken) >= need)  # a flexible job starts on what is free
         if self.blocked is None and len(taken) < need:
