@@ -540,6 +540,7 @@ class _Claim:
     key: tuple
     fair: tuple | None  # its place among all jobs, deadlines or not (see _Fair); None in the deadlines' round
     job: Job | None = None
+    shard_seconds: float = 0.0  # a running flexible job's: the longest its slots take to reach a shard boundary
 
     @property
     def due(self) -> bool:
@@ -707,7 +708,8 @@ class _Claims:
         self.flexible = {}
         for job, row, held_now, need, want, _ in rows:
             fair = self.share.running[job.pk]
-            self.flexible[job.pk] = _Claim(row, held_now, need, want, _order(row, fair), fair, job)
+            shard = job.budget_gpu_seconds / max(1, total.get(job.pk, 0))  # a shard's share of the budget
+            self.flexible[job.pk] = _Claim(row, held_now, need, want, _order(row, fair), fair, job, shard)
         self.growing = sorted((claim for claim in self.flexible.values() if claim.want > 0), key=lambda c: c.fair)
 
     def _claim(self, row: _Queued, fair: tuple | None) -> _Claim:
@@ -734,8 +736,8 @@ class _Claims:
 def outlook(job: Job, now=None) -> tuple:
     """When a job (about to be queued, or queued) is expected to start and to end, by the queue now: on
     the slots online that can run its work, free now or as the jobs that keep theirs release them (at their
-    time limits; a flexible job after it in the order gives its slots back at its next shard boundary,
-    taken as now), after the queued jobs ahead of it in the order (each taken as holding its GPUs for its
+    time limits; a flexible job after it in the order gives its slots back at their next shard boundaries,
+    taken as a shard's share of its budget from now), after the queued jobs ahead of it in the order (each taken as holding its GPUs for its
     hours). A flexible job grows into slots as they free up, to its cap. Expected, not promised: passes
     usually end before their limits, so jobs tend to end sooner. (None, None) when no slot online can run it."""
     now = now or timezone.now()
@@ -751,8 +753,11 @@ def outlook(job: Job, now=None) -> tuple:
         return None, None
     releases = []
     for other, held in _holding(Q(gpu__in=slots) & ~Q(job=job.pk)):
-        behind = other.pk in flexible and flexible[other.pk].key > key
-        releases.append((now if behind else max(now, other.time_limit_at()), held))
+        # A flexible job after it gives its slots back at their next shard boundaries, a shard from now at most.
+        claim = flexible.get(other.pk)
+        behind = claim is not None and claim.key > key
+        until = now + timedelta(seconds=claim.shard_seconds) if behind else max(now, other.time_limit_at())
+        releases.append((until, held))
     heapq.heapify(releases)
     at = now
     for claim in claims.in_order():

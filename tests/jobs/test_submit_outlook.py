@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from jobs import lifecycle, services
 from jobs.management.commands.submit import outlook_line
-from jobs.models import Job, State
+from jobs.models import Job, Shard, State
 from jobs.spec import Data, JobSpec, NamedFile, Request, Work
 from portal.models import Organisation
 from tests.factories import make_job
@@ -97,10 +97,16 @@ def test_a_deadline_the_queue_cannot_meet_is_told_so_and_the_earliest_finish(org
 
 def test_a_deadline_job_is_expected_on_slots_a_flexible_job_gives_back(organisation, online_slots):
     flexible = make_job(organisation, State.QUEUED, gpus=4, hours=5, request=Job.Request.FLEXIBLE)
+    Shard.objects.bulk_create(
+        Shard(job=flexible, index=n, first_record=n + 1, record_count=1, first_line=n + 2, start_byte=n, end_byte=n + 1)
+        for n in range(100)
+    )  # 20 GPU-hours in 100 shards: 12 minutes of a slot's each
     lifecycle.start_hold(flexible, online_slots)
     due = timezone.now() + timedelta(hours=2)
     job = _checked(organisation, gpus="2", hours="1", deadline=due.isoformat())
     assert job.deadline_feasible is True, "the flexible job gives its slots back at its next shard boundary"
+    soonest = timezone.now() + timedelta(minutes=11)
+    assert soonest <= job.expected_start <= soonest + timedelta(minutes=2), "a shard from now, not at once"
 
 
 def test_a_flexible_job_is_expected_to_finish_sooner_when_wider(organisation, online_slots):
