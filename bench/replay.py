@@ -241,6 +241,7 @@ class Replay:
         self.idle_while_waiting = 0.0  # slot-seconds
         self.served = 0.0  # slot-seconds on shards
         self.shards = 0
+        self.passes = 0  # scheduling passes run
         state_changed.connect(self._state_changed, dispatch_uid="replay")
         hold_released.connect(self._hold_released, dispatch_uid="replay")
 
@@ -299,6 +300,7 @@ class Replay:
         from jobs import scheduling
 
         self._seen()
+        self.passes += 1
         if self.args.policy == "fifo":
             fifo_pass()
             scheduling.refresh_queue_figures()
@@ -461,7 +463,7 @@ class Replay:
             in_system.setdefault(job.ask.org, []).append(job.in_system / 3600)
         print(
             f"{self.args.policy}: {len(jobs)} jobs, {self.shards} shards on {self.args.gpus} GPUs "
-            f"({self.args.nodes} nodes), {(last - first) / 3600:.1f} simulated hours",
+            f"({self.args.nodes} nodes), {self.passes} scheduling passes, {(last - first) / 3600:.1f} simulated hours",
             file=sys.stderr,
         )
         return {
