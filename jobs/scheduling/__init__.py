@@ -407,7 +407,7 @@ class _Slots:
 # A flexible job runs wider than its request only while each of its slots has this many of its shards left to
 # take: a slot's start on a job (its warm-up: the model loaded, the first batch) is billed to the job's budget,
 # and spread over a few shards it costs a few per cent of it, not the slack between the request and the work.
-SHARDS_PER_EXTRA_SLOT = 4
+SHARDS_PER_EXTRA_SLOT = 8
 
 
 # How many jobs behind the first that must wait a pass considers for backfill: a pass's work stays bounded
@@ -540,7 +540,7 @@ class _Claim:
     key: tuple
     fair: tuple | None  # its place among all jobs, deadlines or not (see _Fair); None in the deadlines' round
     job: Job | None = None
-    shard_seconds: float = 0.0  # a running flexible job's: the longest its slots take to reach a shard boundary
+    shard_seconds: float = 0.0  # a running flexible job's: a shard's share of its budget, the longest to a boundary
 
     @property
     def due(self) -> bool:
@@ -737,9 +737,10 @@ def outlook(job: Job, now=None) -> tuple:
     """When a job (about to be queued, or queued) is expected to start and to end, by the queue now: on
     the slots online that can run its work, free now or as the jobs that keep theirs release them (at their
     time limits; a flexible job after it in the order gives its slots back at their next shard boundaries,
-    taken as a shard's share of its budget from now), after the queued jobs ahead of it in the order (each taken as holding its GPUs for its
-    hours). A flexible job grows into slots as they free up, to its cap. Expected, not promised: passes
-    usually end before their limits, so jobs tend to end sooner. (None, None) when no slot online can run it."""
+    taken as half a shard's share of its budget from now), after the queued jobs ahead of it in the order
+    (each taken as holding its GPUs for its hours). A flexible job grows into slots as they free up, to its
+    cap. Expected, not promised: passes usually end before their limits, so jobs tend to end sooner.
+    (None, None) when no slot online can run it."""
     now = now or timezone.now()
     claims = _Claims(now, _standing(now))
     flexible = claims.flexible
@@ -753,10 +754,11 @@ def outlook(job: Job, now=None) -> tuple:
         return None, None
     releases = []
     for other, held in _holding(Q(gpu__in=slots) & ~Q(job=job.pk)):
-        # A flexible job after it gives its slots back at their next shard boundaries, a shard from now at most.
+        # A flexible job after it gives its slots back at their next shard boundaries: half a shard from now, as
+        # expected of slots each somewhere in a shard.
         claim = flexible.get(other.pk)
         behind = claim is not None and claim.key > key
-        until = now + timedelta(seconds=claim.shard_seconds) if behind else max(now, other.time_limit_at())
+        until = now + timedelta(seconds=claim.shard_seconds / 2) if behind else max(now, other.time_limit_at())
         releases.append((until, held))
     heapq.heapify(releases)
     at = now

@@ -197,7 +197,7 @@ def test_a_flexible_job_starts_on_the_slots_free_now_and_grows_into_more(organis
 
 
 def test_it_grows_no_wider_than_its_cap_nor_its_shards_left(organisation, online_slots):
-    capped = _flexible(organisation, gpus=1, max_gpus=2)
+    capped = _flexible(organisation, gpus=1, max_gpus=2, shards=32)
     assert schedule() == [capped.pk]
     assert _held(capped) == 2
     few = _flexible(organisation, gpus=4, shards=1)
@@ -292,17 +292,17 @@ def test_a_slot_given_back_is_not_rejoined_by_its_node(organisation, online_slot
 
 def test_a_deadline_job_takes_the_width_that_keeps_it_on_time_and_the_rest_go_by_least_work(organisation, online_slots):
     due = _flexible(organisation, gpus=1, hours=1, max_gpus=4, deadline=timezone.now() + timedelta(hours=2))
-    small = _flexible(organisation, gpus=1, hours=0.5, max_gpus=4, shards=16)
+    small = _flexible(organisation, gpus=1, hours=0.5, max_gpus=4, shards=32)
     assert sorted(schedule()) == sorted([due.pk, small.pk])
     assert (_held(due), _held(small)) == (1, 3), "one slot keeps it on time; the job with less work takes the rest"
 
 
-@pytest.mark.parametrize(("gpus", "shards", "width"), [(1, 3, 1), (1, 5, 2), (1, 12, 3), (2, 4, 2), (1, 40, 4)])
+@pytest.mark.parametrize(("gpus", "shards", "width"), [(1, 3, 1), (1, 12, 2), (1, 20, 3), (2, 4, 2), (1, 40, 4)])
 def test_a_flexible_job_runs_wider_than_asked_only_with_shards_enough_for_each_slot(
     organisation, online_slots, gpus, shards, width
 ):
     """A slot's start on a job is billed to its budget: beyond its request's width a job takes a slot only
-    while each of its slots has SHARDS_PER_EXTRA_SLOT (4) shards to take, and never more slots than shards."""
+    while each of its slots has SHARDS_PER_EXTRA_SLOT (8) shards to take, and never more slots than shards."""
     flexible = _flexible(organisation, gpus=gpus, hours=1, max_gpus=4, shards=shards)
     assert schedule() == [flexible.pk]
     assert _held(flexible) == width
@@ -319,13 +319,13 @@ def test_a_deadline_keeps_the_width_that_keeps_it_on_time_with_few_shards(organi
 def test_a_running_flexible_job_grows_only_as_far_as_its_shards_left_make_worth_it(organisation, online_slots):
     fixed = _queued(organisation, gpus=3, hours=0.1)
     assert schedule() == [fixed.pk]
-    flexible = _flexible(organisation, gpus=1, hours=1, max_gpus=4, shards=8)
+    flexible = _flexible(organisation, gpus=1, hours=1, max_gpus=4, shards=16)
     assert schedule() == [flexible.pk]
     assert _held(flexible) == 1
     lifecycle.release(fixed)
     Job.objects.filter(pk=fixed.pk).update(state=State.SUCCEEDED)
     assert schedule() == []
-    assert _held(flexible) == 2, "8 shards left: two slots of 4 each, not the 4 free"
+    assert _held(flexible) == 2, "16 shards left: two slots of 8 each, not the 4 free"
 
 
 def _resizing(organisation) -> tuple[Job, list[Allocation], Job]:
