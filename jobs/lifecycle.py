@@ -267,8 +267,9 @@ def release(job: Job, at=None) -> bool:
     with transaction.atomic():
         open_holds = list(Allocation.objects.select_for_update().filter(job=job, held_to__isnull=True))
         ends = Greatest(Value(ended), F("held_from"))  # a hold never ends before it started
-        Allocation.objects.filter(pk__in=[a.pk for a in open_holds]).update(held_to=ends, modified=now)
-        UsageHour.add(Allocation.objects.filter(pk__in=[a.pk for a in open_holds]))
+        ending = Allocation.objects.filter(pk__in=[a.pk for a in open_holds])
+        ending.update(held_to=ends, modified=now)
+        UsageHour.add(ending)
         held = list(Allocation.objects.filter(job=job))
         if held:
             holds = [(a.held_from, a.held_to) for a in held]

@@ -701,14 +701,14 @@ class _Claims:
         rows = []
         for job in running:
             row, held_now, left_shards = _queued(job), holds.get(job.pk, 0), pending.get(job.pk, 0)
-            left = job.budget_gpu_seconds * left_shards / max(1, total.get(job.pk, 0))
+            shard = job.budget_gpu_seconds / max(1, total.get(job.pk, 0))  # a shard's share of the budget
+            left = shard * left_shards
             need = max(0, _on_time_width(row, left, now) - held_now) if left_shards else 0
-            rows.append((job, row, held_now, need, _useful_width(row, left_shards) - held_now, left))
+            rows.append((job, row, held_now, need, _useful_width(row, left_shards) - held_now, shard, left))
         self.share = _Fair(standing, [(row, left) for _, row, *_, left in rows])
         self.flexible = {}
-        for job, row, held_now, need, want, _ in rows:
+        for job, row, held_now, need, want, shard, _ in rows:
             fair = self.share.running[job.pk]
-            shard = job.budget_gpu_seconds / max(1, total.get(job.pk, 0))  # a shard's share of the budget
             self.flexible[job.pk] = _Claim(row, held_now, need, want, _order(row, fair), fair, job, shard)
         self.growing = sorted((claim for claim in self.flexible.values() if claim.want > 0), key=lambda c: c.fair)
 
