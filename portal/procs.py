@@ -74,7 +74,8 @@ class Children:
     def stop_all(self, timeout: float = 15.0, together: bool = False) -> None:
         """Stop the children newest first, each before the next (workers before their Redis); or, `together`,
         all at once, for children that depend on none of the others. Whatever is left of a child's session
-        after `timeout` is killed."""
+        after `timeout` (from its signal; together, from theirs) is killed."""
+        deadline = time.monotonic() + timeout
         for child in self.children if together else ():
             if child.alive:
                 child.process.send_signal(child.stop_signal)
@@ -83,8 +84,9 @@ class Children:
                 continue
             if child.alive and not together:
                 child.process.send_signal(child.stop_signal)
+                deadline = time.monotonic() + timeout
             with contextlib.suppress(subprocess.TimeoutExpired):
-                child.process.wait(timeout)
+                child.process.wait(max(0.0, deadline - time.monotonic()))
             child.kill_leftovers()
             child.process.wait()
 

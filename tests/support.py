@@ -7,6 +7,7 @@ import contextlib
 import io
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -190,12 +191,21 @@ class Worker:
         self.stop()
 
     def stop(self) -> None:
-        self.process.send_signal(2)
+        """Ctrl-C, as an operator stops it. One that has not stopped in 30 s is aborted, which makes it print
+        where each of its threads is (PYTHONFAULTHANDLER), and the end of its log goes into the test's output."""
+        self.process.send_signal(signal.SIGINT)
         try:
             self.process.wait(30)
         except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+            self.process.send_signal(signal.SIGABRT)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+            self.log.flush()
+            lines = (settings.VAR_DIR / f"{self.name}.log").read_text(errors="replace").splitlines()
+            print(f"gpuworker {self.name} did not stop within 30 s of Ctrl-C; its log ends:", *lines[-80:], sep="\n")
         self.log.close()
 
 

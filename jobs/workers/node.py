@@ -46,12 +46,14 @@ def register(
     alive: set[int] | None = None,
     readings: dict[int, Reading] | None = None,
     work_kinds: list[str] | None = None,
+    seen=None,
 ) -> list[Gpu]:
-    """Create or refresh the node and its slots; slots in `alive` (all by default) are seen now, with
-    their GPU's utilisation and memory in use when NVML gave `readings`; the others keep when they
-    were last seen (slot_stopped, which ends their holds then, clears it). `work_kinds`, when given,
+    """Create or refresh the node and its slots; slots in `alive` (all by default) are seen now, or at
+    `seen` (when their liveness was checked), with their GPU's utilisation and memory in use when NVML
+    gave `readings`; the others keep when they were last seen (slot_stopped, which ends their holds
+    then, clears it). `work_kinds`, when given,
     are the kinds the node's slots can run. The readings of held GPUs go into their holds' history."""
-    now = timezone.now()
+    now = seen or timezone.now()
     defaults = {"hostname": socket.gethostname(), "driver": driver, "last_seen": now}
     if work_kinds is not None:
         defaults["work_kinds"] = work_kinds

@@ -23,7 +23,9 @@ from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
-from django.db import DatabaseError, close_old_connections
+from django.db import DatabaseError, close_old_connections, connection
+from django.db.backends.signals import connection_created
+from django.utils import timezone
 from kombu.exceptions import OperationalError
 
 from jobs import enqueue, processors
@@ -74,6 +76,8 @@ class Command(BaseCommand):
         gpus = [] if cpu_slots else nvml.discover()
         specs = nodes.slot_specs(gpus, cpu_slots or settings.E31_CPU_SLOTS)
         driver = gpus[0].driver if gpus else ""
+        connection_created.connect(bound_lock_waits)
+        connection.close()  # the next query opens one with the bound
         stop = StopRequested()
         children = Children()
         threads = max(1, (os.cpu_count() or 1) // len(specs))
@@ -119,8 +123,10 @@ class Command(BaseCommand):
                         self.stderr.write(f"{child.name} exited with {child.process.returncode}; restarting it")
                         stopped |= {index for index, slot in by_index.items() if slot is child}
                         self.attempt(f"restarting {child.name}", restart, child)
+                # Seen when they were looked at, not when the write lands: a slot killed in between was not alive then.
+                seen = timezone.now()
                 ready = {index for index, child in by_index.items() if is_ready(child)}
-                self.attempt("the heartbeat", heartbeat, name, specs, driver, ready, gpus, work_kinds)
+                self.attempt("the heartbeat", heartbeat, name, specs, driver, ready, gpus, work_kinds, seen)
                 for index in sorted(stopped):
                     if self.attempt(f"ending slot {index}'s holds", nodes.slot_stopped, name, index):
                         stopped.discard(index)
@@ -153,9 +159,21 @@ class Command(BaseCommand):
         return True
 
 
-def heartbeat(name: str, specs, driver: str, ready: set[int], gpus: list, work_kinds: list[str]) -> None:
-    """The node and its ready slots are seen now, with their GPUs' readings."""
-    nodes.register(name, specs, driver, ready, nvml.readings() if gpus else None, work_kinds)
+def bound_lock_waits(sender, connection, **kwargs) -> None:
+    """The supervisor waits at most half a node's timeout for a row or table another process holds: a step
+    that would wait longer fails, is reported, and the next beat tries again, so that a stop (which ends the
+    node's holds first) is never held up behind someone else's transaction."""
+    milliseconds = settings.E31_NODE_TIMEOUT_SECONDS * 500
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(f"SET lock_timeout = {milliseconds}")
+        elif connection.vendor == "sqlite":
+            cursor.execute(f"PRAGMA busy_timeout = {milliseconds}")
+
+
+def heartbeat(name: str, specs, driver: str, ready: set[int], gpus: list, work_kinds: list[str], seen) -> None:
+    """The node and its ready slots were seen at `seen`, with their GPUs' readings."""
+    nodes.register(name, specs, driver, ready, nvml.readings() if gpus else None, work_kinds, seen)
 
 
 def restart(child: Child) -> None:

@@ -9,8 +9,10 @@ import uuid
 import pytest
 from django.conf import settings
 from django.core.files.storage import default_storage
+from django.db import connection
 
 from jobs import enqueue, processors
+from jobs.management.commands.gpuworker import bound_lock_waits
 from jobs.models import Gpu, Job, State
 from jobs.staging import stage
 from tests.factories import make_job
@@ -69,3 +71,14 @@ def test_a_slot_imports_its_work_kinds_libraries_before_it_counts_online(django_
         assert re.search(rf"slot0@{worker.name}: the libraries of {re.escape(kinds)} imported in [\d.]+ s", log)
     finally:
         worker.stop()
+
+
+def test_the_supervisor_waits_for_another_process_lock_at_most_half_a_node_timeout(settings):
+    settings.E31_NODE_TIMEOUT_SECONDS = 9
+    bound_lock_waits(None, connection)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW lock_timeout" if connection.vendor == "postgresql" else "PRAGMA busy_timeout")
+            assert cursor.fetchone()[0] in ("4500ms", 4500)
+    finally:
+        connection.close()

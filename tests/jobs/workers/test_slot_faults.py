@@ -103,8 +103,9 @@ def test_a_slot_whose_worker_is_killed_is_billed_until_last_seen_and_rejoins_its
     )
     main = main_process_of(f"slot0@{name}")
     os.kill(main, signal.SIGKILL)
-    # Read once the kill is done: a heartbeat the slot stamped just before it is still its last sign of life,
-    # and a loaded machine may run one between a time read before the kill and the kill.
+    # Read once the process is dead (a zombie or gone): a heartbeat that looked at the slot before is still its
+    # last sign of life, and on a loaded machine one may look between the kill and the process's end.
+    wait_for(lambda: not process_runs(main), timeout=30, what="the slot's main process to die")
     killed_at = timezone.now()
 
     wait_for(lambda: not process_runs(shard.worker_pid), timeout=30, what="the slot's pool process to go with it")
