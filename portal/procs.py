@@ -104,5 +104,5 @@ class StopRequested:
 
     def sleep(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
-        while not self.requested and time.monotonic() < deadline:
-            time.sleep(min(0.2, deadline - time.monotonic()))
+        while not self.requested and (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(0.2, left))  # read once: a second read could be past the deadline, and negative

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from jobs.workers.node import process_runs
-from portal.procs import Children
+from portal.procs import Children, StopRequested
 from tests.support import wait_for
 
 STUBBORN = """
@@ -37,4 +37,17 @@ def test_children_that_ignore_their_stop_signal_are_killed_with_what_they_starte
     obedient, *stubborn = children.children
     assert obedient.process.returncode == -signal.SIGTERM
     assert [child.process.returncode for child in stubborn] == [-signal.SIGKILL] * 2
-    assert not [pid for pid in pids if process_runs(pid)], "a child's own child outlived it"
+    # Killed is not yet gone: the kernel ends a killed process a moment after the signal.
+    wait_for(lambda: not any(process_runs(pid) for pid in pids), timeout=30, what="a child's own child to go with it")
+
+
+def test_a_supervisors_sleep_ends_at_its_deadline_however_close_the_deadline_is():
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        stop = StopRequested()
+        for _ in range(2000):
+            stop.sleep(1e-7)  # the time left read once: a second read past the deadline would be negative
+        assert not stop.requested
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
