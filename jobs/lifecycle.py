@@ -28,7 +28,7 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 
 from django.db import IntegrityError, transaction
-from django.db.models import Case, DurationField, F, Q, Value, When
+from django.db.models import Case, DurationField, F, Q, Subquery, Value, When
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
@@ -398,8 +398,8 @@ def give_back(allocation_id: int, idle: bool = False) -> bool:
     if not idle and not asked.filter(give_back=True).exists():
         return False  # the slot asks this after every shard: one read, no lock, when it is not asked back
     with transaction.atomic():
-        job_id = Allocation.objects.filter(pk=allocation_id).values_list("job_id", flat=True).first()
-        job = Job.objects.select_for_update().filter(pk=job_id, state=State.RUNNING).first()
+        holder = Allocation.objects.filter(pk=allocation_id).values("job_id")
+        job = Job.objects.select_for_update().filter(pk=Subquery(holder), state=State.RUNNING).first()
         if job is None or not job.flexible or job.time_limit_passed(now):
             return False
         hold = asked if idle else asked.filter(give_back=True)

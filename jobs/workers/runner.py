@@ -136,8 +136,8 @@ def _hand_over(job_id: int, allocation_id: int, runner: str, queue: str) -> str:
 def asked_back(job: Job, allocation_id: int) -> bool:
     """A flexible job's turn at a shard boundary: its limit's fields read again (its width moves its budget's
     end), and whether the scheduler asked this slot back, in one query."""
-    row = Allocation.objects.filter(pk=allocation_id).values_list("give_back", "job__budget_ends_at", "job__deadline")
-    asked, job.budget_ends_at, job.deadline = row.first() or (False, job.budget_ends_at, job.deadline)
+    rows = Allocation.objects.filter(pk=allocation_id).values_list("give_back", "job__budget_ends_at", "job__deadline")
+    asked, job.budget_ends_at, job.deadline = next(iter(rows), (False, job.budget_ends_at, job.deadline))
     return asked
 
 
