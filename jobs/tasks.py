@@ -14,8 +14,6 @@ from jobs import history, lifecycle, notify, processors, retention, scheduling
 from jobs.models import Job, State
 from jobs.outputs.assemble import assemble as assemble_output
 from jobs.reconcile import reconcile as reconcile_jobs
-from jobs.staging import scankernel
-from jobs.staging.stage import stage as stage_job
 from jobs.uploads import resumable
 from jobs.workers.runner import run_slot as run_slot_loop
 
@@ -24,6 +22,8 @@ log = logging.getLogger(__name__)
 
 @shared_task
 def stage(job_id: int) -> None:
+    from jobs.staging.stage import stage as stage_job  # noqa: PLC0415 (numba's scan: loaded where jobs stage)
+
     stage_job(job_id)
 
 
@@ -31,6 +31,8 @@ def stage(job_id: int) -> None:
 def warm_the_staging_scan(sender, **kwargs) -> None:
     """The control worker stages: it readies the scan before it forks its pool, which inherits it."""
     if sender.hostname.startswith("control@"):
+        from jobs.staging import scankernel  # noqa: PLC0415 (numba: the slots' and webhooks' workers never load it)
+
         scankernel.warm()
 
 
