@@ -52,10 +52,11 @@ serve: $(VENV)/.requirements client-wheel
 	E31_STATIC_FINDERS=false $(PY) -m gunicorn --config gunicorn.conf.py
 
 # The suite in TEST_RUNNERS runners at once (pytest-xdist): its tests wait on workers, servers and a browser, and
-# runners overlap their waits until the CPU is full (docs/benchmarks.md). `pytest` alone runs it in one.
+# runners overlap their waits until the CPU is full (docs/benchmarks.md). `pytest` alone runs it in one. The
+# slowest 25 tests are listed at the end: where to look first when the suite grows slower.
 TEST_RUNNERS ?= 3
 test: $(VENV)/.requirements-dev
-	$(PY) -m pytest -n $(TEST_RUNNERS) --dist loadgroup
+	$(PY) -m pytest -n $(TEST_RUNNERS) --dist loadgroup --durations=25
 
 lint: $(VENV)/.requirements-dev
 	$(VENV)/bin/ruff check .
