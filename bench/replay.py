@@ -31,7 +31,9 @@ submitted anyway, as best effort. A shard's lease is set past the longest shard,
 keeper would renew it.
 
 Its last line is one JSON object: `deadlines_met` (jobs with a deadline that succeeded by it ÷ jobs with
-a deadline; null without), `jct_mean_h` (submit to end, jobs without a deadline), `wait_mean_h` and
+a deadline; null without), `deadlines_told_infeasible` (how many were told at submit that theirs could not be
+met, and ran as best effort), `deadlines_missed_not_told` (how many missed one they were not told of: the
+protection failing), `jct_mean_h` (submit to end, jobs without a deadline), `wait_mean_h` and
 `wait_p95_h` (submit to the first hold, or to the end for a job never held), `utilisation` (slot-seconds
 spent on shards ÷ the slots × first submit to last end), `idle_share_while_waiting` (∫ min(free slots,
 slots asked for by queued jobs) dt over the same), `max_org_slowdown` (the organisation whose jobs'
@@ -446,14 +448,18 @@ class Replay:
     def figures(self, orgs: bool) -> dict:
         from jobs.models import ENDED, Job, State
 
-        rows = Job.objects.values_list("pk", "created", "started_at", "ended_at", "state")
-        jobs = [Outcome(self.ask[pk], *(_seconds(at) for at in times), state) for pk, *times, state in rows]
+        rows = Job.objects.values_list("pk", "created", "started_at", "ended_at", "state", "deadline_feasible")
+        jobs = [
+            Outcome(self.ask[pk], *(_seconds(at) for at in times), state, feasible)
+            for pk, *times, state, feasible in rows
+        ]
         if stuck := [job for job in jobs if job.state not in ENDED]:
             sys.exit(f"{len(stuck)} jobs never ended, the first {stuck[0].ask.name} {stuck[0].state}")
         first, last = min(job.submitted for job in jobs), max(job.ended for job in jobs)
         capacity = self.args.gpus * (last - first)
         with_deadline = [job for job in jobs if job.ask.deadline is not None]
-        met = [job for job in with_deadline if job.state == State.SUCCEEDED and job.ended <= job.ask.deadline]
+        met = [job for job in with_deadline if job.met]
+        told = [job for job in with_deadline if job.feasible is False]  # at submit: best effort, unprotected
         waits = sorted(job.wait for job in jobs)
         completions = [job.in_system / 3600 for job in jobs if job.ask.deadline is None]
         slowdowns: dict[str, list[float]] = {}
@@ -468,6 +474,10 @@ class Replay:
         )
         return {
             "deadlines_met": _round(len(met) / len(with_deadline)) if with_deadline else None,
+            "deadlines_told_infeasible": len(told) if with_deadline else None,
+            "deadlines_missed_not_told": sum(not job.met and job.feasible is not False for job in with_deadline)
+            if with_deadline
+            else None,
             "jct_mean_h": _round(sum(completions) / len(completions)) if completions else None,
             "wait_mean_h": _round(sum(waits) / len(waits)),
             "wait_p95_h": _round(waits[math.ceil(0.95 * len(waits)) - 1]),
@@ -490,6 +500,7 @@ class Outcome:
     started: float | None  # its first hold; None when it never had one
     ended: float
     state: str
+    feasible: bool | None  # what it was told at submit of its deadline; None without one, or under FIFO
 
     @property
     def wait(self) -> float:
@@ -499,6 +510,13 @@ class Outcome:
     @property
     def in_system(self) -> float:
         return self.ended - self.submitted
+
+    @property
+    def met(self) -> bool:
+        """Whether it succeeded by its deadline (one it has)."""
+        from jobs.models import State
+
+        return self.state == State.SUCCEEDED and self.ended <= self.ask.deadline
 
 
 def _seconds(at: datetime | None) -> float | None:

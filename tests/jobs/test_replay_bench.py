@@ -17,7 +17,8 @@ j3,0,1,30,,b
 j4,0,1,30,50,b
 """
 FIELDS = {
-    "deadlines_met", "jct_mean_h", "wait_mean_h", "wait_p95_h", "utilisation", "idle_share_while_waiting",
+    "deadlines_met", "deadlines_told_infeasible", "deadlines_missed_not_told",
+    "jct_mean_h", "wait_mean_h", "wait_p95_h", "utilisation", "idle_share_while_waiting",
     "max_org_slowdown", "org_jct_mean_h", "finished", "succeeded", "jobs", "wall_s",
 }  # fmt: skip
 
@@ -41,6 +42,7 @@ def test_it_replays_todays_fifo_order_in_simulated_time(tmp_path):
     assert figures["finished"] == figures["jobs"] == 4
     assert figures["succeeded"] == 3
     assert figures["deadlines_met"] == 0.0
+    assert (figures["deadlines_told_infeasible"], figures["deadlines_missed_not_told"]) == (0, 1)  # FIFO tells none
     assert figures["jct_mean_h"] == round(100 / 3600, 4)  # j1, j2, j3 end at 65, 100 and 135 s
     assert figures["wait_mean_h"] == round((0 + 65 + 100 + 50) / 4 / 3600, 4)
     assert figures["wait_p95_h"] == round(100 / 3600, 4)
@@ -54,5 +56,8 @@ def test_it_replays_every_job_to_its_end_with_the_default_policy(tmp_path):
 
     assert set(figures) == FIELDS
     assert figures["finished"] == figures["jobs"] == 4
+    # j4's deadline first: 5 s of warm-up and its 30 s shard end at 35 s, before 50 s, as it was told at submit.
+    assert figures["deadlines_met"] == 1.0
+    assert (figures["deadlines_told_infeasible"], figures["deadlines_missed_not_told"]) == (0, 0)
     assert 0 < figures["utilisation"] <= 1
     assert 0 <= figures["idle_share_while_waiting"] <= 1
