@@ -3,7 +3,7 @@ and every hold on its slots served by a live slot task."""
 
 import socket
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from django.conf import settings
@@ -46,13 +46,13 @@ def register(
     alive: set[int] | None = None,
     readings: dict[int, Reading] | None = None,
     work_kinds: list[str] | None = None,
-    seen=None,
+    seen: datetime | None = None,
 ) -> list[Gpu]:
     """Create or refresh the node and its slots; slots in `alive` (all by default) are seen now, or at
     `seen` (when their liveness was checked), with their GPU's utilisation and memory in use when NVML
     gave `readings`; the others keep when they were last seen (slot_stopped, which ends their holds
-    then, clears it). `work_kinds`, when given,
-    are the kinds the node's slots can run. The readings of held GPUs go into their holds' history."""
+    then, clears it). `work_kinds`, when given, are the kinds the node's slots can run. The readings of
+    held GPUs go into their holds' history."""
     now = seen or timezone.now()
     defaults = {"hostname": socket.gethostname(), "driver": driver, "last_seen": now}
     if work_kinds is not None:

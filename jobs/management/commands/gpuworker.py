@@ -19,6 +19,7 @@ import shutil
 import signal
 import sys
 import tempfile
+from datetime import datetime
 from pathlib import Path
 
 from django.conf import settings
@@ -171,7 +172,9 @@ def bound_lock_waits(sender, connection, **kwargs) -> None:
             cursor.execute(f"PRAGMA busy_timeout = {milliseconds}")
 
 
-def heartbeat(name: str, specs, driver: str, ready: set[int], gpus: list, work_kinds: list[str], seen) -> None:
+def heartbeat(
+    name: str, specs, driver: str, ready: set[int], gpus: list, work_kinds: list[str], seen: datetime
+) -> None:
     """The node and its ready slots were seen at `seen`, with their GPUs' readings."""
     nodes.register(name, specs, driver, ready, nvml.readings() if gpus else None, work_kinds, seen)
 
