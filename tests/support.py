@@ -203,7 +203,6 @@ class Worker:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-            self.log.flush()
             lines = (settings.VAR_DIR / f"{self.name}.log").read_text(errors="replace").splitlines()
             print(f"gpuworker {self.name} did not stop within 30 s of Ctrl-C; its log ends:", *lines[-80:], sep="\n")
         self.log.close()

@@ -53,8 +53,8 @@ def register(
     gave `readings`; the others keep when they were last seen (slot_stopped, which ends their holds
     then, clears it). `work_kinds`, when given, are the kinds the node's slots can run. The readings of
     held GPUs go into their holds' history."""
-    now = seen or timezone.now()
-    defaults = {"hostname": socket.gethostname(), "driver": driver, "last_seen": now}
+    seen = seen or timezone.now()
+    defaults = {"hostname": socket.gethostname(), "driver": driver, "last_seen": seen}
     if work_kinds is not None:
         defaults["work_kinds"] = work_kinds
     node, _ = Node.objects.update_or_create(name=node_name, defaults=defaults)
@@ -72,12 +72,12 @@ def register(
             "memory_used_mb": reading.memory_used_mb if reading else None,
         }
         if alive is None or spec.index in alive:
-            fields["last_seen"] = now
+            fields["last_seen"] = seen
         slot, _ = Gpu.objects.update_or_create(node=node, index=spec.index, defaults=fields)
         slots.append(slot)
     Gpu.objects.filter(node=node).exclude(index__in=[spec.index for spec in specs]).update(last_seen=None)
     if readings:
-        history.record_readings(slots, readings, now)
+        history.record_readings(slots, readings, seen)
     return slots
 
 
