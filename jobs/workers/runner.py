@@ -8,6 +8,7 @@ that marks the shard done is kept, so a shard done twice counts once. Its progre
 the renewal after a batch writes the records its claim has done so far, and a claim taken again starts at 0.
 """
 
+import functools
 import logging
 import os
 import resource
@@ -154,6 +155,8 @@ def skip_past_budget(job: Job) -> int:
 def claim_next(job: Job, gpu: Gpu) -> tuple[Shard, str] | None:
     """Claim the first shard nobody is working on; fail the job when one has used all its attempts."""
     now = timezone.now()
+    if claimed := _claim_first(job, gpu, now):
+        return claimed  # the common case, in one statement; the rest settles what it leaves
     claimable = Q(status=Shard.Status.PENDING) | Q(status=Shard.Status.RUNNING, lease_until__lt=now)
     # A running shard of this very slot was left by a worker process that died on it.
     claimable |= Q(status=Shard.Status.RUNNING, gpu=gpu)
@@ -197,6 +200,44 @@ def claim_next(job: Job, gpu: Gpu) -> tuple[Shard, str] | None:
         if won:
             return shard, token
     return None
+
+
+def _claim_first(job: Job, gpu: Gpu, now) -> tuple[Shard, str] | None:
+    """The claim most turns make, as one UPDATE ... RETURNING: the first claimable shard, in the order and on
+    the conditions of `claim_next`'s, taken when it has attempts left and did not fail on this slot. None
+    when it has not, or there is none, or the job no longer runs on this slot: `claim_next` then reads its
+    candidates and settles each. One statement rather than a read and a write, written out because a slot
+    makes it at every shard boundary (docs/benchmarks.md: the ORM compiling the two was a third of a replay).
+    PostgreSQL skips a shard another slot's claim has locked; SQLite runs one write at a time."""
+    token = uuid.uuid4().hex
+    lease = now + timedelta(seconds=settings.E31_SHARD_LEASE_SECONDS)
+    at, lease = (connection.ops.adapt_datetimefield_value(value) for value in (now, lease))
+    pending, running = Shard.Status.PENDING, Shard.Status.RUNNING
+    params = [running, token, gpu.pk, os.getpid(), lease, at]  # SET
+    params += [job.pk, pending, running, at, gpu.pk]  # the first claimable
+    params += [settings.E31_SHARD_MAX_ATTEMPTS, pending, gpu.pk, job.pk, State.RUNNING, job.pk, gpu.pk]
+    shards = list(Shard.objects.raw(_claim_sql(connection.vendor), params))
+    return (shards[0], token) if shards else None
+
+
+@functools.cache
+def _claim_sql(vendor: str) -> str:
+    """`_claim_first`'s statement for this database (`vendor` keys the cache), its tables named from the models."""
+    name = connection.ops.quote_name
+    shard, job, allocation = (name(model._meta.db_table) for model in (Shard, Job, Allocation))
+    returning = ", ".join(name(field.column) for field in Shard._meta.concrete_fields)
+    lock = " FOR UPDATE SKIP LOCKED" if connection.features.has_select_for_update_skip_locked else ""
+    return (
+        f"UPDATE {shard} SET status = %s, claim = %s, gpu_id = %s, attempts = attempts + 1, worker_pid = %s, "
+        f"lease_until = %s, started_at = %s, records_done = 0 "
+        f"WHERE id = (SELECT id FROM {shard} WHERE job_id = %s "
+        f"AND (status = %s OR (status = %s AND (lease_until < %s OR gpu_id = %s))) "
+        f"ORDER BY {name('index')} LIMIT 1{lock}) "
+        f"AND attempts < %s AND (status <> %s OR failed_on_id IS NULL OR failed_on_id <> %s) "
+        f"AND job_id IN (SELECT id FROM {job} WHERE id = %s AND state = %s) "
+        f"AND job_id IN (SELECT job_id FROM {allocation} WHERE job_id = %s AND gpu_id = %s AND held_to IS NULL) "
+        f"RETURNING {returning}"
+    )
 
 
 def _another_live_slot(job: Job, gpu: Gpu) -> bool:

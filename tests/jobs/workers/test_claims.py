@@ -1,10 +1,15 @@
 """A shard is claimed by one slot only, even when two slots race for it on separate connections."""
 
+import os
 import threading
 import time
+from datetime import timedelta
 
 import pytest
+from django.conf import settings
 from django.db import connection, connections, transaction
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from jobs import lifecycle
 from jobs.models import Job, Shard, State
@@ -77,3 +82,59 @@ def test_a_shard_that_failed_on_a_slot_is_left_to_another_live_slot_and_taken_wh
     running_job.allocations.filter(gpu=second).update(held_to=running_job.started_at)
     shard, _ = claim_next(running_job, first)
     assert shard.index == 1, "no other slot held: it retries them itself"
+
+
+def _more_shards(job: Job, count: int) -> None:
+    Shard.objects.bulk_create(
+        Shard(job=job, index=index, first_record=1, record_count=5, first_line=2, start_byte=0, end_byte=50)
+        for index in range(1, count + 1)
+    )
+
+
+def test_a_claim_of_a_plain_shard_is_one_statement_and_says_what_it_wrote(running_job, online_slots):
+    first, second = online_slots[:2]
+    _more_shards(running_job, 2)
+    taken = {"status": Shard.Status.RUNNING, "gpu": second, "attempts": 1}
+    Shard.objects.filter(job=running_job, index=0).update(**taken, lease_until=timezone.now() - timedelta(seconds=1))
+    Shard.objects.filter(job=running_job, index=1).update(**taken, lease_until=timezone.now() + timedelta(hours=1))
+    with CaptureQueriesContext(connection) as queries:
+        shard, token = claim_next(running_job, first)
+    assert len(queries) == 1, [query["sql"] for query in queries]
+    assert (shard.index, shard.status, shard.gpu, shard.claim, shard.attempts) == (0, "running", first, token, 2)
+    assert shard.lease_until > timezone.now(), "a lease that ran out is taken over, with a lease of its own"
+    Shard.objects.filter(pk=shard.pk).update(status=Shard.Status.DONE)
+    shard, _ = claim_next(running_job, first)
+    assert shard.index == 2, "a live lease is left alone"
+    stored = Shard.objects.get(pk=shard.pk)
+    assert (stored.status, stored.gpu, stored.attempts, stored.worker_pid) == ("running", first, 1, os.getpid())
+
+
+def test_a_shard_out_of_attempts_is_settled_before_the_next_is_claimed(running_job, online_slots):
+    _more_shards(running_job, 1)
+    Shard.objects.filter(job=running_job, index=0).update(attempts=settings.E31_SHARD_MAX_ATTEMPTS, error="boom")
+    Job.objects.filter(pk=running_job.pk).update(allow_partial=True)
+    running_job.refresh_from_db()
+    shard, _ = claim_next(running_job, online_slots[0])
+    assert shard.index == 1
+    assert Shard.objects.get(job=running_job, index=0).status == Shard.Status.FAILED, "left out, not retried"
+
+
+@pytest.mark.skipif("connection.vendor != 'postgresql'", reason="SQLite makes one write at a time: a claim waits")
+def test_on_postgresql_a_claim_passes_over_a_shard_another_slot_is_claiming(running_job, online_slots):
+    first, second = online_slots[:2]
+    _more_shards(running_job, 1)
+    result = {}
+
+    def claim():
+        try:
+            result["second"] = claim_next(running_job, second)
+        finally:
+            connections.close_all()
+
+    with transaction.atomic():
+        assert claim_next(running_job, first)[0].index == 0
+        racer = threading.Thread(target=claim)
+        racer.start()
+        racer.join(timeout=30)
+        assert not racer.is_alive(), "it waited for the first claim's transaction"
+    assert result["second"][0].index == 1
