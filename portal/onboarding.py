@@ -75,8 +75,10 @@ def _taken(slug: str) -> bool:
         return True
     if any((root / slug).exists() for root in settings.E31_STAGING_ROOTS):
         return True
+    from jobs.staging import s3_reads  # noqa: PLC0415 (boto3: loaded where S3 is read)
+
     try:
-        return s3.prefix_in_use(slug)
+        return s3_reads.prefix_in_use(slug)
     except s3.S3Error as error:
         raise AcceptError(f"its folders could not be checked: {error} Try again.") from None
 

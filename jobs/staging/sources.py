@@ -229,8 +229,10 @@ def _download(url: str, progress: StagingProgress) -> Iterator[BinaryIO]:
 def _download_s3(job: Job, progress: StagingProgress) -> Iterator[BinaryIO]:
     credentials = s3.unseal(job.source_secret) if job.source_secret else None
     with tempfile.TemporaryFile(dir=settings.FILE_UPLOAD_TEMP_DIR) as scratch:
+        from jobs.staging import s3_reads  # noqa: PLC0415 (boto3: loaded where S3 is read)
+
         try:
-            s3.download(job.source_uri, credentials, scratch, progress)
+            s3_reads.download(job.source_uri, credentials, scratch, progress)
         except s3.S3Error as error:
             raise SourceError(str(error)) from None
         scratch.seek(0)
@@ -272,8 +274,10 @@ def copy_model(location: str, slug: str, into: BinaryIO, s3_credentials: dict | 
     if kind == Job.Source.PATH and server_path(location, slug).stat().st_size > settings.E31_MAX_MODEL_BYTES:
         raise SourceError(f"{location} is larger than the {settings.E31_MAX_MODEL_BYTES:,}-byte limit for a model.")
     if kind == Job.Source.S3:
+        from jobs.staging import s3_reads  # noqa: PLC0415 (boto3: loaded where S3 is read)
+
         try:
-            s3.copy_model(location, s3_credentials, into)
+            s3_reads.copy_model(location, s3_credentials, into)
         except s3.S3Error as error:
             raise SourceError(str(error)) from None
         name = f"{name}.tar" if s3.parse(location).is_prefix else name

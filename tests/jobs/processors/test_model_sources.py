@@ -20,7 +20,7 @@ from jobs import processors, services
 from jobs.models import Job, Node, State
 from jobs.processors.partner_model import Embed
 from jobs.spec import Data, JobSpec, NamedFile, Request, Work
-from jobs.staging import s3
+from jobs.staging import s3, s3_reads
 from tests import hf_models
 from tests.hf_models import checkable_bert, zipped_folder
 from tests.jobs.processors.test_onnx_infer import output_of
@@ -154,8 +154,8 @@ def test_a_model_on_s3_is_read_with_its_own_credentials_and_the_data_with_its(
     _, partner = bucket
     partner.put_object(Bucket="partner-models", Key="notes.csv", Body=b"id,text\n1,good\n")
     own = {"access_key_id": "model-key", "secret_access_key": "model-secret-value"}
-    used, real = [], s3.client
-    monkeypatch.setattr(s3, "client", lambda credentials: used.append(credentials) or real(credentials))
+    used, real = [], s3_reads.client
+    monkeypatch.setattr(s3_reads, "client", lambda credentials: used.append(credentials) or real(credentials))
     data = Data(location="s3://partner-models/notes.csv", s3_credentials=CREDENTIALS)
     model = "s3://partner-models/encoders/bert/"
     job = submit(organisation, data=data, model_location=model, model_s3_credentials=own)
