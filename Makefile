@@ -53,10 +53,12 @@ serve: $(VENV)/.requirements client-wheel
 
 # The suite in TEST_RUNNERS runners at once (pytest-xdist): its tests wait on workers, servers and a browser, and
 # runners overlap their waits until the CPU is full (docs/benchmarks.md). `pytest` alone runs it in one. The
-# slowest 25 tests are listed at the end: where to look first when the suite grows slower.
+# slowest 25 tests are listed at the end: where to look first when the suite grows slower. The suite starts a few
+# hundred processes, so it writes the portal's bytecode (__pycache__/, ignored by git) even where the shell says
+# not to (PYTHONDONTWRITEBYTECODE): else each of them compiles every module it imports from source again.
 TEST_RUNNERS ?= 3
 test: $(VENV)/.requirements-dev
-	$(PY) -m pytest -n $(TEST_RUNNERS) --dist loadgroup --durations=25
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -n $(TEST_RUNNERS) --dist loadgroup --durations=25
 
 lint: $(VENV)/.requirements-dev
 	$(VENV)/bin/ruff check .

@@ -42,10 +42,15 @@ THREAD_VARIABLES = (
 )  # fmt: skip
 
 
+# What every Celery worker of the node runs with: memory kept for reuse (portal.procs.KEEP_FREED_MEMORY), and
+# Django's system checks not run again: the gpuworker ran them as it started, and a worker would load every URL
+# conf and view for them (a fifth of its start's CPU, docs/benchmarks.md), at each restart too.
+WORKER_ENVIRONMENT = {"CELERY_SKIP_CHECKS": "1", **KEEP_FREED_MEMORY}
+
+
 def slot_environment(threads: int) -> dict[str, str]:
-    """What a slot's process runs with: its share of the cores for every math library, and memory
-    kept for reuse (portal.procs.KEEP_FREED_MEMORY)."""
-    return {**dict.fromkeys(THREAD_VARIABLES, str(threads)), **KEEP_FREED_MEMORY}
+    """What a slot's process runs with: its share of the cores for every math library, and WORKER_ENVIRONMENT."""
+    return {**dict.fromkeys(THREAD_VARIABLES, str(threads)), **WORKER_ENVIRONMENT}
 
 
 def cuda_device(spec: nodes.SlotSpec) -> str:
@@ -100,7 +105,7 @@ class Command(BaseCommand):
         if not no_control:
             for queue in ("control", "webhooks"):
                 worker = celery_worker(queue, f"{queue}@{name}", 2)
-                children.start(queue, worker, KEEP_FREED_MEMORY, stop_signal=signal.SIGQUIT)
+                children.start(queue, worker, WORKER_ENVIRONMENT, stop_signal=signal.SIGQUIT)
         noun = "GPU" if gpus else "CPU slot"
         work_kinds = processors.runnable_here()
         self.stdout.write(

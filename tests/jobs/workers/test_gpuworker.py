@@ -5,6 +5,7 @@ import os
 import re
 import signal
 import uuid
+from pathlib import Path
 
 import pytest
 from django.conf import settings
@@ -12,7 +13,7 @@ from django.core.files.storage import default_storage
 from django.db import connection
 
 from jobs import enqueue, processors
-from jobs.management.commands.gpuworker import bound_lock_waits
+from jobs.management.commands.gpuworker import Command, bound_lock_waits
 from jobs.models import Gpu, Job, State
 from jobs.staging import stage
 from tests.factories import make_job
@@ -34,6 +35,9 @@ def test_it_registers_its_slots_restarts_a_dead_worker_and_leaves_nothing_behind
     wait_for(lambda: Gpu.objects.online().filter(node__name=worker.name).count() == 1, timeout=60)
     slot = f"slot0@{worker.name}"
     first = wait_for(lambda: main_process_of(slot), timeout=30)
+    environment = Path(f"/proc/{first}/environ").read_bytes().split(b"\0")
+    assert b"CELERY_SKIP_CHECKS=1" in environment, "the gpuworker ran the system checks: its workers do not again"
+    assert Command.requires_system_checks == "__all__"
     os.kill(first, signal.SIGKILL)
     wait_for(lambda: main_process_of(slot) not in (None, first), timeout=30, what="a restart")
 
