@@ -38,20 +38,26 @@ def _blocked_on_a_lock() -> bool:
         return cursor.fetchone()[0] > 0
 
 
-def test_the_slot_that_loses_the_race_for_a_shard_claims_nothing(running_job, online_slots):
-    first, second = online_slots[:2]
-    result = {}
+def _claim_beside(job: Job, slot, result: dict) -> threading.Thread:
+    """A claim by `slot` on a connection of its own, in a thread started now; what it claimed in `result`."""
 
-    def race():
+    def claim():
         try:
-            result["second"] = claim_next(running_job, second)
+            result["second"] = claim_next(job, slot)
         finally:
             connections.close_all()
 
+    racer = threading.Thread(target=claim)
+    racer.start()
+    return racer
+
+
+def test_the_slot_that_loses_the_race_for_a_shard_claims_nothing(running_job, online_slots):
+    first, second = online_slots[:2]
+    result = {}
     with transaction.atomic():
         assert claim_next(running_job, first) is not None
-        racer = threading.Thread(target=race)
-        racer.start()
+        racer = _claim_beside(running_job, second, result)
         wait_for(_blocked_on_a_lock, what="the second claim to wait for the first")
     racer.join(timeout=30)
     assert result == {"second": None}
@@ -119,22 +125,17 @@ def test_a_shard_out_of_attempts_is_settled_before_the_next_is_claimed(running_j
     assert Shard.objects.get(job=running_job, index=0).status == Shard.Status.FAILED, "left out, not retried"
 
 
-@pytest.mark.skipif("connection.vendor != 'postgresql'", reason="SQLite makes one write at a time: a claim waits")
+@pytest.mark.skipif(
+    "connection.vendor != 'postgresql'",
+    reason="PostgreSQL's SKIP LOCKED: SQLite lets one writer in at a time, so there a second claim waits its turn",
+)
 def test_on_postgresql_a_claim_passes_over_a_shard_another_slot_is_claiming(running_job, online_slots):
     first, second = online_slots[:2]
     _more_shards(running_job, 1)
     result = {}
-
-    def claim():
-        try:
-            result["second"] = claim_next(running_job, second)
-        finally:
-            connections.close_all()
-
     with transaction.atomic():
         assert claim_next(running_job, first)[0].index == 0
-        racer = threading.Thread(target=claim)
-        racer.start()
+        racer = _claim_beside(running_job, second, result)
         racer.join(timeout=30)
         assert not racer.is_alive(), "it waited for the first claim's transaction"
     assert result["second"][0].index == 1
