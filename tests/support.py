@@ -120,6 +120,41 @@ def wait_for(predicate, timeout: float = 30.0, interval: float = 0.05, what: str
         time.sleep(interval)
 
 
+def kill_when(
+    processes: Callable[[], list[int]],
+    found: Callable[[list[int]], Any],
+    timeout: float = 60.0,
+    what: str = "the condition",
+) -> Any:
+    """Kills the processes (SIGKILL) once `found(pids)` holds while they are stopped (SIGSTOP), and returns what
+    it found. Read while they run, a shard they are running may be done before the kill lands; read while they
+    are stopped, it is what they were doing when they died."""
+
+    def signal_all(pids: list[int], signum: int) -> None:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+
+    def stopped(pid: int) -> bool:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        return state in "TtZX"
+
+    def stopped_and_found():
+        pids = processes()
+        if not pids:
+            return None
+        signal_all(pids, signal.SIGSTOP)
+        wait_for(lambda: all(stopped(pid) for pid in pids), timeout=10, interval=0.005, what="the processes to stop")
+        value = found(pids)
+        signal_all(pids, signal.SIGKILL if value else signal.SIGCONT)
+        return value
+
+    return wait_for(stopped_and_found, timeout, interval=0.02, what=what)
+
+
 def ids_from(start: int, *app_labels: str) -> None:
     """The next row of every model of these apps takes its id from `start` on, as in a portal that has run for
     years: a page is looked at with the ids it will show there (#1234567), not with a fresh database's #1. (A

@@ -5,7 +5,6 @@ each GPU for its own time."""
 
 import math
 import os
-import signal
 from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -25,7 +24,7 @@ from jobs.workers.node import go_offline, take_silent_nodes_offline
 from jobs.workers.runner import ShardLost, claim_next, process_shard, run_slot
 from tests.datasets import csv_bytes
 from tests.jobs.workers.gpu_time import as_gpu_hours, gpu_seconds
-from tests.support import Worker, Workers, job_form, wait_for, wait_for_end, wait_for_slots
+from tests.support import Worker, Workers, job_form, kill_when, wait_for, wait_for_end, wait_for_slots
 
 pytestmark = pytest.mark.system
 
@@ -219,15 +218,15 @@ def test_a_node_killed_mid_job_goes_offline_and_the_job_finishes_on_the_other(no
     job = Job.objects.get()
     victim, survivor = nodes_to_kill
 
-    def running_on_victim_seen_while_held():
+    def running_on_victim_seen_while_held(pids):
         held = Allocation.objects.filter(job=job, gpu__node__name=victim.name).first()
         if held is None or Node.objects.get(name=victim.name).last_seen <= held.held_from:
             return None
         return Shard.objects.filter(job=job, status=Shard.Status.RUNNING, gpu__node__name=victim.name).first()
 
-    lost = wait_for(running_on_victim_seen_while_held, timeout=60, what="a shard to run on the victim node")
-    for pid in node_processes(victim.process.pid):  # the whole machine: gpuworker, its workers, their pools
-        os.kill(pid, signal.SIGKILL)
+    lost = kill_when(  # the whole machine: gpuworker, its workers, their pools
+        lambda: node_processes(victim.process.pid), running_on_victim_seen_while_held, what="a shard on the victim"
+    )
     victim.process.wait()
 
     released = wait_for(

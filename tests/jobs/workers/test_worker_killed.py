@@ -1,16 +1,13 @@
 """A worker process killed with SIGKILL in the middle of a shard: the shard is done again, the job
 still succeeds, and its output holds every record exactly once."""
 
-import os
-import signal
-
 import pyarrow.parquet as pq
 import pytest
 from django.core.files.storage import default_storage
 
 from jobs.models import Job, Shard, State
 from tests.datasets import csv_bytes
-from tests.support import job_form, wait_for, wait_for_end
+from tests.support import job_form, kill_when, wait_for_end
 
 pytestmark = [pytest.mark.system, pytest.mark.django_db(transaction=True)]
 
@@ -23,13 +20,13 @@ def test_it_processes_the_shard_again_after_sigkill(fleet, partner_client):
     assert partner_client.post("/jobs/new/", form).status_code == 302
     job = Job.objects.get()
 
-    victim = wait_for(
-        lambda: Shard.objects.filter(job=job, status=Shard.Status.RUNNING, worker_pid__isnull=False).first(),
-        timeout=60,
-        interval=0.02,
-        what="a shard to start running",
+    def running(pids=None):
+        shards = Shard.objects.filter(job=job, status=Shard.Status.RUNNING, worker_pid__isnull=False)
+        return shards.filter(worker_pid__in=pids).first() if pids else shards.first()
+
+    victim = kill_when(
+        lambda: [shard.worker_pid] if (shard := running()) else [], running, what="a shard to start running"
     )
-    os.kill(victim.worker_pid, signal.SIGKILL)
 
     wait_for_end(job, timeout=120)
     assert job.state == State.SUCCEEDED, job.error
