@@ -10,7 +10,7 @@ from django.urls import reverse
 from billing.metering import Meter
 from billing.models import MONEY, RateCard
 from jobs.facts import JobFacts
-from jobs.models import Job, JobEvent
+from jobs.models import Job, JobEvent, State
 
 HOURS = Decimal("0.01")
 
@@ -44,7 +44,10 @@ def job_json(job: Job, facts: JobFacts | None = None) -> dict:
             "source_kind": job.source_kind,
             "name": job.source_name,
             "location": job.source_location,
+            "parts": job.parts_shown,
             "bytes": job.input_bytes,
+            "compression": job.input_compression or None,
+            "sent_bytes": job.sent_bytes,
             "sha256": job.input_sha256,
             "format": job.input_format,
         },
@@ -58,6 +61,7 @@ def job_json(job: Job, facts: JobFacts | None = None) -> dict:
             "allow_partial": job.allow_partial,
         },
         "deadline_feasible": job.deadline_feasible,
+        "deadline_at_risk": _at_risk(job),
         "expected_start": at(facts.expected_start),
         "expected_finish": at(facts.expected_finish),
         "retention": {
@@ -79,6 +83,8 @@ def job_json(job: Job, facts: JobFacts | None = None) -> dict:
             "records_per_second": progress.records_per_second,
             "eta_seconds": progress.eta_seconds,
             "staging_percent": job.staging_percent,
+            "streaming": job.streaming,
+            "staged_bytes": job.staging_done if job.streaming or job.state == State.STAGING else job.input_bytes,
         },
         "queue": {"place": facts.queue_position, "latest_start": at(facts.latest_start)},
         "meter": meter_json(facts.meter),
@@ -102,6 +108,7 @@ def checked_json(job: Job) -> dict:
             "source_kind": job.source_kind,
             "name": job.source_name,
             "location": job.source_location,
+            "parts": job.parts_shown,
             "sha256": job.expected_sha256,
             "format": job.input_format,
         },
@@ -147,3 +154,15 @@ def output_json(job: Job, names: list[str]) -> dict:
 
 def event_json(event: JobEvent) -> dict:
     return {"at": at(event.at), "state": event.state, "message": event.message}
+
+
+def _at_risk(job: Job) -> dict | None:
+    """A job told at submit that its deadline could be met, told since that it no longer can; None else."""
+    if job.deadline_at_risk_since is None:
+        return None
+    return {
+        "since": at(job.deadline_at_risk_since),
+        "reason": job.deadline_at_risk_reason,
+        "expected_finish": at(job.deadline_at_risk_finish),
+        "message": job.deadline_at_risk,
+    }

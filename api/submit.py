@@ -79,6 +79,24 @@ class ParamValue(serializers.Field):
         return value
 
 
+@extend_schema_field({"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]})
+class Locations(serializers.Field):
+    """The data's location as text, or a list of them: the parts of one dataset, joined in that order. Each is
+    passed on as given (whitespace too), for the service to check."""
+
+    default_error_messages = {"invalid": "Give a location as text, or the parts' locations as a list of text."}
+
+    def to_internal_value(self, data):
+        if isinstance(data, str):
+            return data
+        if not isinstance(data, list) or not all(isinstance(item, str) for item in data):
+            self.fail("invalid")
+        return data
+
+    def to_representation(self, value):
+        return value
+
+
 class S3CredentialsIn(Strict):
     access_key_id = serializers.CharField(required=False, allow_blank=True, max_length=128)
     secret_access_key = serializers.CharField(required=False, allow_blank=True, max_length=256)
@@ -99,9 +117,7 @@ class WorkIn(Strict):
 
 class DataIn(Strict):
     upload = serializers.UUIDField(required=False, allow_null=True, default=None)
-    location = serializers.CharField(
-        required=False, allow_blank=True, default="", max_length=2000, trim_whitespace=False
-    )
+    location = Locations(required=False, default="")
     s3_credentials = S3CredentialsIn(required=False, allow_null=True, default=None)
     sha256 = serializers.CharField(required=False, allow_blank=True, default="", max_length=100)
 
@@ -190,7 +206,8 @@ def _spec(given: dict, model: NamedFile | None) -> JobSpec:
         ),
         Data(
             upload=data["upload"],
-            location=data["location"],
+            location=data["location"] if isinstance(data["location"], str) else "",
+            locations=() if isinstance(data["location"], str) else tuple(data["location"]),
             s3_credentials=_credentials(data["s3_credentials"]),
             sha256=clean_name(data["sha256"]),
         ),
@@ -235,7 +252,8 @@ def _field(field: str, spec: JobSpec | None) -> str:
         if len(given) == 1 and not spec.work.model:
             return f"work.{given[0]}"
     if field == "data" and spec is not None:
-        given = [name for name in ("upload", "location") if getattr(spec.data, name)]
+        ways = (("upload", spec.data.upload), ("location", spec.data.location or spec.data.locations))
+        given = [name for name, value in ways if value]
         return f"data.{given[0]}" if len(given) == 1 else "data"
     return FIELDS.get(field, field)
 

@@ -8,7 +8,18 @@
    loopback in 16 MiB chunks with SHA-256 checksums: MB/s, and the server's peak RSS (VmHWM), which
    must stay under 200 MB whatever the size;
 4. CSV to shards: records/s of staging's read (count, check, infer types, cut shards) against
-   `pyarrow.csv.read_csv` reading the same file alone (target >= 0.7).
+   `pyarrow.csv.read_csv` reading the same file alone (target >= 0.7);
+5. a gzip JSONL on a server path (issue 40): staging's copy of it (decompressed, hashed as sent,
+   written) against `gzip -dc | sha256sum` (`pigz -dc` where it is installed), in rounds (target >= 0.9;
+   --only gzip, --gzip-gb);
+6. staging at the wire's speed (issue 40), from bench/ranged_server.py (ranges, sendfile) in a process of
+   its own, each in rounds with its ratio paired (target >= 0.9 each): one file over HTTP (staging's
+   ranged GETs over several connections) against `curl -o` and sha256 alone (--only ranges,
+   --ranged-gb); the same file as an S3 object against boto3's own download into a file and sha256
+   alone (--only s3); 16 files of 64 MB against `curl --parallel`, by this portal's fetch path (16
+   fetches at once into one sink that hashes each part) and by staging them as one dataset of parts
+   (--only parts, --parts, --part-mb); staging's peak RSS at two sizes, flat in the dataset's size
+   (--only memory, --memory-gb).
 
     .venv/bin/python bench/staging.py [--gb 5] [--http-gb 2] [--repeat 3] [--upload-gb 1,4] [--rows 1000000]
 
@@ -19,16 +30,22 @@ phases (download, copy into job storage, the read that counts and cuts).
 
 import argparse
 import base64
+import contextlib
 import hashlib
 import http.client
+import json
 import os
+import queue
+import random
 import resource
 import shutil
 import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import scratch
@@ -47,9 +64,10 @@ from django.test import Client  # noqa: E402
 
 from jobs import processors  # noqa: E402
 from jobs.models import Job, State  # noqa: E402
-from jobs.staging import scankernel, stage  # noqa: E402
+from jobs.staging import fetch, s3, scankernel, stage  # noqa: E402
 from jobs.staging.describe import describe_and_cut  # noqa: E402
 from jobs.staging.progress import StagingProgress  # noqa: E402
+from jobs.staging.staged_copy import copy_to_job_storage  # noqa: E402
 from portal.models import Membership, Organisation  # noqa: E402
 
 ROOT, SCRATCH = scratch.ROOT, scratch.SCRATCH
@@ -128,9 +146,13 @@ def run_staging(organisation, phases: Phases, **source) -> tuple[Job, Timed, dic
     return job, timing, phases.split(ended)
 
 
-def timed(command: list[str]) -> Timed:
+def timed(command: list[str] | Callable[[], object]) -> Timed:
+    """A command's run, or a call's."""
     with Timed() as timing:
-        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+        if callable(command):
+            command()
+        else:
+            subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     return timing
 
 
@@ -166,7 +188,15 @@ def settle(cold: bool, left: Path | None = None) -> None:
 
 
 def side_by_side(
-    label: str, baseline: str, command: list[str], data: Path, repeat: int, cold: bool, organisation, phases, **source
+    label: str,
+    baseline: str,
+    command: list[str] | Callable[[], object],
+    data: Path,
+    repeat: int,
+    cold: bool,
+    organisation,
+    phases,
+    **source,
 ) -> None:
     """sha256 alone, the plain tool, then staging, `repeat` rounds in turn (this machine is noisy): each
     round's figures and its paired ratio to the faster of the two others (issue 18's target: >= 0.9),
@@ -177,7 +207,7 @@ def side_by_side(
     baseline_copy = SCRATCH / "baseline-copy"
     # Untimed, each once: memory for the first run to fill, and staging's own (its chunks' heap) grown
     # as in a control worker that has staged before.
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    timed(command)
     settle(cold, baseline_copy)
     job, _, _ = run_staging(organisation, phases, **source)
     left = Path(default_storage.path(job.staged_path))
@@ -233,6 +263,215 @@ def bench_http(organisation, phases: Phases, data: Path, repeat: int, cold: bool
     finally:
         server.terminate()
         server.wait()
+
+
+@contextlib.contextmanager
+def ranged_server(folder: Path) -> Iterator[str]:
+    """bench/ranged_server.py serving `folder` in a process of its own; its base URL (an S3 endpoint too)."""
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, str(ROOT / "bench" / "ranged_server.py"), str(folder), str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_port(port)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait()
+
+
+def bench_ranges(organisation, phases: Phases, data: Path, repeat: int, cold: bool) -> None:
+    """One file from a server that takes ranges: staging fetches it in parts over several connections at once."""
+    with ranged_server(data.parent.parent) as base:
+        url = f"{base}/{data.parent.name}/{data.name}"
+        command = ["curl", "-sS", "-o", str(SCRATCH / "baseline-copy"), url]
+        side_by_side(
+            "HTTP with ranges", "curl", command, data, repeat, cold, organisation, phases,
+            source_kind=Job.Source.URL, source_uri=url, source_name=data.name,
+        )  # fmt: skip
+        ratios = []
+        for number in range(repeat):
+            (SCRATCH / "baseline-copy").unlink(missing_ok=True)
+            settle(cold)
+            hashed = hash_alone(data)
+            settle(cold)
+            plain = timed(command)
+            settle(cold, SCRATCH / "baseline-copy")
+            with Timed() as ours, HashedOnItsOwn() as sink:
+                fetch.fetch(url, sink, max_bytes=data.stat().st_size, allowed_hosts=("127.0.0.1",))
+            ratios.append(plain.wall / ours.wall if plain.wall > hashed.wall else hashed.wall / ours.wall)
+            print(
+                f"fetch alone, round {number + 1}: {data.stat().st_size / MB / ours.wall:.1f} MB/s "
+                f"({ours.cores / (data.stat().st_size / 1e9):.2f} core-s/GB); / min(curl, sha256) {ratios[-1]:.2f}"
+            )
+        print(f"fetch alone (sha256 on a thread of its own): / min(curl, sha256 alone) median {spread(ratios)}")
+
+
+class HashedOnItsOwn:
+    """A sink that takes the fetch's buffers lent, as staging's body does, and hashes them on a thread of its
+    own: the fetch path and its checksum, without the scan, the copy and the read after it."""
+
+    def __enter__(self):
+        self.chunks: queue.Queue = queue.Queue(16)
+        self.thread = threading.Thread(target=self._hash)
+        self.thread.start()
+        return self
+
+    def write_lent(self, data: memoryview, done) -> None:
+        self.chunks.put((data, done))
+
+    def _hash(self) -> None:
+        digest = hashlib.sha256()
+        while (chunk := self.chunks.get()) is not None:
+            digest.update(chunk[0])
+            chunk[1]()
+
+    def __exit__(self, *exc):
+        self.chunks.put(None)
+        self.thread.join()
+
+
+def bench_s3(organisation, phases: Phases, data: Path, repeat: int, cold: bool) -> None:
+    """The same file as an S3 object (the ranged server answers S3's path-style GETs and HEADs): staging
+    streams its ranged GETs into the copy; boto3's own download (s3transfer, ten connections) into a file is
+    what staging did before it read the copy."""
+    from boto3.s3.transfer import TransferConfig
+    from django.conf import settings
+
+    from jobs.staging import s3_reads
+
+    credentials = {"access_key_id": "bench", "secret_access_key": "bench"}
+    with ranged_server(data.parent.parent) as base:
+        settings.E31_STAGING_S3_ENDPOINT_URL = base
+        client = s3_reads.client(credentials)
+        config = TransferConfig(max_concurrency=s3_reads.CONNECTIONS)  # as many as the client's pool holds
+        download = lambda: client.download_file(  # noqa: E731
+            data.parent.name, data.name, str(SCRATCH / "baseline-copy"), Config=config
+        )
+        side_by_side(
+            "S3 with ranges", "boto3", download, data, repeat, cold, organisation, phases,
+            source_kind=Job.Source.S3, source_uri=f"s3://{data.parent.name}/{data.name}", source_name=data.name,
+            source_secret=s3.seal(credentials),
+        )  # fmt: skip
+
+
+class PartHashes:
+    """One sink for parts fetched at once: each part's bytes hashed as they arrive, in its own order, as
+    staging's parts are."""
+
+    def __init__(self, count: int):
+        self.parts = [hashlib.sha256() for _ in range(count)]
+
+    def part(self, number: int):
+        digest = self.parts[number]
+
+        class Part:
+            def write(self, data) -> int:
+                digest.update(data)
+                return len(data)
+
+        return Part()
+
+
+def bench_parts(organisation, phases: Phases, rows: Path, count: int, megabytes: int, repeat: int) -> None:
+    """`count` files of `megabytes` MB from the ranged server: `curl --parallel` of them all into files,
+    against this portal's fetch path (`count` fetches at once into one sink) and staging them as one dataset
+    of parts (jobs.staging.parts), in rounds, each round's ratios against curl's."""
+    folder = SCRATCH / "roots" / "parts"
+    files = [grow(rows, megabytes * 1_000_000, folder / f"part-{number:05d}.csv") for number in range(count)]
+    size = sum(file.stat().st_size for file in files)
+    out = SCRATCH / "baseline-parts"
+    out.mkdir(exist_ok=True)
+    with ranged_server(SCRATCH / "roots") as base:
+        urls = [f"{base}/parts/{file.name}" for file in files]
+        command = ["curl", "-sS", "--no-progress-meter", "--parallel", "--parallel-max", str(count)]
+        command += [argument for number, url in enumerate(urls) for argument in ("-o", str(out / str(number)), url)]
+
+        def fetched() -> None:
+            sink, failed = PartHashes(count), []
+
+            def one(number: int) -> None:
+                try:
+                    fetch.fetch(urls[number], sink.part(number), max_bytes=size, allowed_hosts=("127.0.0.1",))
+                except Exception as error:
+                    failed.append(error)
+
+            threads = [threading.Thread(target=one, args=(number,)) for number in range(count)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            assert not failed, failed
+
+        parts = {"source_kind": Job.Source.URL, "source_uri": urls[0], "source_name": files[0].name}
+        parts["source_parts"] = [{"location": url} for url in urls]
+        timed(command)  # untimed, each once
+        fetched()
+        job, _, _ = run_staging(organisation, phases, **parts)
+        left = Path(default_storage.path(job.staged_path))
+        rates = {"curl --parallel": [], "fetch": [], "staging": []}
+        for number in range(repeat):
+            settle(False, left)
+            curl = timed(command)
+            settle(False)
+            ours = timed(fetched)
+            settle(False)
+            job, staged, _ = run_staging(organisation, phases, **parts)
+            left = Path(default_storage.path(job.staged_path))
+            for name, run in zip(rates, (curl, ours, staged), strict=True):
+                rates[name].append(size / MB / run.wall)
+            print(
+                f"{count} parts of {megabytes} MB, round {number + 1}: "
+                + ", ".join(f"{name} {values[-1]:.1f} MB/s" for name, values in rates.items())
+                + f"; fetch / curl {rates['fetch'][-1] / rates['curl --parallel'][-1]:.2f}, staging / curl "
+                f"{rates['staging'][-1] / rates['curl --parallel'][-1]:.2f}"
+            )
+        left.unlink()
+    for name in ("fetch", "staging"):
+        ratios = [ours / curl for ours, curl in zip(rates[name], rates["curl --parallel"], strict=True)]
+        print(f"{count} parts: {name} / curl --parallel median {spread(ratios)} over {repeat} rounds")
+    shutil.rmtree(folder)
+    shutil.rmtree(out)
+
+
+def bench_memory(organisation, phases: Phases, rows: Path, sizes: list[float]) -> None:
+    """Staging's peak RSS (VmHWM, reset before each by /proc/self/clear_refs) from the ranged server, over
+    HTTP and S3, at each size: flat in the dataset's size."""
+    from django.conf import settings
+
+    credentials = {"access_key_id": "bench", "secret_access_key": "bench"}
+    with ranged_server(SCRATCH / "roots") as base:
+        settings.E31_STAGING_S3_ENDPOINT_URL = base
+        for gigabytes in sizes:
+            data = grow(rows, int(gigabytes * 1e9), SCRATCH / "roots" / "memory" / "data.csv")
+            for kind, location in (
+                (Job.Source.URL, f"{base}/memory/data.csv"),
+                (Job.Source.S3, "s3://memory/data.csv"),
+            ):
+                secret = s3.seal(credentials) if kind == Job.Source.S3 else ""
+                before = rss_mb(os.getpid())
+                Path("/proc/self/clear_refs").write_text("5\n")
+                job, timing, _ = run_staging(
+                    organisation, phases, source_kind=kind, source_uri=location, source_name="data.csv",
+                    source_secret=secret,
+                )  # fmt: skip
+                peak = peak_rss_mb(os.getpid())
+                Path(default_storage.path(job.staged_path)).unlink()
+                size = job.input_bytes / MB
+                print(
+                    f"memory, {kind} with ranges, {size:,.0f} MB: staging's peak RSS {peak:.0f} MB, "
+                    f"{peak - before:+.0f} MB over the {before:.0f} MB before ({size / timing.wall:.0f} MB/s)"
+                )
+            data.unlink()
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS")
 
 
 def wait_for_port(port: int) -> None:
@@ -343,6 +582,67 @@ def bench_csv(organisation, data: Path) -> None:
     )
 
 
+def make_jsonl(target_bytes: int, into: Path) -> Path:
+    """JSONL records (an id, a name of six words, an amount, a tag) until the file reaches target_bytes."""
+    chosen, words = random.Random(40), ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"]
+    with into.open("w") as out:
+        done = 0
+        while out.tell() < target_bytes:
+            lines = []
+            for number in range(done + 1, done + 10_001):
+                name = " ".join(chosen.choices(words, k=6))
+                amount = round(chosen.random() * 1000, 2)
+                lines.append(json.dumps({"id": number, "name": name, "amount": amount, "tag": words[number % 8]}))
+            out.write("\n".join(lines) + "\n")
+            done += 10_000
+    return into
+
+
+def bench_gzip(organisation, gigabytes: float, repeat: int) -> None:
+    """A gzip JSONL (`gzip -6`, one member) on a server path: staging's copy of it (`copy_to_job_storage`:
+    read, decompressed, hashed as sent, written into job storage) against `gzip -dc | sha256sum`, in turn,
+    each round's ratio paired. The copy is what a compressed source changes: the records are read after it
+    (or behind it, streaming) as from any staged copy."""
+    plain = make_jsonl(int(gigabytes * 1e9), SCRATCH / "rows.jsonl")
+    packed = SCRATCH / "roots" / organisation.slug / "served.jsonl.gz"
+    packed.parent.mkdir(parents=True, exist_ok=True)
+    with plain.open("rb") as source, packed.open("wb") as out:
+        subprocess.run(["gzip", "-6", "-c"], stdin=source, stdout=out, check=True)
+    plain.unlink()
+    decompress = "pigz -dc" if shutil.which("pigz") else "gzip -dc"
+    command = ["bash", "-o", "pipefail", "-c", f"{decompress} {packed} | sha256sum"]
+    job = clean_table_job(
+        organisation, state=State.STAGING, staging_claim="bench", source_kind=Job.Source.PATH,
+        source_uri=str(packed), source_name=packed.name,
+    )  # fmt: skip
+
+    def copied() -> tuple[Timed, int]:
+        with Timed() as timing:
+            path, size, sha256, _ = copy_to_job_storage(job, "bench/gzip.jsonl", StagingProgress(job.pk, "bench"))
+        default_storage.delete(path)
+        assert sha256 == hashlib.sha256(packed.read_bytes()).hexdigest(), "the SHA-256 of the bytes as sent"
+        return timing, size
+
+    timed(command)  # untimed, each once, as side_by_side does
+    copied()
+    ratios = []
+    for number in range(repeat):
+        settle(False)
+        piped = timed(command)
+        settle(False)
+        copy, size = copied()
+        ratio = piped.wall / copy.wall
+        ratios.append(ratio)
+        print(
+            f"gzip JSONL, {packed.stat().st_size / MB:,.0f} MB sent, {size / MB:,.0f} MB uncompressed, round "
+            f"{number + 1}: staging's copy {size / MB / copy.wall:.1f} MB/s ({copy.cores / (size / 1e9):.2f} "
+            f"core-s/GB), `{decompress} | sha256sum` {size / MB / piped.wall:.1f} MB/s "
+            f"({piped.cores / (size / 1e9):.2f} core-s/GB); copy / pipe {ratio:.2f}"
+        )
+    packed.unlink()
+    print(f"gzip JSONL: staging's copy / `{decompress} | sha256sum` median {spread(ratios)} over {repeat} rounds")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--gb", type=float, default=5.0, help="size of the server-path dataset")
@@ -351,7 +651,13 @@ def main() -> None:
     parser.add_argument("--http-gb", type=float, default=2.0, help="size of the HTTP dataset")
     parser.add_argument("--repeat", type=int, default=3, help="runs of the server-path and HTTP comparisons")
     parser.add_argument("--cold", action="store_true", help="read the data from disk each run (root only)")
-    parser.add_argument("--only", choices=["csv", "path", "http", "upload"], help="run one part only")
+    parser.add_argument("--gzip-gb", type=float, default=1.0, help="uncompressed size of the gzip JSONL dataset")
+    parser.add_argument("--ranged-gb", type=float, default=1.0, help="size of the ranged HTTP and S3 dataset")
+    parser.add_argument("--parts", type=int, default=16, help="files of the dataset of parts")
+    parser.add_argument("--part-mb", type=int, default=64, help="size of each of those files")
+    parser.add_argument("--memory-gb", default="0.25,2", help="sizes staged for the peak RSS, comma-separated")
+    kinds = ["csv", "path", "http", "upload", "gzip", "ranges", "s3", "parts", "memory"]
+    parser.add_argument("--only", choices=kinds, help="run one part only")
     options = parser.parse_args()
     scratch.as_a_pool_process()  # staging runs here as in the control worker's pool process
     call_command("migrate", verbosity=0)
@@ -363,8 +669,8 @@ def main() -> None:
     try:
         with scratch.embedded_broker():  # staging tells the scheduler when it is done
             print(f"{os.cpu_count()} cores; scratch {SCRATCH}")
-            wanted = {options.only} if options.only else {"csv", "path", "http", "upload"}
-            if wanted & {"csv", "path", "http"}:
+            wanted = {options.only} if options.only else set(kinds)
+            if wanted & {"csv", "path", "http", "ranges", "s3", "parts", "memory"}:
                 rows = scratch.make_csv(options.rows)
             if "csv" in wanted:
                 bench_csv(organisation, rows)
@@ -378,6 +684,19 @@ def main() -> None:
             if "upload" in wanted:
                 for gigabytes in options.upload_gb.split(","):
                     bench_upload(user, float(gigabytes))
+            if "gzip" in wanted:
+                bench_gzip(organisation, options.gzip_gb, options.repeat)
+            if wanted & {"ranges", "s3"}:
+                big = grow(rows, int(options.ranged_gb * 1e9), SCRATCH / "roots" / organisation.slug / "ranged.csv")
+                if "ranges" in wanted:
+                    bench_ranges(organisation, phases, big, options.repeat, options.cold)
+                if "s3" in wanted:
+                    bench_s3(organisation, phases, big, options.repeat, options.cold)
+                big.unlink()
+            if "parts" in wanted:
+                bench_parts(organisation, phases, rows, options.parts, options.part_mb, options.repeat)
+            if "memory" in wanted:
+                bench_memory(organisation, phases, rows, [float(size) for size in options.memory_gb.split(",")])
     finally:
         shutil.rmtree(SCRATCH, ignore_errors=True)
 

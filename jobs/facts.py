@@ -23,18 +23,20 @@ from jobs.scheduling import Fleet, sizing
 
 @dataclass(frozen=True)
 class Progress:
-    records_total: int
+    records_total: int | None  # None while staging streams into the pass: counted as staged
     records_done: int
     shards_total: int
     shards_done: int
     records_per_second: float | None
     eta_seconds: float | None
+    records_expected: int | None = None  # while staging streams into the pass: the records its size suggests
 
     @property
     def percent(self) -> int:
-        if not self.records_total:
+        total = self.records_total if self.records_total is not None else self.records_expected
+        if not total:
             return 0
-        return min(100, int(100 * self.records_done / self.records_total))
+        return min(100, int(100 * self.records_done / total))
 
 
 def _shard_totals(prefix: str = "") -> dict:
@@ -70,8 +72,12 @@ class JobFacts:
             totals = {name: getattr(job, name) for name in _shard_totals()}
         else:
             totals = job.shards.aggregate(**_shard_totals())
-        total = (job.records_total if job.kind == Job.Kind.PASS else totals["records_counted"]) or 0
-        records_done = min(total, (totals["records_finished"] or 0) + (totals["records_running"] or 0))
+        done = (totals["records_finished"] or 0) + (totals["records_running"] or 0)
+        if job.kind == Job.Kind.PASS and job.streaming:  # counted as staged: known once staging ends
+            total, expected, records_done = None, job.layout.get("expected_records"), done
+        else:
+            total = (job.records_total if job.kind == Job.Kind.PASS else totals["records_counted"]) or 0
+            expected, records_done = total, min(total, done)
         rate = eta = None
         if job.started_at and records_done:
             released = job.allocations.aggregate(Max("held_to"))["held_to__max"] if job.state != State.RUNNING else None
@@ -79,9 +85,10 @@ class JobFacts:
             elapsed = ((released or timezone.now()) - job.started_at + job.held_before).total_seconds()
             if elapsed > 0:
                 rate = records_done / elapsed
-                if job.state == State.RUNNING:
-                    eta = (total - records_done) / rate
-        return Progress(total, records_done, totals["shards_counted"], totals["shards_done"], rate, eta)
+                if job.state == State.RUNNING and expected:
+                    eta = max(0, expected - records_done) / rate
+        shards = (totals["shards_counted"], totals["shards_done"])
+        return Progress(total, records_done, *shards, rate, eta, expected if total is None else None)
 
     @cached_property
     def has_finished_shards(self) -> bool:
@@ -165,6 +172,8 @@ class JobFacts:
         if job.state == State.RUNNING:
             limit = job.time_limit_at()
             eta = self.progress.eta_seconds
+            if job.streaming and job.staging_eta is not None:
+                eta = max(eta or 0.0, job.staging_eta)  # its last shards can start only once their bytes arrive
             by_rate = timezone.now() + timedelta(seconds=eta) if eta is not None else limit
             return min(by_rate, limit) if limit else by_rate
         if job.expected_finish and job.expected_start and self.latest_start:

@@ -391,8 +391,11 @@ def give_back(allocation_id: int, idle: bool = False) -> bool:
     """At a shard boundary, a flexible job's slot ends its hold: the scheduler asked for it back
     (Allocation.give_back), or, `idle`, no shard is left for it while its other slots run the last ones.
     Its last slot goes back only with shards left to run: the job is back in the queue, in its place, the
-    meter off. False when the hold is not to end (a fixed job's, one not asked back, the job's limit
-    passed: it times out instead)."""
+    meter off. A job whose data is still staging (`streaming`), fixed or flexible, gives back an idle slot,
+    its last one too: no slot is held while it waits for bytes, and the job waits for them in the queue. A
+    fixed job's other slots are then asked back at their next shard boundaries: it runs on its whole width
+    or waits in the queue for it, never on part of it. False when the hold is not to end (a fixed job's
+    not so asked, one not asked back, the job's limit passed: it times out instead)."""
     now = timezone.now()
     asked = Allocation.objects.filter(pk=allocation_id, held_to__isnull=True)
     if not idle and not asked.filter(give_back=True).exists():
@@ -400,23 +403,30 @@ def give_back(allocation_id: int, idle: bool = False) -> bool:
     with transaction.atomic():
         holder = Allocation.objects.filter(pk=allocation_id).values("job_id")
         job = Job.objects.select_for_update().filter(pk=Subquery(holder), state=State.RUNNING).first()
-        if job is None or not job.flexible or job.time_limit_passed(now):
+        waits_for_bytes = idle and job is not None and job.streaming
+        if job is None or not (job.flexible or waits_for_bytes or not idle) or job.time_limit_passed(now):
             return False
         hold = asked if idle else asked.filter(give_back=True)
         allocation = hold.select_related("gpu", "gpu__node").first()
         others = Allocation.objects.filter(job=job, held_to__isnull=True).exclude(pk=allocation_id).count()
         pending = Shard.objects.filter(job=job, status=Shard.Status.PENDING).exists()
-        if allocation is None or not (others or (pending and not idle)):
+        if allocation is None or not (others or (pending and not idle) or waits_for_bytes):
             return False
         hold.update(held_to=now, give_back=True, modified=now)  # given back, not lost: no slot rejoins it
         UsageHour.add(Allocation.objects.filter(pk=allocation.pk))
         noun = "CPU slot" if allocation.gpu.kind == Gpu.Kind.CPU else "GPU"
         what = f"{noun} {allocation.gpu.index} of node {allocation.gpu.node.name} given back at a shard boundary"
+        if waits_for_bytes:
+            what += ": no staged shard was left for it"
+            if others and not job.flexible:
+                Allocation.objects.filter(job=job, held_to=None).update(give_back=True, modified=now)
+                what += "; its other slots go back at their shard boundaries, a fixed request runs on all of them"
         if others:
             JobEvent.objects.create(job=job, state=State.RUNNING, at=now, message=f"{what}; it runs on {others}")
             _rebudget([job.pk])
         else:
-            _move(job.pk, State.RUNNING, State.QUEUED, at=now, message=f"{what}, its last; back in the queue")
+            back = "back in the queue until more of its data is staged" if waits_for_bytes else "back in the queue"
+            _move(job.pk, State.RUNNING, State.QUEUED, at=now, message=f"{what}, its last; {back}")
         enqueue.schedule()
     return True
 
@@ -465,11 +475,13 @@ def send_runners(allocations: list[Allocation]) -> None:
 
 
 def finish_pass(job: Job) -> bool:
-    """The last shard is done: running → finishing, release the GPUs, assemble the output off them."""
+    """The last shard is done: running → finishing, release the GPUs, assemble the output off them. Not while
+    its data is still staging: more shards are to come."""
     now = timezone.now()
     with transaction.atomic():
         noun = job.held_noun or "GPU"
-        if not _move(job.pk, State.RUNNING, State.FINISHING, message=f"last shard done; {noun}s released", at=now):
+        done = f"last shard done; {noun}s released"
+        if not _move(job.pk, State.RUNNING, State.FINISHING, message=done, at=now, where=Q(streaming=False)):
             return False
         release(job, at=now)
         enqueue.assemble(job.pk)
@@ -505,13 +517,31 @@ def cancel(job: Job, by=None) -> bool:
 
 def time_out(job: Job) -> bool:
     """The hours asked for are up: the job ends, and its hold ends at the limit, however late the
-    worker or beat noticed (a long batch, beat down): the partner never pays past the hours asked."""
+    worker or beat noticed (a long batch, beat down): the partner never pays past the hours asked.
+    A job whose every shard was settled by then (its last one done in the second its limit came) is
+    finished, not timed out: its output is whole (False: it did not time out)."""
     with transaction.atomic():
+        if _finished_at_limit(job):
+            return False
         reason = _past_limit(job)
         if not _move(job.pk, State.RUNNING, State.TIMED_OUT, message=reason, error=f"The job {reason}."):
             return False
         job = Job.objects.get(pk=job.pk)  # the start of this hold, as the move found it
         _stop(job, held_to=min(timezone.now(), job.time_limit_at()))
+    return True
+
+
+def _finished_at_limit(job: Job) -> bool:
+    """Finish the job, its holds ending at its limit, when its data is all staged and every shard settled."""
+    shards = Shard.objects.filter(job=job)
+    if not shards.exists() or shards.exclude(status__in=Shard.SETTLED).exists():
+        return False
+    done = "last shard done as its limit came; GPUs released"
+    if not _move(job.pk, State.RUNNING, State.FINISHING, message=done, where=Q(streaming=False)):
+        return False
+    job = Job.objects.get(pk=job.pk)
+    release(job, at=min(timezone.now(), job.time_limit_at()))
+    enqueue.assemble(job.pk)
     return True
 
 

@@ -11,6 +11,7 @@ from django.db.models import Exists, F, OuterRef, Q, Sum
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 
+from portal import units
 from portal.models import Organisation, TimeStamped
 from portal.text import redacted
 
@@ -30,6 +31,8 @@ class State(models.TextChoices):
 OUTPUT_FILES = ("output.parquet", "rejects.csv", "manifest.json")  # in every output; a work kind may add more
 ENDED = (State.SUCCEEDED, State.FAILED, State.CANCELLED, State.TIMED_OUT)
 ACTIVE = (State.SUBMITTED, State.STAGING, State.QUEUED, State.RUNNING, State.FINISHING)
+# Jobs whose staging goes on: staging, or queued or running while it streams into the pass (jobs.staging.streaming).
+STAGING = Q(state=State.STAGING) | Q(streaming=True, state__in=(State.QUEUED, State.RUNNING))
 
 
 class Node(TimeStamped):
@@ -95,6 +98,14 @@ class Gpu(TimeStamped):
         return f"GPU {self.index} ({self.name}) on {self.node.name}"
 
 
+class AtRisk(models.TextChoices):
+    """Why a deadline a job was told it could meet can no longer be met, as its page says it."""
+
+    EARLIER_DEADLINE = "earlier_deadline", "a job with an earlier deadline, submitted after it, takes the GPUs first"
+    FEWER_GPUS = "fewer_gpus", "fewer GPUs free up in time than when it was submitted"
+    SLOWER = "slower", "its shards run slower than its request allowed for"
+
+
 class Job(TimeStamped):
     class Shape(models.TextChoices):
         SHORT_WIDE = "short-wide", "Short-wide"
@@ -154,11 +165,21 @@ class Job(TimeStamped):
     source_secret = models.TextField(
         blank=True, help_text="Credentials for an S3 source, encrypted; wiped when staging ends."
     )
+    source_parts = models.JSONField(
+        default=list, blank=True,
+        help_text="A dataset given as several locations, in order: each part's location (a URL's query wiped "
+        "when staging ends), then once staged its bytes and SHA-256 as sent. Empty for one location; source_uri "
+        "is the first.",
+    )  # fmt: skip
     staged_path = models.CharField(max_length=500, blank=True)
     input_format = models.CharField(max_length=10, blank=True)
     layout = models.JSONField(default=dict, blank=True)
-    input_bytes = models.BigIntegerField(null=True, blank=True)
-    input_sha256 = models.CharField(max_length=64, blank=True)
+    input_bytes = models.BigIntegerField(null=True, blank=True, help_text="The data's bytes as staged: uncompressed.")
+    input_sha256 = models.CharField(max_length=64, blank=True, help_text="The SHA-256 of the data's bytes as sent.")
+    input_compression = models.CharField(
+        max_length=5, blank=True, help_text="gzip, zstd or bzip2 when the data came compressed; staged uncompressed."
+    )
+    sent_bytes = models.BigIntegerField(null=True, blank=True, help_text="The compressed data's bytes as sent.")
     expected_sha256 = models.CharField(
         max_length=64, blank=True, help_text="The data's SHA-256 as the partner gave it; staging checks it."
     )
@@ -172,6 +193,14 @@ class Job(TimeStamped):
         null=True, blank=True, help_text="Renewed while staging makes progress; past it, another attempt takes over."
     )
     records_total = models.BigIntegerField(null=True, blank=True)
+    streaming = models.BooleanField(
+        default=False,
+        help_text="Staging still adds shards while the job is queued or running: the pass started on what is staged.",
+    )
+    stream_ready = models.BooleanField(
+        default=False,
+        help_text="While it streams: the staged shards would keep its GPUs busy until staging ends, so it may start.",
+    )
     retention_days = models.PositiveIntegerField(default=0, help_text="0: delete the staged copy when the job ends.")
     allow_partial = models.BooleanField(
         default=False, help_text="A shard that uses all its attempts is left out (its records rejected), not fatal."
@@ -197,6 +226,14 @@ class Job(TimeStamped):
     )
     deadline_feasible = models.BooleanField(
         null=True, blank=True, help_text="Whether the queue let it finish by its deadline when it was submitted."
+    )
+    deadline_at_risk_since = models.DateTimeField(
+        null=True, blank=True,
+        help_text="When a job told at submit that its deadline could be met was told it no longer can (once).",
+    )  # fmt: skip
+    deadline_at_risk_reason = models.CharField(max_length=16, choices=AtRisk.choices, blank=True)
+    deadline_at_risk_finish = models.DateTimeField(
+        null=True, blank=True, help_text="Its expected finish when it was told its deadline can no longer be met."
     )
     expected_start = models.DateTimeField(null=True, blank=True, help_text="When it is expected to start.")
     expected_finish = models.DateTimeField(null=True, blank=True, help_text="When it is expected to end.")
@@ -302,9 +339,17 @@ class Job(TimeStamped):
         return bool(result.get("records_total")) and result.get("records", 0) >= result["records_total"]
 
     @property
+    def staged_so_far(self) -> str:
+        """How much of its data is staged, in words: a percent of it where its size is known ("40 %"), else
+        its bytes so far ("12.5 MB": a dataset of several parts is known in size only once every part is in)."""
+        percent = self.staging_percent
+        return f"{percent} %" if percent is not None else units.size(self.staging_done or 0)
+
+    @property
     def staging_percent(self) -> int | None:
-        """How far staging has got: 100 once the job is queued (its data staged, or a sample's taken over)."""
-        if self.queued_at is not None:
+        """How far staging has got: 100 once the job is queued (its data staged, or a sample's taken over), unless
+        its staging streams into its pass and goes on."""
+        if self.queued_at is not None and not self.streaming:
             return 100
         if not self.staging_total:
             return None
@@ -321,6 +366,21 @@ class Job(TimeStamped):
     def source_location(self) -> str:
         """The URL, S3 URI or server path as pages and manifests show it: never a URL's query."""
         return redacted(self.source_uri) if self.source_kind == self.Source.URL else self.source_uri
+
+    @property
+    def parts_shown(self) -> list[dict]:
+        """The dataset's parts as pages, the API and manifests show them: each location without a URL's query,
+        with its bytes and SHA-256 as sent and its compression once staged (None before, and for none)."""
+        shown = redacted if self.source_kind == self.Source.URL else str
+        return [
+            {
+                "location": shown(part["location"]),
+                "bytes": part.get("bytes"),
+                "sha256": part.get("sha256"),
+                "compression": part.get("compression"),
+            }
+            for part in self.source_parts
+        ]
 
     @property
     def staging_mb_per_s(self) -> float | None:
@@ -352,6 +412,18 @@ class Job(TimeStamped):
         else:
             limit = self.started_at + timedelta(hours=float(self.hours)) - self.held_before
         return min(limit, self.deadline) if self.deadline else limit
+
+    @property
+    def deadline_at_risk(self) -> str:
+        """What a job told at submit that its deadline could be met is told once it no longer can; blank before."""
+        if self.deadline_at_risk_since is None:
+            return ""
+        why = AtRisk(self.deadline_at_risk_reason).label
+        finish = self.deadline_at_risk_finish
+        return (
+            f"Your deadline of {self.deadline:%Y-%m-%d %H:%M} UTC can no longer be met: {why}. "
+            f"Expected finish {finish:%Y-%m-%d %H:%M} UTC."
+        )
 
     def deadline_passed(self, now=None) -> bool:
         return self.deadline is not None and (now or timezone.now()) >= self.deadline

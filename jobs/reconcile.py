@@ -4,23 +4,24 @@
   heartbeats do it sooner);
 - a running job whose slots have all stopped working on it gets its slot tasks sent again;
 - a running job with every shard done is finished;
-- a staging job whose attempt stopped renewing its lease is staged again;
+- a staging job whose attempt stopped renewing its lease is staged again (one streaming into its pass too);
 - a job left submitted (its staging message lost) is sent to staging again;
 - a finishing job with no output gets its assembly sent again, as does a job that ended early with
   finished shards and no output, for ten minutes;
 - a pass that ended without its submitter told (the message lost, or the mail server away) is told
   again, once a quiet spell, for an hour;
-- an ended job's S3 credentials and URL query (a signature) are wiped if staging did not."""
+- an ended job's S3 credentials and URL queries (a signature), its parts' too, are wiped if staging did not."""
 
 import logging
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import Max, Q
+from django.db.models import Max, Q, TextField
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from jobs import enqueue, lifecycle
-from jobs.models import ENDED, Job, Shard, State
+from jobs.models import ENDED, STAGING, Job, Shard, State
 from jobs.staging import sources
 from jobs.workers.node import take_silent_nodes_offline
 
@@ -28,6 +29,10 @@ log = logging.getLogger(__name__)
 FORGET_BATCH = 200  # ended jobs whose upload or secrets one run clears
 PARTIAL_OUTPUT_RETRY = timedelta(minutes=10)
 NOTIFY_RETRY = timedelta(hours=1)
+# A part's location with its query still there, in Job.source_parts as the database writes it out as text: a `?`
+# followed by neither the `…` that stands for a wiped query (SQLite keeps it as `\u2026`, PostgreSQL as itself) nor
+# the quote that ends an empty one.
+UNWIPED = r'\?[^\\…"]'
 
 
 def reconcile() -> list[int]:
@@ -58,7 +63,7 @@ def reconcile() -> list[int]:
             enqueue.stage(job.pk)
             log.warning("job %s waited %s submitted; its staging was sent again", job.pk, now - job.modified)
             touched.append(job.pk)
-    for job in Job.objects.filter(state=State.STAGING, staging_lease_until__lt=now):
+    for job in Job.objects.filter(STAGING, staging_lease_until__lt=now):
         enqueue.stage(job.pk)  # its attempt stopped renewing the lease: the next one takes over
         log.warning("job %s stopped staging; its staging was sent again", job.pk)
         touched.append(job.pk)
@@ -87,7 +92,8 @@ def reconcile() -> list[int]:
     # staging ever ran (its message lost with Redis) is cleared here. A batch at a time: each job
     # cleared leaves the filter, and after an upgrade older jobs' upload paths are cleared over a few runs.
     signed = Q(source_kind=Job.Source.URL, source_uri__contains="?") & ~Q(source_uri__endswith="?…")
-    left = ~Q(source_path="") | ~Q(source_secret="") | signed
-    for job in Job.objects.filter(Q(state__in=ENDED) & left).order_by("pk")[:FORGET_BATCH]:
+    left = ~Q(source_path="") | ~Q(source_secret="") | signed | Q(source_kind=Job.Source.URL, parts_text__regex=UNWIPED)
+    ended = Job.objects.filter(state__in=ENDED).annotate(parts_text=Cast("source_parts", TextField()))
+    for job in ended.filter(left).order_by("pk")[:FORGET_BATCH]:
         sources.forget(job)
     return touched

@@ -22,7 +22,7 @@ from django.utils import timezone
 from jobs import enqueue, processors, scheduling, uploads
 from jobs.billing_port import RetentionLimits, billing
 from jobs.models import ACTIVE, Job, State, Upload
-from jobs.scheduling import RequestError, parse_request, parse_width, sizing
+from jobs.scheduling import RequestError, parse_request, parse_width, policy, sizing
 from jobs.spec import Data, JobSpec, NamedFile, Request, Retention, Work
 from jobs.staging import s3, sources
 from portal import units
@@ -30,6 +30,9 @@ from portal.models import Organisation, organisation_for
 from portal.text import ascii_count, shown
 
 SHA256 = re.compile(r"[0-9a-f]{64}")
+LOCATION_CHARS = Job._meta.get_field("source_uri").max_length
+# What a location is, as a refusal of parts of different kinds names it.
+_KINDS = {Job.Source.URL: "a URL", Job.Source.S3: "an S3 URI", Job.Source.PATH: "a server path"}
 T = TypeVar("T")
 
 
@@ -238,7 +241,24 @@ def _data_of(processor, organisation: Organisation, data: Data, credentials: dic
     upload = _find_upload(organisation, data) if data.upload is not None else None
     if upload is not None:
         return upload, _describe_upload(processor, organisation, upload)
-    return None, _describe_source(processor, organisation, data.file, data.location.strip(), credentials["data"])
+    return None, _describe_source(processor, organisation, data.file, _locations(data), credentials["data"])
+
+
+def _first_location(data: Data) -> str:
+    """The data's location, or the first of its parts'."""
+    return (data.locations[:1] or (data.location,))[0].strip()
+
+
+def _locations(data: Data) -> tuple[str, ...]:
+    """The data's locations as given, blank lines left out: one, several (a dataset of parts), or none."""
+    if data.location.strip() and data.locations:
+        raise SubmitError("data", "Give the data one way: upload a file, or give a URL or a server path.")
+    given = tuple(location.strip() for location in (data.location, *data.locations) if location.strip())
+    for number, location in enumerate(given, start=1):
+        if len(location) > LOCATION_CHARS:
+            what = f"Part {number}'s location" if len(given) > 1 else "The location"
+            raise SubmitError("data", f"{what} is {len(location):,} characters; the most is {LOCATION_CHARS:,}.")
+    return given
 
 
 def kept_models(organisation: Organisation):
@@ -254,7 +274,7 @@ def _credentials_for(data: Data, work: Work) -> dict:
     read is not on S3."""
     data_on_s3, model_on_s3 = (
         bool(location) and sources.kind_of(location) == Job.Source.S3
-        for location in (data.location.strip(), work.model_location.strip())
+        for location in (_first_location(data), work.model_location.strip())
     )
     own = work.model_s3_credentials or None
     if own and not model_on_s3:
@@ -358,11 +378,11 @@ def _check_request(request: Request, work: str) -> dict:
 
 def _outlook(fields: dict) -> dict:
     """When the job is expected to start and end by the queue now, and whether that is by its deadline."""
-    job = Job(**fields)
-    start, finish = scheduling.outlook(job)
+    job, now = Job(**fields), timezone.now()
+    start, finish = scheduling.outlook(job, now)
     feasible = None
     if job.deadline is not None:
-        feasible = finish is not None and finish <= job.deadline
+        feasible = policy.can_promise(finish, job.deadline, now)
     return {"expected_start": start, "expected_finish": finish, "deadline_feasible": feasible}
 
 
@@ -463,6 +483,7 @@ def submit_pass(sample: Job, user, request: Request, retention: Retention) -> Jo
         source_kind=sample.source_kind,
         source_name=sample.source_name,
         source_uri=sample.source_uri,
+        source_parts=sample.source_parts,
         input_format=sample.input_format,
         model_path=sample.model_path,
         model_name=sample.model_name,
@@ -481,7 +502,7 @@ def submit_pass(sample: Job, user, request: Request, retention: Retention) -> Jo
 def _find_upload(organisation: Organisation, data: Data) -> Upload:
     """The resumable upload the data names, if it is the organisation's, finished, and given alone."""
     upload = finished_upload(organisation, data.upload)
-    if data.file is not None or data.location.strip():
+    if data.file is not None or _first_location(data):
         raise SubmitError("data", "Give the data one way: upload a file, or give a URL or a server path.")
     return upload
 
@@ -501,7 +522,7 @@ def finished_upload(organisation: Organisation, upload_id, field: str = "data") 
 def _describe_upload(processor, organisation: Organisation, upload: Upload) -> dict:
     """A finished resumable upload's data fields, once it is found fit for the work."""
     with upload.path.open("rb") as head:
-        return _describe_source(processor, organisation, NamedFile(head, upload.filename), "")
+        return _describe_source(processor, organisation, NamedFile(head, upload.filename), ())
 
 
 def _take_upload(upload: Upload) -> str:
@@ -512,15 +533,20 @@ def _take_upload(upload: Upload) -> str:
 
 
 def _describe_source(
-    processor, organisation, file: NamedFile | None, location: str, s3_credentials: dict | None = None
+    processor, organisation, file: NamedFile | None, locations: tuple[str, ...], s3_credentials: dict | None = None
 ) -> dict:
     """The job's data fields, once the data is found fit for the work (when `processor`, the work, is known);
     SubmitError says why not.
 
     An upload or a server path is read far enough to know its format now; a URL or an S3 URI is
-    only checked (its form, and who may read it) and read when it is staged."""
-    if (file is None) == (not location):
+    only checked (its form, and who may read it) and read when it is staged. Several locations are a
+    dataset of parts (_describe_parts)."""
+    if (file is None) == (not locations):
         raise SubmitError("data", "Give the data one way: upload a file, or give a URL or a server path.")
+    locations = _in_folder(locations, organisation.slug)
+    if len(locations) > 1:
+        return _describe_parts(organisation, locations, s3_credentials)
+    location = locations[0] if locations else ""
     if file is not None:
         kind, name, fields, head = Job.Source.UPLOAD, file.name, {}, file.stream
     else:
@@ -547,3 +573,45 @@ def _describe_source(
         formats = ", ".join(processor.input_formats)
         raise SubmitError("data", f"{processor.name} reads {formats}, not {layout['format']}.")
     return {**fields, "input_format": layout["format"]}
+
+
+def _in_folder(locations: tuple[str, ...], slug: str) -> tuple[str, ...]:
+    """A server folder given alone is a dataset of its files, in name order (as an S3 prefix is of its
+    objects); any other locations are as given."""
+    if len(locations) != 1 or sources.kind_of(locations[0]) != Job.Source.PATH:
+        return locations
+    files = sources.server_folder(locations[0], slug)
+    if files == []:
+        raise SubmitError("data", f"{locations[0]} holds no files to stage.")
+    return tuple(files) if files else locations
+
+
+def _describe_parts(organisation: Organisation, locations: tuple[str, ...], s3_credentials: dict | None) -> dict:
+    """The data fields of a dataset given as several locations: at most E31_MAX_DATASET_PARTS, none given twice,
+    all of one kind, each checked as one location is (an S3 prefix, a dataset of its own, is no part). Their
+    formats are read when they are staged, before anything is queued. A part refused is named by its place."""
+    most = settings.E31_MAX_DATASET_PARTS
+    if len(locations) > most:
+        raise SubmitError("data", f"A dataset is at most {most:,} parts; {len(locations):,} were given.")
+    kind, seen = sources.kind_of(locations[0]), {}
+    for number, location in enumerate(locations, start=1):
+        named = f"Part {number} ({sources.recorded(location)})"
+        # A URL is the same part whatever its query says: another signature of one object.
+        if (earlier := seen.setdefault(sources.recorded(location).removesuffix("?…"), number)) != number:
+            raise SubmitError("data", f"{named} is part {earlier} again: give each part once.")
+        if sources.kind_of(location) != kind:
+            raise SubmitError(
+                "data",
+                f"{named} is {_KINDS[sources.kind_of(location)]} and part 1 is {_KINDS[kind]}: the parts of one "
+                "dataset are all URLs, all S3 objects or all server paths.",
+            )
+        try:
+            sources.check(location, organisation.slug, s3_credentials)
+        except sources.SourceError as error:
+            raise SubmitError("data", f"{named}: {error}") from None
+        if kind == Job.Source.S3 and s3.parse(location).is_prefix:
+            raise SubmitError("data", f"{named} is an S3 prefix, a dataset of its own: give it alone, or its objects.")
+    fields = {"source_uri": locations[0], "source_parts": [{"location": location} for location in locations]}
+    if s3_credentials:
+        fields["source_secret"] = s3.seal(s3_credentials)
+    return {**fields, "source_kind": kind, "source_name": uploads.safe_name(sources.name_of(locations[0]))}

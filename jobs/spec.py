@@ -40,13 +40,15 @@ class Work:
 
 @dataclass(frozen=True)
 class Data:
-    """The dataset, given one way: a file sent with the job, a finished resumable upload, or a
-    location (an http(s) URL, an s3:// URI with the credentials to read it, or a server path).
-    `sha256`, if given, is what staging checks the data against."""
+    """The dataset, given one way: a file sent with the job, a finished resumable upload, a location (an
+    http(s) URL, an s3:// URI with the credentials to read it, or a server path), or several locations of
+    one kind (`locations`), one dataset of their parts joined in the order given. `sha256`, if given, is
+    what staging checks the data against: for parts, that of all their bytes as sent, in order."""
 
     file: NamedFile | None = None
     upload: UUID | None = None
     location: str = ""
+    locations: tuple[str, ...] = ()
     s3_credentials: dict[str, str] | None = None
     sha256: str = ""
 

@@ -14,6 +14,7 @@ from jobs import history, lifecycle, notify, processors, retention, scheduling
 from jobs.models import Job, State
 from jobs.outputs.assemble import assemble as assemble_output
 from jobs.reconcile import reconcile as reconcile_jobs
+from jobs.scheduling import promises
 from jobs.uploads import resumable
 from jobs.workers.runner import run_slot as run_slot_loop
 
@@ -49,9 +50,11 @@ def warm_the_slot(sender, **kwargs) -> None:
 
 @shared_task
 def schedule() -> list[int]:
-    """A pass, then the queue's figures worked out again if it changed (jobs.queue_figures)."""
+    """A pass, then the queue's figures worked out again if it changed (jobs.queue_figures), and with them the
+    deadlines promised at submit checked (jobs.scheduling.promises): at most once a change or REFRESH_SECONDS."""
     started = scheduling.schedule()
-    scheduling.refresh_queue_figures()
+    if scheduling.refresh_queue_figures():
+        promises.check()
     return started
 
 

@@ -394,6 +394,10 @@ E31_WARM_SLOTS = env_bool("E31_WARM_SLOTS", True)
 # A Hugging Face model folder (embed, classify, generate): the most files its archive may hold.
 E31_MODEL_MAX_FILES = env_int("E31_MODEL_MAX_FILES", 200, minimum=1)
 E31_MAX_DATASET_BYTES = env_int("E31_MAX_DATASET_BYTES", 50 * 1024**3, minimum=1)
+# A compressed dataset expanding more than this many times the bytes sent is refused as a compression bomb.
+E31_MAX_COMPRESSION_RATIO = env_int("E31_MAX_COMPRESSION_RATIO", 200, minimum=2)
+# A dataset of several locations (repeated --data, a list in the API, a URL a line in the form): its most parts.
+E31_MAX_DATASET_PARTS = env_int("E31_MAX_DATASET_PARTS", 1024, minimum=1)
 # Image collections (.zip, .tar): the most members, and bytes once expanded, an archive may hold;
 # the largest one image may be (a slot reads each image whole before Pillow checks its pixels).
 E31_ARCHIVE_MAX_MEMBERS = env_int("E31_ARCHIVE_MAX_MEMBERS", 1_000_000, minimum=1)
@@ -432,6 +436,8 @@ E31_SHARD_LEASE_SECONDS = env_int("E31_SHARD_LEASE_SECONDS", 60, minimum=2)
 # A batch still running after this long is taken as stuck: its shard's lease is no longer kept for it.
 E31_BATCH_MAX_SECONDS = env_int("E31_BATCH_MAX_SECONDS", 1800, minimum=1)
 E31_STAGING_LEASE_SECONDS = env_int("E31_STAGING_LEASE_SECONDS", 120, minimum=2)
+# Staging streams into the pass (CSV and JSONL on job storage on a filesystem): shards run while the rest arrives.
+E31_STREAM_STAGING = env_bool("E31_STREAM_STAGING", True)
 E31_SHARD_SECONDS = env_int("E31_SHARD_SECONDS", 30, minimum=1)
 E31_SAMPLE_SECONDS = env_int("E31_SAMPLE_SECONDS", 60, minimum=1)
 E31_SAMPLE_MAX_RECORDS = env_int("E31_SAMPLE_MAX_RECORDS", 100_000, minimum=1)

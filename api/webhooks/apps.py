@@ -1,4 +1,4 @@
-"""The webhooks app: its receiver hears every committed change of a job's state."""
+"""The webhooks app: its receivers hear every committed change of a job's state, and a deadline at risk."""
 
 from django.apps import AppConfig
 
@@ -10,6 +10,7 @@ class WebhooksConfig(AppConfig):
 
     def ready(self) -> None:
         from api.webhooks import receivers  # noqa: PLC0415 (the models are ready only now)
-        from jobs.signals import state_changed  # noqa: PLC0415
+        from jobs.signals import deadline_at_risk, state_changed  # noqa: PLC0415
 
         state_changed.connect(receivers.job_state_changed, dispatch_uid="webhooks.job_state_changed")
+        deadline_at_risk.connect(receivers.job_deadline_at_risk, dispatch_uid="webhooks.job_deadline_at_risk")

@@ -87,7 +87,7 @@ def _post(delivery: Delivery) -> tuple[int | None, str]:
         "Content-Type": "application/json",
         "User-Agent": USER_AGENT,
         "E31-Delivery": str(delivery.pk),
-        "E31-Event": "job.state_changed",
+        "E31-Event": delivery.event,
         "E31-Signature": signature(delivery.endpoint.secret, body, int(time.time())),
     }
     try:

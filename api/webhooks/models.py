@@ -1,5 +1,6 @@
 """Where webhooks go and what became of each: an Endpoint (the organisation's, or one job's own URL), a
-Delivery per state change per endpoint (its body kept as it is signed and sent again), an Attempt per try."""
+Delivery per event per endpoint (a state change, or a deadline that can no longer be met; its body kept as it
+is signed and sent again), an Attempt per try."""
 
 import secrets
 import uuid
@@ -59,9 +60,10 @@ class Endpoint(TimeStamped):
 
 
 class Delivery(TimeStamped):
-    """One state change of a job, for one endpoint: pending until an attempt is answered 2xx (delivered), all
-    attempts fail (failed), or the endpoint is removed (stopped). An attempt is claimed by a conditional UPDATE
-    (`claim`, `lease_until`), so two workers never post the same attempt and a crashed one is taken over."""
+    """One event of a job (a state change, or its deadline at risk), for one endpoint: pending until an attempt
+    is answered 2xx (delivered), all attempts fail (failed), or the endpoint is removed (stopped). An attempt is
+    claimed by a conditional UPDATE (`claim`, `lease_until`), so two workers never post the same attempt and a
+    crashed one is taken over."""
 
     class Status(models.TextChoices):
         PENDING = "pending", "Pending"
@@ -73,7 +75,8 @@ class Delivery(TimeStamped):
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="webhook_deliveries")
     endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="deliveries")
     url = models.CharField(max_length=2000, help_text="The endpoint's URL when the change happened.")
-    state = models.CharField(max_length=10, help_text="The state the job entered.")
+    event = models.CharField(max_length=32, default="job.state_changed", help_text="What happened to the job.")
+    state = models.CharField(max_length=10, help_text="The state the job entered, or was in when told.")
     previous_state = models.CharField(max_length=10, blank=True)
     changed_at = models.DateTimeField(help_text="When the job entered it.")
     body = models.TextField(help_text="The JSON posted, the same at every attempt.")
@@ -88,7 +91,9 @@ class Delivery(TimeStamped):
         ordering = ["-changed_at", "-created"]
         verbose_name_plural = "deliveries"
         constraints = [
-            models.UniqueConstraint(fields=["endpoint", "job", "state", "changed_at"], name="one_delivery_per_change")
+            models.UniqueConstraint(
+                fields=["endpoint", "job", "event", "state", "changed_at"], name="one_delivery_per_event"
+            )
         ]
         indexes = [models.Index(fields=["status", "next_attempt_at"], name="webhook_delivery_due")]
 

@@ -73,6 +73,7 @@ def delivery_json(sent: Delivery) -> dict:
         "id": str(sent.pk),
         "url": sent.url,
         "endpoint": None if sent.endpoint.job_id else sent.endpoint_id,
+        "event": sent.event,
         "state": sent.state,
         "previous_state": sent.previous_state,
         "changed_at": at(sent.changed_at),

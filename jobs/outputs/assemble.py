@@ -134,8 +134,9 @@ def _model(job: Job) -> dict:
 
 def covered(job: Job) -> int:
     """The records the job's output accounts for: all of them, or for a sample those of the shards
-    it ran before its time was up."""
-    if job.kind == Job.Kind.PASS:
+    it ran before its time was up, or for a pass whose staging broke while it streamed (it never knew
+    all of them) those of the shards staged."""
+    if job.kind == Job.Kind.PASS and job.records_total is not None:
         return job.records_total
     shards = job.shards.exclude(status=Shard.Status.SKIPPED)
     return shards.aggregate(records=Sum("record_count"))["records"] or 0
@@ -159,7 +160,10 @@ def manifest(
             "location": job.source_location or None,
             "name": job.source_name,
             "bytes": job.input_bytes,
+            "compression": job.input_compression or None,
+            "sent_bytes": job.sent_bytes,
             "sha256": job.input_sha256,
+            "parts": job.parts_shown,
             "format": job.input_format,
             "columns": job.layout.get("columns", []),
             "records": job.records_total,

@@ -102,9 +102,9 @@ class JobAdmin(admin.ModelAdmin):
     search_fields = ["id", "source_name", "organisation__name"]
     # The partner's S3 credentials, even encrypted, and a URL's query (a pre-signed URL's signature)
     # are not for display: the location is shown as the partner's pages show it.
-    exclude = ["source_secret", "source_uri"]
+    exclude = ["source_secret", "source_uri", "source_parts"]
     readonly_fields = [
-        "source_location" if field.name == "source_uri" else field.name
+        {"source_uri": "source_location", "source_parts": "parts_shown"}.get(field.name, field.name)
         for field in Job._meta.fields
         if field.name != "source_secret"
     ] + ["input_size", "staging_time"]
@@ -114,8 +114,8 @@ class JobAdmin(admin.ModelAdmin):
         (None, {"fields": ["organisation", "created_by", "kind", "sample", "state", "error"]}),
         ("Operator hold", {"fields": ["on_hold_since", "on_hold_reason"]}),
         ("Work", {"fields": ["work", "params", "model_name"]}),
-        ("Data", {"fields": ["source_kind", "source_name", "source_location", "input_format", "input_size",
-                             "input_sha256", "expected_sha256", "records_total", "staging_time"]}),
+        ("Data", {"fields": ["source_kind", "source_name", "source_location", "parts_shown", "input_format",
+                             "input_size", "input_sha256", "expected_sha256", "records_total", "staging_time"]}),
         ("Request", {"fields": ["gpus", "hours", "shape", "deadline", "allow_partial"]}),
         ("When", {"fields": ["created", "queued_at", "started_at", "held_before", "ended_at", "notified_at"]}),
         ("Output and retention", {"fields": ["records_out", "records_rejected", "output_files", "output_keep_days",

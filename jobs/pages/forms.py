@@ -151,10 +151,12 @@ class JobForm(RequestForm):
     location = forms.CharField(  # used as typed: submit refuses one with invisible characters, never cleans it
         label="or a URL, s3:// URI or server path",
         required=False,
-        max_length=2000,
+        max_length=4_000_000,  # many parts' locations, one a line: the service holds each to 2,000 characters
+        widget=forms.Textarea(attrs={"rows": 2, "spellcheck": "false", "autocapitalize": "off"}),
         help_text=(
             "An http(s) URL the portal downloads, an s3://bucket/key, "
-            "or a file in your organisation's staging folder on the server."
+            "or a file in your organisation's staging folder on the server. "
+            "Several, one a line, are one dataset: its parts, joined in that order."
         ),
     )
     s3_access_key_id = NameField(label="S3 access key ID", required=False, max_length=128)
@@ -278,10 +280,12 @@ class JobForm(RequestForm):
     def spec(self) -> JobSpec:
         """The job the form asks for, in its four parts (the one place form fields become a spec)."""
         cleaned = self.cleaned_data
+        lines = _lines(cleaned["location"])
         data = Data(
             file=_named(cleaned["data"]),
             upload=cleaned["upload"],
-            location=cleaned["location"],
+            location=cleaned["location"] if len(lines) < 2 else "",
+            locations=lines if len(lines) > 1 else (),
             s3_credentials=self.s3_credentials(),
             sha256=cleaned["sha256"],
         )
@@ -294,6 +298,12 @@ class JobForm(RequestForm):
             model_s3_credentials=self.s3_credentials("model_"),
         )
         return JobSpec(work, data, self.request(), self.kept_for(), sample=cleaned["sample"])
+
+
+def _lines(given: str) -> tuple[str, ...]:
+    """The locations typed one a line, blank lines left out; split at line ends only, so a location holding
+    another line separator (U+2028) is refused by submit, as typed, rather than cut in two."""
+    return tuple(line.removesuffix("\r") for line in given.split("\n") if line.strip())
 
 
 def _named(uploaded: UploadedFile | None) -> NamedFile | None:
@@ -322,7 +332,15 @@ def asked_again(job: Job, kept_models: Iterable[Job]) -> tuple[dict, str]:
         for param in processor.params:
             if param.name in given:
                 initial[param_field_name(processor, param)] = given[param.name]
-    if job.source_kind != Job.Source.UPLOAD and job.source_location == job.source_uri:
+    locations = [part["location"] for part in job.source_parts]
+    # A part's query (a signature) is never kept: shown or already wiped ("?…"), the part is asked for again.
+    kept = [given for given, part in zip(locations, job.parts_shown, strict=True) if given == part["location"]]
+    if locations and len(kept) == len(locations) and not any(given.endswith("?…") for given in kept):
+        initial["location"] = "\n".join(locations)
+        still_to_give = ""
+    elif locations:
+        still_to_give = "Give the parts' locations again: their signatures are not kept."
+    elif job.source_kind != Job.Source.UPLOAD and job.source_location == job.source_uri:
         initial["location"] = job.source_uri
         still_to_give = ""
     elif job.source_kind == Job.Source.UPLOAD:

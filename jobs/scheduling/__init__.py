@@ -2,14 +2,14 @@
 
 A pass (`schedule`) gives free slots in two rounds: first the jobs with a deadline they could meet when
 submitted, earliest deadline first, each the width that keeps it on time; then every job by its place in
-the fair share (`_Fair`: weighted fair queuing between organisations, each one's jobs least work
-left first), up to the width it can use. A fixed request starts only when all its GPUs are free at once;
-a flexible one starts on the slots free now and grows into more, and gives slots back at shard boundaries
-to a job ahead of it. The first job that cannot get what it needs is protected: flexible jobs after it are
-asked for their slots back, or, when they do not hold enough, it gets an EASY reservation (the earliest
-time enough of the slots it can run on free up, if the running jobs run to their time limits) that a fixed
-job behind it may not delay. A job that asks for more GPUs than are online at all (a node left) waits
-without holding up the rest.
+the fair share (`_Fair`: least work left, weighed by each organisation's recent GPU-hours over its
+weight), up to the width it can use; what the order and the widths are is the policy's (`policy.py`). A
+fixed request starts only when all its GPUs are free at once; a flexible one starts on the slots free now
+and grows into more, and gives slots back at shard boundaries to a job ahead of it. The first job that
+cannot get what it needs is protected: flexible jobs after it are asked for their slots back, or, when they
+do not hold enough, it gets an EASY reservation (the earliest time enough of the slots it can run on free
+up, if the running jobs run to their time limits) that a fixed job behind it may not delay. A job that asks
+for more GPUs than are online at all (a node left) waits without holding up the rest.
 """
 
 import heapq
@@ -35,7 +35,6 @@ from django.db.models import (
     Sum,
     Value,
     When,
-    Window,
 )
 from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
@@ -44,6 +43,7 @@ from jobs import lifecycle, processors
 from jobs import queue_figures as stored_figures
 from jobs.models import Allocation, Gpu, Job, Node, Shard, State, UsageHour
 from jobs.queue_figures import QueueFigures
+from jobs.scheduling import policy
 from portal.models import Organisation
 from portal.text import ascii_count, ascii_decimal, shown
 
@@ -215,8 +215,10 @@ def _hours(given) -> Decimal:
 
 
 def waiting():
-    """The queued jobs the scheduler may start, in queue order: not those the operators put on hold."""
-    return Job.objects.filter(state=State.QUEUED, on_hold_since=None).order_by("queued_at", "pk")
+    """The queued jobs the scheduler may start, in queue order: not those the operators put on hold, nor
+    those whose data is still staging until its pace lets them start (pacing)."""
+    jobs = Job.objects.filter(state=State.QUEUED, on_hold_since=None).exclude(streaming=True, stream_ready=False)
+    return jobs.order_by("queued_at", "pk")
 
 
 def queue():
@@ -404,12 +406,6 @@ class _Slots:
             del self.free[slot.pk]
 
 
-# A flexible job runs wider than its request only while each of its slots has this many of its shards left to
-# take: a slot's start on a job (its warm-up: the model loaded, the first batch) is billed to the job's budget,
-# and spread over a few shards it costs a few per cent of it, not the slack between the request and the work.
-SHARDS_PER_EXTRA_SLOT = 8
-
-
 # How many jobs behind the first that must wait a pass considers for backfill: a pass's work stays bounded
 # whatever the queue's length.
 BACKFILL_WINDOW = 256
@@ -510,6 +506,23 @@ class _Seconds(Func):
         return self.as_sql(compiler, connection, template="(%(expressions)s / 1000000.0)", **extra)
 
 
+class _Took(Func):
+    """The seconds from one timestamp to another (`started_at` to `finished_at`), in the database's own functions:
+    Django's subtraction of datetimes on SQLite calls back into Python for each row, and a pass reads the
+    shards of every running flexible job."""
+
+    output_field = FloatField()
+    arity = 2
+
+    def as_postgresql(self, compiler, connection, **extra):
+        template = "EXTRACT(EPOCH FROM %(expressions)s)"
+        return self.as_sql(compiler, connection, template=template, arg_joiner=" - ", **extra)
+
+    def as_sqlite(self, compiler, connection, **extra):
+        template = "((julianday(%(expressions)s)) * 86400.0)"
+        return self.as_sql(compiler, connection, template=template, arg_joiner=") - julianday(", **extra)
+
+
 # A queued job's work left in SQL, as _Queued.left works it out; and its arrival, as _arrival.
 _LEFT = ExpressionWrapper(
     Cast(F("gpus") * F("hours"), FloatField()) * 3600 - _Seconds("held_before") * F("gpus"), output_field=FloatField()
@@ -530,7 +543,7 @@ def _rows(queryset, *more: str):
 class _Claim:
     """A job a pass may give slots to: a queued one, or a running flexible one narrower than its cap with
     shards nobody has taken. `need` is the fewest slots it starts (or keeps on time) with; `want`, the most
-    it would use; `key`, its place in the order (see _order). `job` is read when a pass comes to it (_with_jobs):
+    it would use; `key`, its place in the order (see policy.order). `job` is read when a pass comes to it (_with_jobs):
     a pass looks at the head of the queue."""
 
     row: _Queued
@@ -540,7 +553,7 @@ class _Claim:
     key: tuple
     fair: tuple | None  # its place among all jobs, deadlines or not (see _Fair); None in the deadlines' round
     job: Job | None = None
-    shard_seconds: float = 0.0  # a running flexible job's: a shard's share of its budget, the longest to a boundary
+    shard_seconds: float = 0.0  # a running flexible job's: a shard's seconds (_work_left), the longest to a boundary
 
     @property
     def due(self) -> bool:
@@ -583,85 +596,41 @@ def _usage(now) -> tuple[dict[int, float], dict[int, int]]:
     return usage, holding
 
 
-def _due(row: _Queued) -> bool:
-    """Whether it is a deadline job the scheduler keeps on time: one whose deadline could not be met when it
-    was submitted runs as best effort."""
-    return bool(row.deadline) and row.deadline_feasible is not False
-
-
-def _order(row: _Queued, fair: tuple | None) -> tuple:
-    """Its place in the order, smallest first: jobs with a deadline they can meet (_due), earliest deadline
-    first (EDF); then the rest by their place in the fair share (`fair`, see _Fair)."""
-    if _due(row):
-        return (0, row.deadline.timestamp(), 0.0, row.arrival, row.pk)
-    return (1, *fair)
-
-
 class _Fair:
-    """The fair share of one pass: weighted fair queuing between the organisations. Each job is tagged with
-    its organisation's recent GPU-hours (_usage), and the GPU-hours left of its organisation's jobs ahead of
-    it and its own, over the organisation's weight: the hour at which a fair share of the fleet would finish
-    it. Smallest tag first. In an organisation, its running flexible jobs come first, then its queued ones
-    least work left first (then arrival). So a partner that held little lately goes ahead of one that held
-    much, a short job ahead of a long one, and one partner's thousand jobs queue behind its own, not in front
-    of everyone else's. A running job's tag holds still while it runs (its usage grows as its work left
-    shrinks). The queue's tags are worked out by the database (`queued`), a window over each organisation's
-    jobs, so that a pass reads the head of the queue in the order, not all of it."""
+    """The fair share of one pass (policy.fair_scales): each job's place is its GPU-hours left times its
+    organisation's scale, its recent GPU-hours (_usage) over its weight plus a floor; smallest first. So
+    least work left goes first between organisations that held alike, a partner that held little lately goes
+    ahead of one that held much unless its job is that much longer, and one partner's flood of jobs queues
+    behind another's few. The queue's places are worked out by the database (`queued`), so that a pass reads
+    the head of the queue in the order, not all of it."""
 
     def __init__(self, standing: "_Standing", running: list[tuple[_Queued, float]]):
-        self.offset = dict(standing.usage)  # GPU-hours ahead of an organisation's queued jobs
         self.weights = {org: float(weight or 1) for org, weight in standing.weights.items()}
-        self.running = {}
-        for row, left in sorted(running, key=lambda pair: (max(0.0, pair[1]), pair[0].arrival, pair[0].pk)):
-            org = row.organisation_id
-            self.offset[org] = self.offset.get(org, 0.0) + max(0.0, left) / 3600
-            self.running[row.pk] = _place(self.offset[org] / self.weights.get(org, 1.0), left, row)
+        self.scales, self.floor = policy.fair_scales(standing.usage, self.weights)
+        self.running = {row.pk: policy.place(self._tag(row, left), left, row) for row, left in running}
+
+    def _tag(self, row: _Queued, left: float) -> float:
+        org = row.organisation_id
+        return policy.fair_tag(left, self.scales.get(org, self.floor / self.weights.get(org, 1.0)))
 
     def queued(self):
         """The waiting jobs, tagged (`tag`, `left`, `arrived`) and in the order of their tags."""
-        ahead = Window(Sum(_LEFT), partition_by=[F("organisation_id")], order_by=[_LEFT, _ARRIVED, F("id")])
-        offsets = [When(organisation_id=org, then=Value(hours)) for org, hours in self.offset.items() if hours]
-        scales = [When(organisation_id=org, then=Value(1 / w)) for org, w in self.weights.items() if w != 1.0]
-        tag = ExpressionWrapper(
-            (Case(*offsets, default=Value(0.0)) + ahead / 3600.0) * Case(*scales, default=Value(1.0)),
-            output_field=FloatField(),
-        )
+        orgs = set(self.scales) | {org for org, weight in self.weights.items() if weight != 1.0}
+        scales = [
+            When(organisation_id=org, then=Value(self.scales.get(org, self.floor / self.weights.get(org, 1.0))))
+            for org in orgs
+        ]
+        tag = ExpressionWrapper(_LEFT / 3600.0 * Case(*scales, default=Value(self.floor)), output_field=FloatField())
         rows = waiting().annotate(left=_LEFT, arrived=_ARRIVED, tag=tag)
         return rows.order_by("tag", "left", "arrived", "id")
 
     def of(self, row: _Queued, left: float) -> tuple:
-        """The place of one job (queued, or not yet): behind its organisation's other queued jobs with as
-        little work left or less."""
-        org = row.organisation_id
-        others = waiting().filter(organisation_id=org).exclude(pk=row.pk if row.pk != math.inf else None)
-        mine = others.annotate(left=_LEFT).filter(left__lte=max(0.0, left))
-        ahead = mine.aggregate(hours=Sum("left"))["hours"] or 0.0
-        hours = self.offset.get(org, 0.0) + (ahead + max(0.0, left)) / 3600
-        return _place(hours / self.weights.get(org, 1.0), left, row)
-
-
-def _place(tag: float, left: float, row: _Queued) -> tuple:
-    """A job's place in the fair share, smallest first: its tag (see _Fair), then least work left, arrival."""
-    return (tag, max(0.0, left), row.arrival, row.pk)
+        """The place of one job (queued, or not yet)."""
+        return policy.place(self._tag(row, left), left, row)
 
 
 def _arrival(job: Job) -> float:
     return (job.queued_at or job.started_at or job.created).timestamp()
-
-
-def _useful_width(row: _Queued, pending: int) -> int:
-    """The most slots a flexible job uses well with `pending` shards left to take: its request's width, or
-    more up to its cap while each slot has SHARDS_PER_EXTRA_SLOT of them (never more slots than shards)."""
-    return min(row.width_cap, pending, max(row.gpus, math.ceil(pending / SHARDS_PER_EXTRA_SLOT)))
-
-
-def _on_time_width(row: _Queued, left: float, now) -> int:
-    """How many slots a flexible job needs from now on to do `left` GPU-seconds by its deadline (at
-    least one); one without a deadline."""
-    if row.deadline is None or row.deadline_feasible is False:
-        return 1
-    seconds = max(1.0, (row.deadline - now).total_seconds())
-    return max(1, min(row.width_cap, math.ceil(left / seconds)))
 
 
 _FIELDS = ("pk", "organisation_id", "gpus", "hours", "held_before", "work", "deadline", "deadline_feasible",
@@ -696,26 +665,32 @@ class _Claims:
         self.now = now
         running = list(Job.objects.filter(state=State.RUNNING, request=Job.Request.FLEXIBLE).only(*_FIELDS))
         holds = _counts(Allocation.objects.filter(job__in=running, held_to=None))
-        shards = Shard.objects.filter(job__in=running)
-        pending, total = _counts(shards.filter(status=Shard.Status.PENDING)), _counts(shards)
+        shards = _shards(running)
         rows = []
         for job in running:
-            row, held_now, left_shards = _queued(job), holds.get(job.pk, 0), pending.get(job.pk, 0)
-            shard = job.budget_gpu_seconds / max(1, total.get(job.pk, 0))  # a shard's share of the budget
-            left = shard * left_shards
-            need = max(0, _on_time_width(row, left, now) - held_now) if left_shards else 0
-            rows.append((job, row, held_now, need, _useful_width(row, left_shards) - held_now, shard, left))
+            row, held_now = _queued(job), holds.get(job.pk, 0)
+            left_shards, shard, left, measured = _work_left(job, shards.get(job.pk))
+            need = max(0, policy.on_time_width(row, left, now, shard) - held_now) if left_shards else 0
+            want = max(policy.useful_width(row, left_shards), min(row.gpus, row.width_cap, held_now + left_shards))
+            if not measured:
+                want = min(want, policy.unmeasured_width(row, need + held_now))
+            elif job.budget_ends_at is not None:
+                budget = max(0.0, (job.budget_ends_at - now).total_seconds()) * held_now
+                want = min(want, max(need + held_now, policy.affordable_width(held_now, left, budget, shard)))
+            rows.append((job, row, held_now, need, want - held_now, shard, left))
         self.share = _Fair(standing, [(row, left) for _, row, *_, left in rows])
         self.flexible = {}
         for job, row, held_now, need, want, shard, _ in rows:
             fair = self.share.running[job.pk]
-            self.flexible[job.pk] = _Claim(row, held_now, need, want, _order(row, fair), fair, job, shard)
+            self.flexible[job.pk] = _Claim(row, held_now, need, want, policy.order(row, fair), fair, job, shard)
         self.growing = sorted((claim for claim in self.flexible.values() if claim.want > 0), key=lambda c: c.fair)
 
     def _claim(self, row: _Queued, fair: tuple | None) -> _Claim:
         left = row.left
-        need = _on_time_width(row, left, self.now) if row.flexible else row.gpus
-        return _Claim(row, 0, need, row.width_cap, _order(row, fair), fair)
+        if not row.flexible:
+            return _Claim(row, 0, row.gpus, row.gpus, policy.order(row, fair), fair)
+        need = policy.on_time_width(row, left, self.now)
+        return _Claim(row, 0, need, policy.unmeasured_width(row, need), policy.order(row, fair), fair)
 
     def due(self):
         """The deadline jobs, earliest deadline first."""
@@ -725,19 +700,19 @@ class _Claims:
 
     def fair(self):
         """Every job, deadline or not, by its place in the fair share."""
-        queued = (self._claim(row, _place(tag, row.left, row)) for row, tag in _rows(self.share.queued(), "tag"))
+        queued = (self._claim(row, policy.place(tag, row.left, row)) for row, tag in _rows(self.share.queued(), "tag"))
         return heapq.merge(queued, self.growing, key=lambda claim: claim.fair)
 
     def in_order(self):
-        """Every claim by its place in the order (_order): the deadline jobs by EDF, then the rest by fair share."""
+        """Every claim by its place in the order (policy.order): deadline jobs by EDF, then the rest by fair share."""
         return chain(self.due(), (claim for claim in self.fair() if not claim.due))
 
 
 def outlook(job: Job, now=None) -> tuple:
     """When a job (about to be queued, or queued) is expected to start and to end, by the queue now: on
     the slots online that can run its work, free now or as the jobs that keep theirs release them (at their
-    time limits; a flexible job after it in the order gives its slots back at their next shard boundaries,
-    taken as half a shard's share of its budget from now), after the queued jobs ahead of it in the order
+    time limits; the flexible jobs after it in the order give their slots back at their next shard boundaries,
+    taken as half a shard from now, the last in the order first), after the queued jobs ahead of it in the order
     (each taken as holding its GPUs for its hours). A flexible job grows into slots as they free up, to its
     cap. Expected, not promised: passes usually end before their limits, so jobs tend to end sooner.
     (None, None) when no slot online can run it."""
@@ -746,19 +721,25 @@ def outlook(job: Job, now=None) -> tuple:
     flexible = claims.flexible
     row = _queued(job)._replace(pk=job.pk or math.inf)  # one not saved yet is the last of its ties
     left = row.left
-    key = _order(row, None if _due(row) else claims.share.of(row, left))
+    key = policy.order(row, None if policy.is_due(row) else claims.share.of(row, left))
     nodes = set(nodes_running(job.work))
     slots = schedulable_slots().online().filter(node__in=nodes)
     online, free = slots.count(), slots.free().count()
     if online == 0:
         return None, None
-    releases = []
+    releases, behind = [], []
     for other, held in _holding(Q(gpu__in=slots) & ~Q(job=job.pk)):
-        # A flexible job after it gives its slots back at their next shard boundaries: half a shard from now, as
-        # expected of slots each somewhere in a shard.
         claim = flexible.get(other.pk)
-        behind = claim is not None and claim.key > key
-        until = now + timedelta(seconds=claim.shard_seconds / 2) if behind else max(now, other.time_limit_at())
+        if claim is not None and claim.key > key:
+            behind.append((claim.key, claim.shard_seconds, held))
+        else:
+            releases.append((max(now, other.time_limit_at()), held))
+    # A pass asks the flexible jobs after it for their slots the last in the order first (_ask_back), each slot
+    # back at its next shard boundary (half a shard from now, as expected of slots each somewhere in a shard),
+    # and none sooner than those asked before it: not the soonest boundaries of all.
+    until = now
+    for _, shard, held in sorted(behind, key=lambda hold: hold[0], reverse=True):
+        until = max(until, now + timedelta(seconds=shard / 2))
         releases.append((until, held))
     heapq.heapify(releases)
     at = now
@@ -791,6 +772,46 @@ def outlook(job: Job, now=None) -> tuple:
         when, count = heapq.heappop(releases)
         work -= width * (when - at).total_seconds()
         at, free = max(at, when), free + count
+
+
+class _Shards(NamedTuple):
+    """A running job's shards as a pass weighs them: how many, how many pending with their records, and the
+    records and seconds of those done (from their start and end)."""
+
+    total: int
+    pending: int
+    pending_records: int
+    done_records: int
+    done_seconds: float
+    done: int
+
+
+def _shards(jobs: list[Job]) -> dict[int, _Shards]:
+    """Each job's _Shards, by id, in one grouped query."""
+    pending, done = Q(status=Shard.Status.PENDING), Q(status=Shard.Status.DONE, started_at__isnull=False)
+    took = _Took("finished_at", "started_at")
+    figures = {
+        "total": Count("pk"),
+        "pending": Count("pk", filter=pending),
+        "pending_records": Coalesce(Sum("record_count", filter=pending), 0),
+        "done_records": Coalesce(Sum("record_count", filter=done), 0),
+        "done_seconds": Coalesce(Sum(took, filter=done), 0.0),
+        "done": Count("pk", filter=done),
+    }
+    rows = Shard.objects.filter(job__in=jobs).order_by().values("job_id").annotate(**figures)
+    return {row.pop("job_id"): _Shards(**row) for row in rows}
+
+
+def _work_left(job: Job, shards: _Shards | None) -> tuple[int, float, float, bool]:
+    """A running flexible job's shards left to take, the seconds a shard takes, the slot-seconds of work
+    left, and whether these were measured: from the shards it did (their seconds a record) once it did any,
+    else from its request (a shard's share of its budget), which may ask for up to twice the work."""
+    shards = shards or _Shards(0, 0, 0, 0, 0.0, 0)
+    if shards.done_records and shards.done_seconds > 0:
+        per_record = shards.done_seconds / shards.done_records
+        return shards.pending, shards.done_seconds / shards.done, shards.pending_records * per_record, True
+    shard = job.budget_gpu_seconds / max(1, shards.total)
+    return shards.pending, shard, shard * shards.pending, False
 
 
 def _counts(rows) -> dict[int, int]:
@@ -842,6 +863,8 @@ class _Pass:
             lifecycle.miss_deadline(job)  # never held: starting it now could do nothing it was asked for
             self.missed.add(job.pk)
             return True
+        if job.flexible:  # on time only wider than the fleet: as wide as it goes, not waiting for what is not there
+            need = min(need, slots.online_for(job.work))
         if need > slots.online_for(job.work) or want < 1:
             return True  # more than the fleet can give it online now (a node left): it waits, blocking none
         org, cap = job.organisation_id, self.caps.get(job.organisation_id)
@@ -857,7 +880,7 @@ class _Pass:
                 self.pending[job.pk] = Shard.objects.filter(job=job, status=Shard.Status.PENDING).count()
             given = len(self.given.get(job.pk, (None, []))[1])
             pending = self.pending[job.pk]
-            room = max(0, min(room, min(pending, max(need, _useful_width(claim.row, pending))) - given))
+            room = max(0, min(room, min(pending, max(need, policy.useful_width(claim.row, pending))) - given))
         taken = slots.peek_up_to(job.work, room)
         enough = bool(taken) and (job.flexible or len(taken) >= need)  # a flexible job starts on what is free
         if self.blocked is None and len(taken) < need:

@@ -1,6 +1,7 @@
 """How far a job's staging has got, written to the job for its page at most twice a second. Each
 write renews the staging attempt's lease; an attempt whose job was cancelled, or taken over by
-another attempt after its lease ran out, stops at its next write."""
+another attempt after its lease ran out, stops at its next write. A job whose staging streams into
+its pass is queued or running meanwhile (jobs.staging.streaming)."""
 
 import time
 from datetime import timedelta
@@ -8,7 +9,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from jobs.models import Job, State
+from jobs.models import STAGING, Job
 
 INTERVAL = 0.5
 
@@ -27,15 +28,16 @@ class StagingProgress:
         self.claim = claim
         self.written = 0.0
         self.done = 0
+        self.total: int | None = None
 
     def _update(self, **fields) -> None:
-        owned = Job.objects.filter(pk=self.job_id, state=State.STAGING, staging_claim=self.claim)
+        owned = Job.objects.filter(STAGING, pk=self.job_id, staging_claim=self.claim)
         if not owned.update(staging_lease_until=lease_end(), **fields):
             raise StagingStopped
 
     def phase(self, name: str, total: int | None) -> None:
         """Start a phase of staging (downloading, copying, reading) over `total` bytes, if known."""
-        self.done = 0
+        self.done, self.total = 0, total
         self.written = time.monotonic()
         self._update(staging_phase=name, staging_done=0, staging_total=total, staging_phase_started=timezone.now())
 

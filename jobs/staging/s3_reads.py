@@ -1,31 +1,37 @@
-"""Reading S3 locations (`jobs.staging.s3`) with boto3: an object in parallel ranged GETs, a prefix gathered
-into one dataset, a model's files; and whether the operator's buckets hold an organisation's folder."""
+"""Reading S3 locations (`jobs.staging.s3`) with boto3: an object streamed in parallel ranged GETs, a prefix
+gathered into one dataset, a model's files; and whether the operator's buckets hold an organisation's folder.
+
+An object is read as parts of PART_BYTES over CONNECTIONS connections at once and handed on in order as it
+arrives (`jobs.staging.reassembly`, as a URL's parts are), into staging's copy with no temporary file between:
+each part asked for with If-Match on the object's ETag, so a part of a changed object is never spliced in,
+and a part whose connection drops asked for again from where it dropped.
+"""
 
 import io
 import tarfile
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import PurePosixPath
 from typing import BinaryIO
 
 import boto3
 import pyarrow as pa
 import pyarrow.parquet as pq
-from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 from django.conf import settings
-from s3transfer.manager import TransferManager
-from s3transfer.subscribers import BaseSubscriber
 
-from jobs.staging import archives, over_dataset_limit, over_limit
+from jobs.staging import archives, over_limit, reassembly
 from jobs.staging.progress import StagingProgress
 from jobs.staging.ranged import RangedS3File
 from jobs.staging.s3 import Location, S3Error, parse
 
 DENIED = {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken", "403"}
 MISSING = {"NoSuchKey", "NoSuchBucket", "404", "NotFound"}
-TRANSFER = TransferConfig(multipart_threshold=8 * 1024**2, multipart_chunksize=16 * 1024**2, max_concurrency=8)
+CHANGED = {"PreconditionFailed", "412"}
+CONNECTIONS = 8  # ranged GETs of one object at once
+PART_BYTES = 8 * 1024 * 1024
+CHUNK = 1024 * 1024  # what a part is read in, and handed on in
+RETRIES = 5  # asks again for a part whose connection dropped, before the read fails
 
 
 def prefix_in_use(prefix: str) -> bool:
@@ -45,7 +51,12 @@ def client(credentials: dict | None):
     options = {
         "endpoint_url": settings.E31_STAGING_S3_ENDPOINT_URL or None,
         "region_name": (credentials or {}).get("region") or settings.E31_STAGING_S3_REGION,
-        "config": Config(retries={"max_attempts": 5, "mode": "standard"}, connect_timeout=10, read_timeout=60),
+        "config": Config(
+            retries={"max_attempts": 5, "mode": "standard"},
+            connect_timeout=10,
+            read_timeout=60,
+            max_pool_connections=CONNECTIONS,
+        ),
     }
     if credentials:
         options.update(
@@ -68,43 +79,95 @@ def explain(error: Exception, location: Location) -> S3Error:
     return S3Error(f"S3 could not be reached for {location}: {error}.")
 
 
-class _Counted(BaseSubscriber):
-    def __init__(self):
-        self.bytes = 0
-
-    def on_progress(self, bytes_transferred: int, **kwargs) -> None:
-        self.bytes += bytes_transferred
-
-
-def download(uri: str, credentials: dict | None, into: BinaryIO, progress: StagingProgress) -> int:
-    """Copy the object into `into` in parallel ranged GETs, reporting bytes as they arrive; its size.
-    A prefix is gathered into one dataset (see `gather`)."""
+def stream(
+    uri: str,
+    credentials: dict | None,
+    into: BinaryIO,
+    *,
+    max_bytes: int,
+    of: str = "a dataset",
+    on_length: Callable[[int], None] | None = None,
+) -> int:
+    """An object's bytes into `into`, in order as they arrive (lent its buffers where it takes them:
+    `write_lent`), read in parallel ranged GETs; its size. `on_length` hears the size before a byte is
+    written; an object larger than `max_bytes` (the limit for `of`) is refused before one is read."""
     location = parse(uri)
     s3 = client(credentials)
-    if location.is_prefix:
-        return gather(s3, location, into, progress)
     try:
-        size = s3.head_object(Bucket=location.bucket, Key=location.key)["ContentLength"]
+        head = s3.head_object(Bucket=location.bucket, Key=location.key)
     except (ClientError, BotoCoreError) as error:
         raise explain(error, location) from None
-    if size > settings.E31_MAX_DATASET_BYTES:
-        raise S3Error(over_dataset_limit(str(location), size))
-    progress.phase("downloading", size)
-    counted = _Counted()
-    with TransferManager(s3, TRANSFER) as manager:
-        future = manager.download(location.bucket, location.key, into, subscribers=[counted])
-        try:
-            while not future.done():
-                progress.advance(counted.bytes)  # progress is written from here, not the transfer threads
-                time.sleep(0.2)
-            future.result()
-        except (ClientError, BotoCoreError) as error:
-            raise explain(error, location) from None
-        except BaseException:
-            future.cancel()
-            raise
-    progress.advance(size)
+    size = head["ContentLength"]
+    if size > max_bytes:
+        raise S3Error(over_limit(str(location), size, max_bytes, of))
+    if on_length:
+        on_length(size)
+    reads = _Parts(s3, location, head["ETag"])
+    bounds = [(start, min(start + PART_BYTES, size)) for start in range(0, size, PART_BYTES)]
+    if bounds:
+        reassembly.fetch_in_parts(bounds, reads.connection, _hand_on(into), connections=CONNECTIONS, chunk=CHUNK)
     return size
+
+
+def _hand_on(into: BinaryIO) -> reassembly.HandOn:
+    if lend := getattr(into, "write_lent", None):
+        return lend
+
+    def write(data: memoryview, done: reassembly.Done) -> None:
+        into.write(data)
+        done()
+
+    return write
+
+
+class _Parts:
+    """The ranged GETs of one object's parts, each with If-Match on its ETag."""
+
+    def __init__(self, s3, location: Location, etag: str):
+        self.s3, self.location, self.etag = s3, location, etag
+
+    def connection(self, parts: Iterator[reassembly.Part]) -> None:
+        for part in parts:
+            drops = 0
+            while part.left:
+                try:
+                    self._read(part)
+                except BotoCoreError as error:  # a connection that dropped, or timed out, mid-part
+                    drops += 1
+                    if drops > RETRIES:
+                        raise explain(error, self.location) from None
+
+    def _read(self, part: reassembly.Part) -> None:
+        try:
+            answer = self.s3.get_object(
+                Bucket=self.location.bucket,
+                Key=self.location.key,
+                Range=f"bytes={part.position}-{part.stop - 1}",
+                IfMatch=self.etag,
+            )
+        except ClientError as error:
+            if str(error.response.get("Error", {}).get("Code", "")) in CHANGED:
+                raise S3Error(
+                    f"{self.location} changed while it was staged (its ETag is no longer {self.etag}); "
+                    "stage it again once it is complete."
+                ) from None
+            raise explain(error, self.location) from None
+        body = answer["Body"]
+        try:
+            while part.left:
+                space = part.space()
+                data = body.read(len(space))  # botocore hands out bytes: one copy, into a page-aligned buffer
+                if not data:
+                    raise S3Error(f"{self.location} ended {part.left:,} bytes short of its part.")
+                space[: len(data)] = data
+                part.filled(len(data))
+        finally:
+            body.close()
+
+
+def download_prefix(uri: str, credentials: dict | None, into: BinaryIO, progress: StagingProgress) -> int:
+    """Every object under a prefix gathered into `into` as one dataset (see `gather`); its size."""
+    return gather(client(credentials), parse(uri), into, progress)
 
 
 def copy_model(uri: str, credentials: dict | None, into: BinaryIO) -> None:
@@ -112,23 +175,16 @@ def copy_model(uri: str, credentials: dict | None, into: BinaryIO) -> None:
     object under a prefix (the folder itself) packed into a tar named by their paths under it. Held
     to the model's limits in bytes and files before a byte is read."""
     location = parse(uri)
-    s3 = client(credentials)
-    if location.is_prefix:
-        objects = _model_objects(s3, location)
-        with tarfile.open(fileobj=into, mode="w") as archive:
-            for item in objects:
-                member = tarfile.TarInfo(item["Key"][len(location.key) :])
-                member.size = item["Size"]
-                archive.addfile(member, _body(s3, location.bucket, item["Key"]))
+    if not location.is_prefix:
+        stream(uri, credentials, into, max_bytes=settings.E31_MAX_MODEL_BYTES, of="a model")
         return
-    try:
-        size = s3.head_object(Bucket=location.bucket, Key=location.key)["ContentLength"]
-        if size > settings.E31_MAX_MODEL_BYTES:
-            raise S3Error(over_limit(str(location), size, settings.E31_MAX_MODEL_BYTES, "a model"))
-        with TransferManager(s3, TRANSFER) as manager:
-            manager.download(location.bucket, location.key, into).result()
-    except (ClientError, BotoCoreError) as error:
-        raise explain(error, location) from None
+    s3 = client(credentials)
+    objects = _model_objects(s3, location)
+    with tarfile.open(fileobj=into, mode="w") as archive:
+        for item in objects:
+            member = tarfile.TarInfo(item["Key"][len(location.key) :])
+            member.size = item["Size"]
+            archive.addfile(member, _body(s3, location.bucket, item["Key"]))
 
 
 def _model_objects(s3, location: Location) -> list[dict]:

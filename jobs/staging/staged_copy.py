@@ -10,7 +10,7 @@ import os
 import queue
 import stat
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from django.core.files import File
 from django.core.files.base import ContentFile
@@ -38,8 +38,11 @@ class _Hashing(io.RawIOBase):
         self.source = source
         self.progress = progress
         self.along = along
-        self.sha256 = hashlib.sha256()
+        # A source that hashes its bytes as sent (compressed data, a dataset's parts) gives the job's checksum.
+        self.sha256 = None if hasattr(source, "raw_sha256") else hashlib.sha256()
         self.bytes = 0
+        # Progress counts the bytes as sent where only their size is known (compressed data, see _total).
+        self.sent = _size(source) is None and getattr(source, "sent_size", None) is not None
 
     def readable(self) -> bool:
         return True
@@ -56,21 +59,21 @@ class _Hashing(io.RawIOBase):
 
     def _passed_on(self, data, done: Callable[[], None] | None = None):
         if data:
-            self.sha256.update(data)  # hashlib lets go of the GIL: the scan and the writes go on
+            if self.sha256 is not None:
+                self.sha256.update(data)  # hashlib lets go of the GIL: the scan and the writes go on
             self.along.feed(data, done)
             self.bytes += len(data)
-            self.progress.advance(self.bytes)
+            self.progress.advance(self.source.raw_bytes if self.sent else self.bytes)
         return data
 
-    def lent(self, ring: "_Ring"):
-        """The source's chunks, each read into one of the ring's buffers, checksummed and lent to the
-        scan; the caller lends it on (to the writer), and each calls its `done`."""
-        while chunk := ring.fill(self.source):
-            data, done = chunk
+    def lent(self, chunks: Iterator[tuple[memoryview, Callable[[], None]]]):
+        """The chunks (a ring's buffers, or a download's own), each checksummed and lent to the scan; the
+        caller lends it on (to the writer), and each calls its `done`."""
+        for data, done in chunks:
             yield self._passed_on(data, done), done
 
     def hexdigest(self) -> str:
-        return self.sha256.hexdigest()
+        return self.source.raw_sha256() if self.sha256 is None else self.sha256.hexdigest()
 
 
 class _Ring:
@@ -118,17 +121,32 @@ class _Staged(File):
     DEFAULT_CHUNK_SIZE = _Hashing.CHUNK
 
 
+class _NoScan:
+    """In place of the scan, for a copy read behind its writer (jobs.staging.streaming): lets go at once."""
+
+    def feed(self, data, done: Callable[[], None] | None = None) -> None:
+        if done:
+            done()
+
+    def finish(self) -> None:
+        return None
+
+
 def copy_to_job_storage(
-    job: Job, target: str, progress: StagingProgress
+    job: Job, target: str, progress: StagingProgress, scan: bool = True
 ) -> tuple[str, int, str, fastcsv.Scanned | None]:
     """Copy the job's source into its storage at `target`; return the staged path, bytes, sha256, and
-    what a scan of its CSV records beside the copy found."""
+    what a scan of its CSV records beside the copy found (none without `scan`)."""
     along = hashing = None
     try:
         with sources.open_source(job, progress) as source:
             size = _size(source)
-            progress.phase(getattr(source, "phase", "copying"), size)
-            along = fastcsv.ScanAlong(job.source_name, shards.grain(job), shards.MAX_CUT_POINTS, size)
+            progress.phase(getattr(source, "phase", "copying"), _total(source, size))
+            along = (
+                _NoScan()
+                if not scan
+                else fastcsv.ScanAlong(job.source_name, shards.grain(job), shards.MAX_CUT_POINTS, size)
+            )
             hashing = _Hashing(source, progress, along)
             default_storage.delete(target)  # what an interrupted attempt left
             if isinstance(default_storage, FileSystemStorage):
@@ -151,8 +169,9 @@ def _local_file(source) -> bool:
 def _save_to_filesystem(hashing: _Hashing, source, target: str) -> str:
     """Into job storage on this machine's filesystem: storage names and creates the file, and each
     piece goes into it, on a thread of its own, right after it is read for the checksum and the scan.
-    A file on this machine, and a download large enough to be written directly, are read into the
-    ring's buffers; a smaller download's pieces are written as they came, whatever their size."""
+    A download's pieces are lent on in the buffers it filled them in, not copied; a file on this
+    machine, and another source large enough to be written directly, are read into the ring's buffers;
+    other pieces (data decompressed, parts joined) are written as they came, whatever their size."""
     path = default_storage.save(target, ContentFile(b""))  # the name, folders and permissions, as storage sets them
     local = _local_file(source)
     before = local and _identity(source)
@@ -163,8 +182,11 @@ def _save_to_filesystem(hashing: _Hashing, source, target: str) -> str:
         else:
             writer = _Writer(out.fileno(), direct=direct)
         try:
-            if local or direct is not None:
-                for data, done in hashing.lent(_Ring(_Hashing.CHUNK)):
+            if hasattr(source, "lend"):
+                for data, done in hashing.lent(source.lend(_Ring.BORROWERS)):
+                    writer.put(data, done)
+            elif local or direct is not None:
+                for data, done in hashing.lent(iter(functools.partial(_Ring(_Hashing.CHUNK).fill, source), None)):
                     writer.put(data, done)
             else:
                 while data := hashing.read1(_Hashing.CHUNK):
@@ -308,6 +330,12 @@ def _copy_range(source: int, out: int, offset: int, at: int, count: int) -> bool
             return False  # some filesystems (FUSE, /proc) copy nothing; a file cut short fails the check after
         offset, at, count = offset + copied, at + copied, count - copied
     return True
+
+
+def _total(source, size: int | None) -> int | None:
+    """What staging's progress counts to: the source's size, or for compressed data its size as sent (its
+    bytes as sent counted then, _Hashing): the page's percent staged is of the data on the wire."""
+    return size if size is not None else getattr(source, "sent_size", None)
 
 
 def _size(stream) -> int | None:

@@ -17,6 +17,7 @@ from django.core.files.storage import default_storage
 from django.core.files.uploadhandler import FileUploadHandler, StopUpload
 from django.utils.text import get_valid_filename
 
+from jobs.staging import compressed
 from jobs.staging.formats import SAMPLE_BYTES, FormatError, detect
 from portal import units
 from portal.text import clean_name
@@ -45,9 +46,10 @@ class SizeLimitUploadHandler(FileUploadHandler):
 
 
 def inspect(stream: BinaryIO, name: str) -> dict:
-    """The layout a dataset's first bytes show, or FormatError saying what is wrong with it."""
+    """The layout a dataset's first bytes show (a compressed one's, uncompressed), or FormatError saying what
+    is wrong with it."""
     stream.seek(0)
-    head = stream.read(SAMPLE_BYTES + 1)
+    head = compressed.open_decompressed(stream, name).read(SAMPLE_BYTES + 1)
     stream.seek(0)
     return detect(head[:SAMPLE_BYTES], at_eof=len(head) <= SAMPLE_BYTES, name=name)
 

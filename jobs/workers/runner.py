@@ -68,13 +68,17 @@ def run_slot(job_id: int, allocation_id: int, runner: str = "") -> str:
             return "superseded" if held else "released"
         if time.monotonic() > deadline:
             return _hand_over(job_id, allocation_id, runner, gpu.queue)
-        if job.flexible and asked_back(job, allocation_id) and lifecycle.give_back(allocation_id):
+        if asked_back(job, allocation_id) and lifecycle.give_back(allocation_id):
             return "given back"
         if job.kind == Job.Kind.SAMPLE:
             skip_past_budget(job)
         claimed = claim_next(job, gpu)
         if claimed is None:
-            if not Shard.objects.filter(job=job).exclude(status__in=Shard.SETTLED).exists():
+            # Read before the shards: the end of staging commits its last shards as it clears `streaming`.
+            if Job.objects.filter(pk=job.pk, streaming=True).exists():
+                if lifecycle.give_back(allocation_id, idle=True):
+                    return "given back"  # no staged shard left for it: no slot is held while bytes arrive
+            elif not Shard.objects.filter(job=job).exclude(status__in=Shard.SETTLED).exists():
                 lifecycle.finish_pass(job)
                 return "finished"
             if job.flexible and lifecycle.give_back(allocation_id, idle=True):
@@ -135,8 +139,9 @@ def _hand_over(job_id: int, allocation_id: int, runner: str, queue: str) -> str:
 
 
 def asked_back(job: Job, allocation_id: int) -> bool:
-    """A flexible job's turn at a shard boundary: its limit's fields read again (its width moves its budget's
-    end), and whether the scheduler asked this slot back, in one query."""
+    """A turn at a shard boundary: the job's limit's fields read again (a flexible job's width moves its
+    budget's end), and whether this slot was asked back (by the scheduler, for a flexible job; for a fixed
+    one whose other slot found no staged shard, lifecycle.give_back), in one query."""
     rows = Allocation.objects.filter(pk=allocation_id).values_list("give_back", "job__budget_ends_at", "job__deadline")
     asked, job.budget_ends_at, job.deadline = next(iter(rows), (False, job.budget_ends_at, job.deadline))
     return asked

@@ -234,7 +234,7 @@ def test_a_dry_run_makes_every_check_and_nothing_else(partner_api, online_slots,
     checked = answer.json()
     assert (checked["dry_run"], checked["kind"], checked["work"]) == (True, "pass", "clean-table")
     assert checked["data"] == {
-        "source_kind": "upload", "name": "customers.csv", "location": "", "sha256": "", "format": "csv",
+        "source_kind": "upload", "name": "customers.csv", "location": "", "parts": [], "sha256": "", "format": "csv",
     }  # fmt: skip
     assert checked["request"] == {
         "gpus": 2, "hours": "1.50", "shape": "short-wide", "kind": "fixed", "max_gpus": 2,

@@ -16,7 +16,8 @@ from api.webhooks import delivery
 from api.webhooks.models import Attempt, Delivery, Endpoint
 from api.webhooks.receivers import record
 from jobs import lifecycle
-from jobs.models import Job, State
+from jobs.models import AtRisk, Job, State
+from jobs.scheduling import promises
 from tests.api.loopback import file_server, webhook_receiver
 from tests.api.support import api_client, token_for
 from tests.factories import make_job
@@ -175,6 +176,27 @@ def test_a_jobs_own_webhook_hears_each_of_its_changes_signed_with_its_own_secret
         ("running", "finishing"), ("finishing", "succeeded"),
     ]  # fmt: skip
     assert partner_api.get("/api/v1/webhooks/").json() == [], "a job's own webhook is not the organisation's"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_deadline_that_can_no_longer_be_met_is_delivered_once(fleet, partner_api, organisation):
+    due = timezone.now() + timedelta(hours=2)
+    # Queued and put on hold, so that the live fleet's scheduler leaves it be.
+    job = make_job(organisation, State.QUEUED, deadline=due, deadline_feasible=True, on_hold_since=timezone.now())
+    with webhook_receiver() as receiver:
+        secret = make_endpoint(partner_api, receiver.url())["secret"]
+        assert promises.tell(job, due + timedelta(minutes=50), AtRisk.EARLIER_DEADLINE, timezone.now())
+        wait_for(lambda: receiver.posts, timeout=20, what="the delivery")
+        assert not promises.tell(job, due + timedelta(hours=1), AtRisk.FEWER_GPUS, timezone.now()), "told once"
+    [post] = receiver.posts
+    body = verified(post, secret)
+    assert (post.headers["E31-Event"], body["type"]) == ("job.deadline_at_risk", "job.deadline_at_risk")
+    told = body["data"]["job"]["deadline_at_risk"]
+    assert (told["reason"], told["expected_finish"]) == ("earlier_deadline", (due + timedelta(minutes=50)).isoformat())
+    assert told["message"].startswith(f"Your deadline of {due:%Y-%m-%d %H:%M} UTC can no longer be met: a job with")
+    wait_for(lambda: Delivery.objects.get().status == Delivery.Status.DELIVERED, what="the delivery recorded")
+    [logged] = deliveries(partner_api, job)
+    assert (logged["event"], logged["state"], logged["previous_state"]) == ("job.deadline_at_risk", "queued", "")
 
 
 @pytest.mark.django_db

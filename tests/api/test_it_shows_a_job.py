@@ -13,6 +13,7 @@ from billing.anchor import head_of
 from jobs import lifecycle
 from jobs.facts import JobFacts
 from jobs.models import Job, Shard, State
+from jobs.scheduling import promises
 from tests.factories import make_job
 
 pytestmark = pytest.mark.django_db
@@ -70,6 +71,23 @@ def test_a_queued_job_gives_its_place_and_latest_start(organisation, online_slot
     facts = JobFacts(Job.objects.get(pk=second.pk))
     assert queue["place"] == facts.queue_position == 1
     assert queue["latest_start"] == facts.latest_start.isoformat()
+
+
+def test_a_job_told_its_deadline_can_no_longer_be_met_says_so_and_why(organisation, online_slots, partner_api):
+    due = timezone.now() + timedelta(minutes=90)
+    first = make_job(organisation, State.QUEUED, gpus=4, deadline=due, deadline_feasible=True)
+    assert partner_api.get(f"/api/v1/jobs/{first.pk}/").json()["deadline_at_risk"] is None, "not told: on time"
+    make_job(organisation, State.QUEUED, gpus=4, deadline=due - timedelta(minutes=10), deadline_feasible=True)
+    assert promises.check() == [first.pk]
+    first.refresh_from_db()
+    told = partner_api.get(f"/api/v1/jobs/{first.pk}/").json()
+    assert told["deadline_feasible"] is True, "what it was told at submit stays as it was"
+    assert told["deadline_at_risk"] == {
+        "since": first.deadline_at_risk_since.isoformat(),
+        "reason": "earlier_deadline",
+        "expected_finish": first.deadline_at_risk_finish.isoformat(),
+        "message": first.deadline_at_risk,
+    }
 
 
 def test_webhooks_and_routes_write_the_same_job(running_job, partner_api):

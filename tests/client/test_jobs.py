@@ -3,8 +3,11 @@ listed and filtered, one job's figures, a cancel, and the page's sentence when i
 
 import json
 import re
+from datetime import timedelta
 
-from jobs.models import Job, State
+from django.utils import timezone
+
+from jobs.models import AtRisk, Job, State
 from tests.factories import finished_sample, make_job
 
 
@@ -62,3 +65,17 @@ def test_the_receipt_of_a_job_that_was_never_held_says_nothing_was_charged(e31, 
         0,
         f"Nothing was charged for job {failed.pk}: it ended before its data was staged or anything was held.\n",
     ), receipt.stderr
+
+
+def test_status_says_when_a_deadline_promised_at_submit_can_no_longer_be_met(e31, organisation):
+    now = timezone.now()
+    job = make_job(
+        organisation, state=State.QUEUED, deadline=now + timedelta(hours=2), deadline_feasible=True,
+        deadline_at_risk_since=now, deadline_at_risk_reason=AtRisk.EARLIER_DEADLINE,
+        deadline_at_risk_finish=now + timedelta(hours=3),
+    )  # fmt: skip
+    shown = e31("status", str(job.pk))
+    assert shown.returncode == 0, shown.stderr
+    [line] = [line for line in shown.stdout.splitlines() if line.startswith("  deadline ")]
+    assert line == f"  deadline {Job.objects.get(pk=job.pk).deadline_at_risk}"
+    assert "can no longer be met: a job with an earlier deadline, submitted after it, takes the GPUs first" in line

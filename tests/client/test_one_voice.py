@@ -147,7 +147,11 @@ ASKED = {
 
 
 def through_the_form(partner_client, asked: Asked) -> list[tuple[str, str]]:
-    response = partner_client.post("/jobs/new/", asked.form())
+    return through_the_form_as_is(partner_client, asked.form())
+
+
+def through_the_form_as_is(partner_client, form: dict) -> list[tuple[str, str]]:
+    response = partner_client.post("/jobs/new/", form)
     assert response.status_code == 400
     return [(name, message) for name, messages in response.context["form"].errors.items() for message in messages]
 
@@ -198,4 +202,38 @@ def test_every_door_refuses_a_request_in_the_services_sentences(
         assert form == [(name, sentence) for (_, name, _), sentence in zip(asked.refused, sentences, strict=True)]
     assert through_manage_py(asked) == sentences
     assert through_e31(e31, portal, asked) == sentences
+    assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("parts", "sentence"),
+    [
+        (
+            ["http://localhost/a.csv", "http://localhost/a.csv?sig=1"],
+            "Part 2 (http://localhost/a.csv?…) is part 1 again: give each part once.",
+        ),
+        (
+            ["http://localhost/a.csv", "s3://bucket/b.csv"],
+            "Part 2 (s3://bucket/b.csv) is an S3 URI and part 1 is a URL: the parts of one dataset are all URLs, "
+            "all S3 objects or all server paths.",
+        ),
+    ],
+    ids=["a part twice", "parts of two kinds"],
+)
+def test_every_door_refuses_a_part_in_the_services_sentence(
+    partner_client, token, e31, portal, online_slots, parts, sentence
+):
+    options = ["--work", "clean-table", "--gpus", "1", "--hours", "1"]
+    form = job_form(location="\n".join(parts), gpus="1")
+    del form["data"]
+    assert through_the_form_as_is(partner_client, form) == [("location", sentence)]
+    body = {"work": {"kind": "clean-table"}, "data": {"location": parts}, "request": {"gpus": 1, "hours": 1}}
+    error = api_client(token).post("/api/v1/jobs/", body, content_type="application/json").json()["error"]
+    assert (error["field"], error["message"]) == ("data.location", sentence)
+    with pytest.raises(CommandError) as refused:
+        given = [option for part in parts for option in ("--data", part)]
+        call_command("submit", "--org", "partner-lab", "--as", "partner", *given, *options)
+    assert str(refused.value) == f"Refused: {sentence}"
+    by_e31 = e31("submit", *[option for part in parts for option in ("--data", part)], *options)
+    assert (by_e31.returncode, by_e31.stderr) == (1, f"e31: {sentence}\n")
     assert not Job.objects.exists()

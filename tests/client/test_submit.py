@@ -70,3 +70,50 @@ def test_it_refuses_an_unknown_work_kind_or_parameter_before_it_uploads_anything
     assert param.stderr.startswith("e31: clean-table has no parameter 'treshold' (it takes: ")
     assert portal.requests("POST", "/api/v1/uploads/", after=mark) == [], "no upload begun"
     assert not Job.objects.exists()
+
+
+def test_it_sends_data_given_again_as_the_parts_of_one_dataset(e31, online_slots, portal):
+    """DATA and --data, then --data alone: the parts in the order given, nothing uploaded."""
+    mark = len(portal.lines())
+    parts = ["http://localhost/part-0.csv", "http://localhost/part-1.csv", "http://localhost/part-2.csv"]
+    made = e31(
+        "submit",
+        parts[0],
+        "--data",
+        parts[1],
+        "--data",
+        parts[2],
+        "--work",
+        "clean-table",
+        "--gpus",
+        "1",
+        "--hours",
+        "1",
+    )
+    assert made.returncode == 0, made.stderr
+    job = Job.objects.get(pk=int(made.stdout))
+    assert [part["location"] for part in job.source_parts] == parts
+    assert f"Job {job.pk} submitted: 1 × 1 h of clean-table over part-0.csv" in made.stderr
+    assert portal.requests("POST", "/api/v1/uploads/", after=mark) == [], "locations: nothing uploaded"
+    again = e31(
+        "submit", "--data", parts[1], "--data", parts[0], "--work", "clean-table", "--gpus", "1", "--hours", "1"
+    )
+    assert again.returncode == 0, again.stderr
+    assert [part["location"] for part in Job.objects.get(pk=int(again.stdout)).source_parts] == [parts[1], parts[0]]
+
+
+def test_it_says_the_portals_sentence_for_a_part_refused(e31, online_slots):
+    """The same part twice; no data at all."""
+    twice = e31(
+        "submit", "--data", "http://localhost/a.csv", "--data", "http://localhost/a.csv", *SUBMIT[2:], "--gpus", "1"
+    )
+    assert (twice.returncode, twice.stderr) == (
+        1,
+        "e31: Part 2 (http://localhost/a.csv) is part 1 again: give each part once.\n",
+    )
+    none = e31("submit", *SUBMIT[2:], "--gpus", "1")
+    assert (none.returncode, none.stderr) == (
+        1,
+        "e31: Give the data: DATA, or --data once for each part of a dataset.\n",
+    )
+    assert not Job.objects.exists()

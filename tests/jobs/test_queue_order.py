@@ -1,6 +1,6 @@
-"""The order the scheduler gives slots in (issue 31): deadlines first (EDF), then fairly between
-organisations (decayed GPU-hours over their weights), then least work left; quotas; and flexible
-requests, which start on the slots free now, grow into free ones and give slots back at shard
+"""The order the scheduler gives slots in (issues 31 and 41): deadlines first (EDF), then least work left,
+each job's weighed by its organisation's decayed GPU-hours over its weight (jobs.scheduling.policy); quotas;
+and flexible requests, which start on the slots free now, grow into free ones and give slots back at shard
 boundaries to a job ahead of them in the order."""
 
 from datetime import UTC, timedelta
@@ -10,9 +10,9 @@ import pytest
 from django.utils import timezone
 
 from billing.metering import price_holds
-from jobs import lifecycle
+from jobs import lifecycle, scheduling
 from jobs.models import Allocation, Gpu, Job, Shard, State, UsageHour
-from jobs.scheduling import schedule
+from jobs.scheduling import policy, schedule
 from jobs.workers import node
 from portal.models import Organisation
 from tests.factories import make_job
@@ -36,6 +36,11 @@ def _flexible(organisation, gpus: int, hours: float = 1, shards: int = 8, **fiel
 
 def _held(job: Job) -> int:
     return Allocation.objects.filter(job=job, held_to=None).count()
+
+
+def _measured(job: Job) -> None:
+    """Its first shard done, in 10 s: the rate of its shards is known."""
+    _done(job, 1, seconds=10)
 
 
 def test_a_job_due_soon_starts_before_jobs_queued_before_it(organisation, online_slots):
@@ -145,6 +150,18 @@ def test_a_short_job_of_a_partner_that_held_a_little_goes_before_a_long_one_of_a
     assert Job.objects.get(pk=long.pk).state == State.QUEUED
 
 
+def test_between_partners_that_both_held_lately_a_short_job_goes_before_a_long_one(organisation, online_slots):
+    other = Organisation.objects.create(name="Other", slug="other")
+    _used(organisation, 4, 10, ago=0, slots=online_slots)  # 40 GPU-hours
+    _used(other, 4, 5, ago=0, slots=online_slots)  # 20
+    short = _queued(organisation, gpus=4, hours=0.125)
+    long = _queued(other, gpus=4, hours=2.5)
+    # Weighed, 0.5 GPU-hours times (40 + 3) against 10 times (20 + 3): the heavier partner's short job goes
+    # first, where fair queuing put it behind (40.5 against 30 GPU-hours).
+    assert schedule() == [short.pk]
+    assert Job.objects.get(pk=long.pk).state == State.QUEUED
+
+
 def test_usage_decays_and_weights_count(organisation, online_slots, settings):
     settings.E31_FAIR_SHARE_HALF_LIFE_HOURS = 1
     other = Organisation.objects.create(name="Other", slug="other")
@@ -157,8 +174,8 @@ def test_usage_decays_and_weights_count(organisation, online_slots, settings):
     Job.objects.filter(pk=mine.pk).update(state=State.SUCCEEDED)
     _used(organisation, 1, 1, ago=0, slots=online_slots)  # both held 1 GPU-hour just now
     Organisation.objects.filter(pk=organisation.pk).update(share_weight=Decimal(4))
-    again = _queued(organisation, gpus=4, hours=2)
-    assert schedule() == [again.pk], "four times the weight: a quarter of the other's share"
+    again = _queued(organisation, gpus=4, hours=1)
+    assert schedule() == [again.pk], "four times the weight: twice the other's work left goes first"
 
 
 def test_a_quota_holds_its_organisation_back_and_no_other(organisation, online_slots):
@@ -199,6 +216,8 @@ def test_a_flexible_job_starts_on_the_slots_free_now_and_grows_into_more(organis
 def test_it_grows_no_wider_than_its_cap_nor_its_shards_left(organisation, online_slots):
     capped = _flexible(organisation, gpus=1, max_gpus=2, shards=32)
     assert schedule() == [capped.pk]
+    _measured(capped)
+    assert schedule() == []
     assert _held(capped) == 2
     few = _flexible(organisation, gpus=4, shards=1)
     assert schedule() == [few.pk]
@@ -294,6 +313,8 @@ def test_a_deadline_job_takes_the_width_that_keeps_it_on_time_and_the_rest_go_by
     due = _flexible(organisation, gpus=1, hours=1, max_gpus=4, deadline=timezone.now() + timedelta(hours=2))
     small = _flexible(organisation, gpus=1, hours=0.5, max_gpus=4, shards=32)
     assert sorted(schedule()) == sorted([due.pk, small.pk])
+    _measured(small)
+    assert schedule() == []
     assert (_held(due), _held(small)) == (1, 3), "one slot keeps it on time; the job with less work takes the rest"
 
 
@@ -301,19 +322,23 @@ def test_a_deadline_job_takes_the_width_that_keeps_it_on_time_and_the_rest_go_by
 def test_a_flexible_job_runs_wider_than_asked_only_with_shards_enough_for_each_slot(
     organisation, online_slots, gpus, shards, width
 ):
-    """A slot's start on a job is billed to its budget: beyond its request's width a job takes a slot only
-    while each of its slots has SHARDS_PER_EXTRA_SLOT (8) shards to take, and never more slots than shards."""
+    """A slot's start on a job is billed to its budget: beyond its request's width a job takes a slot only once
+    a shard done shows what its work is, and while each of its slots has SHARDS_PER_EXTRA_SLOT (8) shards to
+    take (those left after the one done), never more slots than shards."""
     flexible = _flexible(organisation, gpus=gpus, hours=1, max_gpus=4, shards=shards)
     assert schedule() == [flexible.pk]
+    assert _held(flexible) == gpus, "before a shard is done, its request's width"
+    _measured(flexible)
+    assert schedule() == []
     assert _held(flexible) == width
 
 
 def test_a_deadline_keeps_the_width_that_keeps_it_on_time_with_few_shards(organisation, online_slots):
     due = _flexible(
-        organisation, gpus=1, hours=1, max_gpus=4, shards=4, deadline=timezone.now() + timedelta(minutes=25)
+        organisation, gpus=1, hours=1, max_gpus=4, shards=4, deadline=timezone.now() + timedelta(minutes=30)
     )
     assert schedule() == [due.pk]
-    assert _held(due) == 3, "3,600 GPU-seconds in 25 minutes: three slots, though its shards alone would give it one"
+    assert _held(due) == 3, "3,600 GPU-seconds by 3/4 of 30 minutes: three slots, though its shards would give one"
 
 
 def test_a_running_flexible_job_grows_only_as_far_as_its_shards_left_make_worth_it(organisation, online_slots):
@@ -325,7 +350,10 @@ def test_a_running_flexible_job_grows_only_as_far_as_its_shards_left_make_worth_
     lifecycle.release(fixed)
     Job.objects.filter(pk=fixed.pk).update(state=State.SUCCEEDED)
     assert schedule() == []
-    assert _held(flexible) == 2, "16 shards left: two slots of 8 each, not the 4 free"
+    assert _held(flexible) == 1, "no shard done yet: its request's width"
+    _measured(flexible)
+    assert schedule() == []
+    assert _held(flexible) == 2, "15 shards left: two slots of 8 at most each, not the 4 free"
 
 
 def _resizing(organisation) -> tuple[Job, list[Allocation], Job]:
@@ -385,3 +413,101 @@ def test_a_flexible_job_back_in_the_queue_and_put_on_hold_is_passed_by(organisat
     other = _queued(organisation, gpus=1)
     assert schedule() == [other.pk], "passed by while on hold"
     assert _held(flexible) == 0
+
+
+def _running(organisation, slots, gpus: int = 1, hours: float = 2, shards: int = 20, **fields) -> Job:
+    """A flexible job of `shards` shards of 10 records, held on `slots`."""
+    job = _flexible(organisation, gpus=gpus, hours=hours, shards=shards, max_gpus=4, **fields)
+    assert lifecycle.start_hold(job, slots)
+    return Job.objects.get(pk=job.pk)
+
+
+def _done(job: Job, shards: int, seconds: float) -> None:
+    """Its first `shards` shards done, each in `seconds`, ending now."""
+    end = timezone.now()
+    for index in range(shards):
+        start = end - timedelta(seconds=seconds * (shards - index))
+        Shard.objects.filter(job=job, index=index).update(
+            status=Shard.Status.DONE, started_at=start, finished_at=start + timedelta(seconds=seconds)
+        )
+
+
+def _on_time(job: Job) -> int:
+    """The width the scheduler keeps the running job at to be on time: what it holds and what it needs more."""
+    now = timezone.now()
+    claim = scheduling._Claims(now, scheduling._standing(now)).flexible[job.pk]
+    return claim.held + claim.need
+
+
+def test_a_running_deadline_job_is_sized_from_the_rate_its_shards_ran_at(organisation, online_slots):
+    """2 GPU-hours asked for 20 shards: 360 s each by the request; the shards done took 60 s each."""
+    job = _running(organisation, online_slots[:1], deadline=timezone.now() + timedelta(minutes=30))
+    assert _on_time(job) == 4, "before a shard is done, from the request: 20 shards of 360 s in 3/4 of 30 minutes"
+    _done(job, 4, seconds=60)
+    assert _on_time(job) == 1, "16 shards of 60 s fit on the slot it holds"
+
+
+def test_a_slot_first_ends_the_shard_it_is_in_and_counts_only_whole_shards_by_the_deadline():
+    row = scheduling._Queued(1, 1, 1, Decimal(1), timedelta(), "clean-table", timezone.now(), True, 0.0,
+                             Job.Request.FLEXIBLE, 8)  # fmt: skip
+    due = row.deadline + timedelta(minutes=40)
+    assert policy.on_time_width(row._replace(deadline=due), 1800, row.deadline) == 1, "30 minutes of work in 3/4 of 40"
+    assert policy.on_time_width(row._replace(deadline=due), 1800, row.deadline, shard=600) == 2, (
+        "3 shards of 10 minutes in 30: each slot ends the one it is in, then has time for two more"
+    )
+    assert policy.on_time_width(row._replace(deadline=due), 1800, row.deadline, shard=1800) == 8, "none fits: its cap"
+
+
+@pytest.mark.parametrize(("hours", "width"), [(0.63, 1), (2, 4)])
+def test_a_running_job_is_widened_only_as_far_as_its_budget_pays_for_each_slots_start(
+    organisation, online_slots, hours, width
+):
+    """40 shards that took 60 s each: 36 left are 2,160 s of work. 0.63 hours (2,268 s) leave no shard's
+    worth for a slot's start; 2 hours leave plenty."""
+    job = _running(organisation, online_slots[:1], hours=hours, shards=40)
+    _done(job, 4, seconds=60)
+    assert schedule() == []
+    assert _held(job) == width
+
+
+def test_a_deadline_job_that_would_need_more_slots_than_the_fleet_has_takes_them_all(organisation, online_slots):
+    due = _flexible(organisation, gpus=4, hours=4, max_gpus=8, deadline=timezone.now() + timedelta(hours=2))
+    _flexible(organisation, gpus=1, hours=0.1, max_gpus=4, shards=32)
+    assert schedule() == [due.pk], "16 GPU-hours in 2 hours want 8 slots; the fleet's 4 are the most it can have"
+    assert _held(due) == 4, "in the deadlines' round, before the job with less work left"
+
+
+def test_a_flexible_job_below_its_request_takes_a_slot_again_for_a_shard_staged_since(organisation, online_slots):
+    """A streaming job's slot that found nothing staged gave its hold back: the next shard staged wants it again,
+    even one shard, up to the request's width (jobs.staging.streaming sends the pass)."""
+    streamed = _flexible(organisation, gpus=2, hours=1, shards=2, streaming=True, stream_ready=True)
+    assert schedule() == [streamed.pk]
+    first, _ = Allocation.objects.filter(job=streamed)
+    Shard.objects.filter(job=streamed).update(status=Shard.Status.RUNNING)
+    assert lifecycle.give_back(first.pk, idle=True), "no shard staged for it yet"
+    assert schedule() == [] and _held(streamed) == 1, "nothing staged for a second slot"
+    Shard.objects.create(
+        job=streamed, index=2, first_record=21, record_count=10, first_line=22, start_byte=200, end_byte=300
+    )
+    assert schedule() == []
+    assert _held(streamed) == 2, "one shard staged since, and a slot of its request free for it"
+
+
+@pytest.mark.parametrize("last", [Shard.Status.DONE, Shard.Status.RUNNING], ids=["all-done", "one-running"])
+def test_a_job_whose_last_shard_is_done_as_its_limit_comes_is_finished_not_timed_out(organisation, online_slots, last):
+    """Its last shard done in the second its budget ran out: its output is whole, so it is finished, its hold
+    ended at the limit; with a shard still running it times out, keeping what finished."""
+    job = _flexible(organisation, gpus=1, hours=1, shards=2)
+    assert schedule() == [job.pk]
+    started = timezone.now() - timedelta(hours=1, seconds=30)
+    Job.objects.filter(pk=job.pk).update(started_at=started, budget_ends_at=started + timedelta(hours=1))
+    Allocation.objects.filter(job=job).update(held_from=started)
+    Shard.objects.filter(job=job, index=0).update(status=Shard.Status.DONE)
+    Shard.objects.filter(job=job, index=1).update(status=last)
+    job.refresh_from_db()
+    assert job.time_limit_passed()
+    assert lifecycle.time_out(job) is (last == Shard.Status.RUNNING)
+    job.refresh_from_db()
+    assert job.state == (State.FINISHING if last == Shard.Status.DONE else State.TIMED_OUT)
+    [hold] = Allocation.objects.filter(job=job)
+    assert hold.held_to == job.time_limit_at(), "the meter stops at the limit either way"

@@ -17,7 +17,8 @@ def test_it_waits_for_all_its_gpus_and_meters_only_the_hold(fleet, partner_clien
     wait_for(lambda: Job.objects.get(pk=first.pk).state == State.RUNNING, timeout=60)
     partner_client.post("/jobs/new/", {**slow_job_form("0.05"), "request_kind": "fixed"})
     second = Job.objects.exclude(pk=first.pk).get()
-    wait_for(lambda: Job.objects.get(pk=second.pk).state == State.QUEUED, timeout=60)
+    staged = Job.objects.filter(pk=second.pk, state=State.QUEUED, streaming=False)
+    wait_for(staged.exists, timeout=60, what="the second job staged whole and queued")
 
     page = partner_client.get(f"/jobs/{second.pk}/").content.decode()
     assert "Number 1 in the queue" in page
@@ -32,6 +33,6 @@ def test_it_waits_for_all_its_gpus_and_meters_only_the_hold(fleet, partner_clien
         LedgerEntry.objects.get(job=second, kind=HOLD),
     )
     assert second_entry.held_from >= first_entry.held_to, "the second hold starts when the first is released"
-    queued_at = second.events.get(state=State.QUEUED).at
+    queued_at = second.events.filter(state=State.QUEUED).earliest("at").at  # queued on its first shard staged
     assert second_entry.held_from > queued_at, "nothing metered while queued"
     assert second.events.get(state=State.RUNNING).at == second_entry.held_from

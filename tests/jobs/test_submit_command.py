@@ -1,10 +1,12 @@
 """`manage.py submit`: the same job from a terminal, through the broker and the workers."""
 
 import json
+import shutil
 import subprocess
 
 import pyarrow.parquet as pq
 import pytest
+from django.conf import settings
 
 from billing.models import LedgerEntry
 from jobs.models import Job, State
@@ -119,3 +121,51 @@ def test_it_refuses_a_binary_file(fleet, organisation, partner, tmp_path):
     )
     assert result.returncode != 0
     assert "This is a binary file, not CSV or JSONL text." in result.stderr
+
+
+@pytest.fixture
+def staging_folder():
+    """The partner organisation's own folder under the staging root, which the worker reads too."""
+    folder = settings.E31_STAGING_ROOTS[0] / "partner-lab"
+    folder.mkdir(parents=True, exist_ok=True)
+    yield folder
+    shutil.rmtree(settings.E31_STAGING_ROOTS[0])
+
+
+def test_it_takes_data_given_again_as_the_parts_of_one_dataset(fleet, organisation, partner, staging_folder):
+    """Two server paths, the second a JSONL part of a JSONL dataset, joined in the order given."""
+    first, second = staging_folder / "a.jsonl", staging_folder / "b.jsonl"
+    first.write_bytes(b"".join(b'{"id": %d, "text": "row"}\n' % n for n in range(40)))
+    second.write_bytes(b"".join(b'{"id": %d, "text": "row"}\n' % n for n in range(40, 100)))
+    result = submit(
+        "--org", "partner-lab", "--as", "partner", "--data", str(first), "--data", str(second),
+        "--work", "clean-table", "--gpus", "1", "--hours", "1", "--wait",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    job = Job.objects.get()
+    assert job.state == State.SUCCEEDED and job.records_out == 100
+    assert [part["location"] for part in job.parts_shown] == [str(first), str(second)]
+    assert [part["bytes"] for part in job.parts_shown] == [first.stat().st_size, second.stat().st_size]
+
+
+@pytest.mark.parametrize(
+    ("parts", "reason"),
+    [
+        (["a.csv", "a.csv"], "Refused: Part 2 ({root}/a.csv) is part 1 again: give each part once."),
+        (
+            ["a.csv", "http://localhost/b.csv"],
+            "Refused: Part 2 (http://localhost/b.csv) is a URL and part 1 is a server",
+        ),
+        (["a.csv", "/etc/passwd"], "Refused: Part 2 (/etc/passwd): /etc/passwd is not a readable file in your staging"),
+    ],
+)
+def test_it_refuses_parts_naming_the_part_in_one_line(fleet, organisation, partner, staging_folder, parts, reason):
+    (staging_folder / "a.csv").write_bytes(b"id,text\n1,a\n")
+    given = [item for part in parts for item in ("--data", part if "/" in part else str(staging_folder / part))]
+    result = submit(
+        "--org", "partner-lab", "--as", "partner", *given, "--work", "clean-table", "--gpus", "1", "--hours", "1"
+    )
+    assert result.returncode != 0
+    assert reason.format(root=staging_folder) in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not Job.objects.exists()

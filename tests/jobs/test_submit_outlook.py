@@ -83,6 +83,18 @@ def test_a_feasible_deadline_is_told_when_it_would_finish(organisation, online_s
     assert job.expected_finish <= job.expected_start + timedelta(hours=1)
 
 
+def test_a_deadline_is_promised_only_when_the_job_would_end_within_three_quarters_of_the_time_to_it(
+    organisation, online_slots
+):
+    tight = timezone.now() + timedelta(hours=1, minutes=15)  # three quarters of it: 56 minutes
+    job = _checked(organisation, hours="1", deadline=tight.isoformat())
+    assert job.expected_finish <= tight, "it would end before its deadline on a free fleet"
+    assert job.deadline_feasible is False, "but not within three quarters of the time to it: slots come back late"
+    assert outlook_line(job).startswith(f"Expected to finish by {job.expected_finish:%Y-%m-%d %H:%M} UTC, too close")
+    roomy = timezone.now() + timedelta(hours=1, minutes=25)  # three quarters of it: 64 minutes
+    assert _checked(organisation, hours="1", deadline=roomy.isoformat()).deadline_feasible is True
+
+
 def test_a_deadline_the_queue_cannot_meet_is_told_so_and_the_earliest_finish(organisation, online_slots):
     busy = make_job(organisation, State.QUEUED, gpus=4, hours=5)
     lifecycle.start_hold(busy, online_slots)
@@ -107,6 +119,29 @@ def test_a_deadline_job_is_expected_on_slots_a_flexible_job_gives_back(organisat
     assert job.deadline_feasible is True, "the flexible job gives its slots back at its next shard boundary"
     soonest = timezone.now() + timedelta(minutes=5)
     assert soonest <= job.expected_start <= soonest + timedelta(minutes=2), "half a shard from now, not at once"
+
+
+def _running(organisation, slots, hours: int, shards: int) -> Job:
+    """A flexible job of 2 GPUs for `hours` in `shards` shards, held on `slots`."""
+    job = make_job(organisation, State.QUEUED, gpus=2, hours=hours, request=Job.Request.FLEXIBLE)
+    Shard.objects.bulk_create(
+        Shard(job=job, index=n, first_record=n + 1, record_count=1, first_line=n + 2, start_byte=n, end_byte=n + 1)
+        for n in range(shards)
+    )
+    lifecycle.start_hold(job, slots)
+    return job
+
+
+def test_a_deadline_job_is_expected_on_the_slots_the_pass_asks_back_the_last_in_the_order_first(
+    organisation, online_slots
+):
+    _running(organisation, online_slots[:2], hours=1, shards=20)  # less work left: first; shards of 6 minutes
+    _running(organisation, online_slots[2:], hours=5, shards=10)  # last in the order; shards of an hour
+    due = timezone.now() + timedelta(hours=3)
+    job = _checked(organisation, gpus="2", hours="1", deadline=due.isoformat())
+    assert job.deadline_feasible is True
+    soonest = timezone.now() + timedelta(minutes=29)
+    assert soonest <= job.expected_start <= soonest + timedelta(minutes=2), "the long job's slots, asked first"
 
 
 def test_a_flexible_job_is_expected_to_finish_sooner_when_wider(organisation, online_slots):

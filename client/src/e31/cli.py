@@ -185,6 +185,7 @@ class JobDisplay:
         self.state = ""
         self.phase = ""
         self.bar: Bar | None = None
+        self.told_at_risk = False
 
     def update(self, job: Job) -> None:
         state = job["state"]
@@ -193,6 +194,9 @@ class JobDisplay:
             if not self.tty or state in ENDED:
                 self.close()
                 say(f"Job {job['id']}: {state_text(job)}")
+        if (at_risk := job.get("deadline_at_risk")) and not self.told_at_risk:
+            self.told_at_risk = True
+            say(f"Job {job['id']}: {at_risk['message']}")  # once, as the portal tells it once
         if self.tty:
             self._show(job)
 
@@ -217,7 +221,8 @@ class JobDisplay:
         elif phase == "queued":
             self.bar.show(0, note=queue_text(job))
         else:
-            self.bar.show(progress.get("records_done") or 0, progress.get("records_total") or None)
+            staged = f"{staged_so_far(progress)} of the data staged" if progress.get("streaming") else ""
+            self.bar.show(progress.get("records_done") or 0, progress.get("records_total") or None, note=staged)
 
     def close(self) -> None:
         if self.bar:
@@ -234,6 +239,13 @@ def state_text(job: Job) -> str:
     if job["state"] == "queued" and queue_text(job):
         text += f" ({queue_text(job)})"
     return text
+
+
+def staged_so_far(progress: dict) -> str:
+    """How much of a job's data is staged: a percent where its size is known, else its megabytes so far."""
+    if progress.get("staging_percent") is not None:
+        return f"{progress['staging_percent']} %"
+    return f"{(progress.get('staged_bytes') or 0) / 1e6:,.1f} MB"
 
 
 def queue_text(job: Job) -> str:
@@ -321,7 +333,7 @@ def outlook_text(job: Job) -> str:
     if job.get("expected_start") and not job.get("started_at"):
         text = f"to start by {job['expected_start']} and {text}"
     if job.get("deadline_feasible") is False:
-        text += " (after its deadline: it runs as best effort)"
+        text += " (its deadline could not be promised at submit: it runs as best effort)"
     return text
 
 
@@ -338,6 +350,8 @@ def job_summary(job: Job) -> list[str]:
     ]
     if job.get("expected_finish") and not job.get("ended_at"):
         lines.append(f"  expected {outlook_text(job)}")
+    if (at_risk := job.get("deadline_at_risk")) and not job.get("ended_at"):
+        lines.append(f"  deadline {at_risk['message']}")
     if progress.get("records_total"):
         rate = progress.get("records_per_second")
         lines.append(
@@ -619,14 +633,20 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if args.model and args.model_from:
         raise Failure("Give the model one way: --model or --model-from.")
     location, credentials, model_credentials = "", None, None
-    if "://" in args.data or args.on_server:
+    given = [*([args.data] if args.data else []), *args.more_data]
+    if not given:
+        raise Failure("Give the data: DATA, or --data once for each part of a dataset.")
+    args.data = given[0]
+    if len(given) > 1:  # the parts of one dataset: each a location, checked by the portal
+        location = given
+    elif "://" in args.data or args.on_server:
         location = args.data
     model_location = args.model if args.model and "://" in args.model else ""
     if model_location.startswith("s3://"):
         model_credentials = s3_credentials(args, {}, "model_s3")
     elif s3_credentials(args, {}, "model_s3"):
         raise Failure("The --model-s3-* credentials go with an s3:// --model only.")
-    if location.startswith("s3://") or (model_location.startswith("s3://") and not model_credentials):
+    if args.data.startswith("s3://") or (model_location.startswith("s3://") and not model_credentials):
         credentials = s3_credentials(args, dict(os.environ))
     path = Path(args.data)
     if not location and not path.is_file():
@@ -822,7 +842,18 @@ def build_parser() -> Parser:
     login.set_defaults(run=cmd_login)
 
     submit = commands.add_parser("submit", help="submit a dataset pass as a job")
-    submit.add_argument("data", metavar="DATA", help="a local file (uploaded, resumably), an https:// URL or s3://")
+    submit.add_argument(
+        "data", nargs="?", metavar="DATA", help="a local file (uploaded, resumably), an https:// URL or s3://"
+    )
+    submit.add_argument(
+        "--data",
+        dest="more_data",
+        action="append",
+        default=[],
+        metavar="LOCATION",
+        help="given more than once (or after DATA), the parts of one dataset, joined in that order: each an "
+        "https:// URL, an s3:// object or, with --on-server, a server path",
+    )
     submit.add_argument("--work", required=True, metavar="KIND", help="the work kind, e.g. clean-table")
     submit.add_argument("--param", type=parse_param, action="append", default=[], metavar="K=V")
     submit.add_argument(

@@ -61,7 +61,7 @@ def job_spec(
     gpus: int | str,
     hours: str,
     upload: str | None = None,
-    location: str = "",
+    location: str | list[str] = "",
     s3_credentials: dict[str, str] | None = None,
     sha256: str = "",
     params: dict[str, str] | None = None,
@@ -79,9 +79,9 @@ def job_spec(
     sample: bool = False,
     webhook_url: str = "",
 ) -> dict[str, Any]:
-    """The body of POST /api/v1/jobs/: data from a finished upload's id or from a location; a model,
-    where the work takes one, from a finished upload, a location (an s3:// one read with its own
-    credentials when given, else the data's), or an earlier job."""
+    """The body of POST /api/v1/jobs/: data from a finished upload's id or from a location (a list of them: the
+    parts of one dataset, in order); a model, where the work takes one, from a finished upload, a location (an
+    s3:// one read with its own credentials when given, else the data's), or an earlier job."""
     model = {"model_upload": model_upload, "model_location": model_location, "model_from_job": model_from_job}
     if model_s3_credentials:
         model["model_s3_credentials"] = model_s3_credentials

@@ -8,11 +8,13 @@ ENDED = frozenset({"succeeded", "failed", "cancelled", "timed_out"})
 
 class Progress(TypedDict, total=False):
     records_done: int
-    records_total: int
+    records_total: int | None  # None while staging streams into the pass
     percent: int
     records_per_second: float | None
     eta_seconds: float | None
     staging_percent: int
+    streaming: bool  # staging goes on while the pass runs on what is staged
+    staged_bytes: int | None
 
 
 class Meter(TypedDict, total=False):

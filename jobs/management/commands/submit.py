@@ -72,9 +72,14 @@ def spec_of(opts: dict, organisation: Organisation, files: ExitStack) -> JobSpec
     return JobSpec(work, data, request_of(opts), retention_of(opts), opts["sample"])
 
 
-def data_of(given: str, sha256: str, organisation: Organisation, files: ExitStack) -> Data:
+def data_of(all_given: list[str], sha256: str, organisation: Organisation, files: ExitStack) -> Data:
     """A URL, or a file in the organisation's staging folder, is staged from where it is; any other
-    file is uploaded."""
+    file is uploaded. Several are the parts of one dataset, in the order given, each staged from where
+    it is (a file is its path, which the service holds to the staging folder)."""
+    if len(all_given) > 1:
+        parts = (given if "://" in given else str(Path(given).resolve()) for given in all_given)
+        return Data(locations=tuple(parts), sha256=sha256)
+    (given,) = all_given
     path = Path(given)
     if "://" in given:
         return Data(location=given, sha256=sha256)
@@ -109,6 +114,11 @@ def outlook_line(job: Job) -> str:
     deadline = f"{job.deadline:%Y-%m-%d %H:%M} UTC"
     if job.deadline_feasible:
         return f"Expected to finish by {finish}, before its deadline, {deadline}."
+    if job.expected_finish <= job.deadline:
+        return (
+            f"Expected to finish by {finish}, too close to its deadline, {deadline}, to promise it. It runs as best "
+            "effort; cancel it and widen it (--max-gpus), or drop the deadline."
+        )
     return (
         f"It cannot finish before its deadline, {deadline}: the earliest is {finish}. It runs as best effort; "
         "cancel it and widen it (--max-gpus), or drop the deadline."
@@ -137,8 +147,12 @@ def progress_line(job: Job) -> str:
     done = int(30 * progress.percent / 100)
     bar = "#" * done + "-" * (30 - done)
     rate = f" · {progress.records_per_second:,.0f} rec/s" if progress.records_per_second else ""
+    # While staging streams into the pass the records are counted as they are staged.
+    total = f"{job.staged_so_far} staged".replace("\xa0", " ")
+    if progress.records_total is not None:
+        total = f"{progress.records_total:,}"
     return (
-        f"\r[{bar}] {progress.percent:3d}% {progress.records_done:,}/{progress.records_total:,} records "
+        f"\r[{bar}] {progress.percent:3d}% {progress.records_done:,}/{total} records "
         f"· {job.get_state_display().lower()}{' (on hold by the operators)' if job.on_hold else ''}"
         f"{queue_place(facts)}{rate}   "
     )
@@ -164,7 +178,12 @@ class Command(BaseCommand):
             metavar="USER",
             help="The member of --org (username or email) the job is submitted as: its submitter.",
         )
-        parser.add_argument("--data", help="A file to upload, an http(s) URL, or a path under a staging root.")
+        parser.add_argument(
+            "--data",
+            action="append",
+            help="A file to upload, an http(s) URL, an s3:// URI, or a path under a staging root. Given again, "
+            "the parts of one dataset (locations only), joined in the order given.",
+        )
         parser.add_argument("--work", help="The work kind, e.g. clean-table.")
         parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
         parser.add_argument(

@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from jobs import lifecycle, scheduling
 from jobs.models import Job, Shard, State
+from jobs.scheduling import promises
 from jobs.templatetags.jobs_extras import duration
 from tests.factories import finished_sample, make_job
 from tests.support import client_for
@@ -186,3 +187,24 @@ def test_a_sample_that_ran_over_every_record_says_its_output_is_the_whole_result
     page = client_for(partner).get(f"/jobs/{complete.pk}/").content.decode()
     assert whole in page and "No pass is needed" in page
     assert "Run the full pass" not in page, "no pass offered: it would be refused"
+
+
+def test_it_tells_a_job_at_once_when_its_deadline_can_no_longer_be_met(organisation, online_slots, partner_client):
+    now, due = timezone.now(), timezone.now() + timedelta(minutes=90)
+    told_at_submit = {"expected_start": now, "expected_finish": now + timedelta(hours=1)}
+    first = make_job(organisation, State.QUEUED, gpus=4, deadline=due, deadline_feasible=True, **told_at_submit)
+    assert "before its deadline" in partner_client.get(f"/jobs/{first.pk}/").content.decode()
+    make_job(organisation, State.QUEUED, gpus=4, deadline=due - timedelta(minutes=10), deadline_feasible=True)
+    assert promises.check() == [first.pk]
+    first.refresh_from_db()
+    told = (
+        f"Your deadline of {due:%Y-%m-%d %H:%M} UTC can no longer be met: a job with an earlier deadline, submitted "
+        f"after it, takes the GPUs first. Expected finish {first.deadline_at_risk_finish:%Y-%m-%d %H:%M} UTC."
+    )
+    page = partner_client.get(f"/jobs/{first.pk}/").content.decode()
+    assert told in page and "before its deadline" not in page, "the queue's figures in arrival order disagree"
+    fragment = partner_client.get(f"/jobs/{first.pk}/progress/?shown=queued", headers={"HX-Request": "true"})
+    assert told in fragment.content.decode(), "the status card, polled every 2 s, says it without a reload"
+    lifecycle.cancel(first)
+    page = partner_client.get(f"/jobs/{first.pk}/").content.decode()
+    assert told not in page and "its deadline can no longer be met" in page, "ended: the timeline keeps it"

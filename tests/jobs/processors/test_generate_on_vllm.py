@@ -101,7 +101,7 @@ def test_a_gpu_slot_hands_vllm_a_shards_prompts_at_once_not_a_cpu_batch_of_them(
     64 of a CPU slot's."""
     wait_for_slots(gpu_node)
     CALLS.unlink(missing_ok=True)
-    lines = "".join(json.dumps({"topic": topic}) + "\n" for topic in ["tea", "refund", "coffee", "parcel"] * 100)
+    lines = "".join(json.dumps({"topic": topic}) + "\n" for topic in ["tea", "refund", "coffee", "parcel"] * 200)
     form = job_form(
         lines.encode(), name="topics.jsonl", work="generate", gpus="1",
         model=upload("gpt2.zip", zipped_folder(hf_models.gpt2(tmp_path / "gpt2"))),
@@ -111,4 +111,4 @@ def test_a_gpu_slot_hands_vllm_a_shards_prompts_at_once_not_a_cpu_batch_of_them(
     job = wait_for_end(Job.objects.get(), timeout=180)
     assert job.state == State.SUCCEEDED, job.error
     calls = [int(line) for line in CALLS.read_text().split()]
-    assert sum(calls) == 400 and max(calls) == max(shard.record_count for shard in job.shards.all()) > 64
+    assert sum(calls) == 800 and max(calls) == max(shard.record_count for shard in job.shards.all()) > 64

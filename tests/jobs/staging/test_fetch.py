@@ -7,6 +7,7 @@ very address they name, so without the guard those fetches would succeed (the "a
 import hashlib
 import io
 import os
+import re
 import socket
 import ssl
 import threading
@@ -32,6 +33,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self):
         self.server.requests.append((self.path, self.headers))
+        self.server.ports.append(self.client_address[1])
         route = self.server.routes.get(self.path)
         if route is None:
             self.send_error(404)
@@ -51,6 +53,7 @@ class Server(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), Handler)
         self.routes = {"/data": lambda handler: reply(handler, BODY)}
         self.requests = []
+        self.ports = []  # the client's port of each request: one per connection
 
     def url(self, path: str = "/data", host: str = "127.0.0.1", scheme: str = "http") -> str:
         return f"{scheme}://{host}:{self.server_port}{path}"
@@ -274,7 +277,7 @@ def dropping(body: bytes, fail: int = 1, **resume_headers):
 
     def route(handler):
         calls.append(handler.path)
-        start = int(handler.headers.get("Range", "bytes=0-").removeprefix("bytes=").removesuffix("-"))
+        start = int(handler.headers.get("Range", "bytes=0-").removeprefix("bytes=").split("-")[0])
         rest = body[start:]
         headers = {"ETag": '"v1"'}
         if start:
@@ -295,8 +298,8 @@ def test_it_resumes_a_dropped_connection_with_a_range_request(server):
 
 
 def test_it_refuses_to_restart_when_the_server_ignores_range(server):
-    route = dropping(BODY)
-    server.routes["/data"] = lambda handler: reply(handler, BODY) if "Range" in handler.headers else route(handler)
+    route = dropping(BODY)  # the first answer drops halfway; asked to resume, the whole body again
+    server.routes["/data"] = lambda handler: reply(handler, BODY) if len(server.requests) > 1 else route(handler)
     with pytest.raises(FetchError, match="cannot resume"):
         get(server.url(), allowed_hosts=LOCAL)
 
@@ -315,6 +318,230 @@ def test_it_gives_up_after_max_resumes(server):
     with pytest.raises(FetchError, match="dropped 3 times"):
         get(server.url(), allowed_hosts=LOCAL, max_resumes=2)
     assert len(server.requests) == 3
+
+
+PART = 32_768  # parts of BODY in the ranged tests: ten of them, each read in 8 KiB chunks
+RANGED = {"part_bytes": PART, "chunk_size": 8192, "connections": 4}
+
+
+class Version:
+    """A file a ranged route serves: its bytes and its ETag (None: it sends none), changed by a test."""
+
+    def __init__(self, body: bytes = BODY, etag: str | None = '"v1"'):
+        self.body, self.etag = body, etag
+
+
+def ranged(file: Version, drop=lambda start, calls: False, if_range: bool = True):
+    """A route that answers one byte range (206) as a file server does, a changed file whole (200) when
+    If-Range names another version (unless `if_range` is False: then it serves the range of the new one);
+    `drop(start, calls)` says whether to hang up halfway through the answer for a range from `start`."""
+    calls: list[int] = []
+
+    def route(handler):
+        asked = re.fullmatch(r"bytes=(\d+)-(\d*)", handler.headers.get("Range", ""))
+        headers = {"Accept_Ranges": "bytes"} | ({"ETag": file.etag} if file.etag else {})
+        stale = if_range and handler.headers.get("If-Range") not in (None, file.etag)
+        if not asked or stale:
+            return reply(handler, file.body, **headers)
+        start, end = int(asked[1]), min(int(asked[2] or len(file.body) - 1), len(file.body) - 1)
+        calls.append(start)
+        sent = file.body[start : end + 1]
+        headers["Content_Range"] = f"bytes {start}-{end}/{len(file.body)}"
+        if drop(start, calls):
+            handler.close_connection = True
+            return reply(handler, sent[: len(sent) // 2], 206, length=len(sent), **headers)
+        return reply(handler, sent, 206, **headers)
+
+    return route
+
+
+def asked(server) -> list[str]:
+    return [headers.get("Range", "") for _, headers in server.requests]
+
+
+def test_it_fetches_a_file_that_takes_ranges_in_parts_over_several_connections(server):
+    server.routes["/data"] = ranged(Version())
+    seen = []
+    result, data = get(server.url(), allowed_hosts=LOCAL, progress=seen.append, **RANGED)
+    assert data == BODY
+    assert result == fetcher.Fetched(len(BODY), server.url(), "", 0)
+    assert asked(server)[0] == f"bytes=0-{PART - 1}", "the first GET asks for the first part"
+    parts = sorted(asked(server)[1:], key=lambda header: int(header.split("=")[1].split("-")[0]))
+    assert parts == [f"bytes={start}-{start + PART - 1}" for start in range(PART, 9 * PART, PART)] + [
+        f"bytes={9 * PART}-"
+    ], "each part once, the last to the file's end"
+    assert {headers["If-Range"] for _, headers in server.requests[1:]} == {'"v1"'}
+    assert len(set(server.ports)) > 1, "more than one connection"
+    assert len(set(server.ports)) <= 1 + RANGED["connections"], "a connection kept alive for its next part"
+    assert seen == sorted(seen) and seen[-1] == len(BODY)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [lambda handler: reply(handler, BODY), lambda handler: reply(handler, BODY, Accept_Ranges="bytes", ETag='"v1"')],
+    ids=["no Accept-Ranges", "Accept-Ranges but a 200 to the range"],
+)
+def test_a_server_that_ignores_range_is_read_as_one_stream(server, answer):
+    server.routes["/data"] = answer
+    result, data = get(server.url(), allowed_hosts=LOCAL, **RANGED)
+    assert data == BODY
+    assert (result.bytes, result.resumes, len(server.requests)) == (len(BODY), 0, 1)
+
+
+def test_an_empty_file_whose_range_cannot_be_satisfied_is_fetched_whole(server):
+    def route(handler):
+        if "Range" in handler.headers:
+            return reply(handler, status=416, Content_Range="bytes */0")
+        return reply(handler)
+
+    server.routes["/data"] = route
+    result, data = get(server.url(), allowed_hosts=LOCAL, **RANGED)
+    assert (result.bytes, data, asked(server)) == (0, b"", [f"bytes=0-{PART - 1}", ""])
+
+
+def test_a_range_connection_that_drops_asks_again_for_its_range_alone(server):
+    server.routes["/data"] = ranged(Version(), drop=lambda start, calls: start == 3 * PART and calls.count(start) == 1)
+    result, data = get(server.url(), allowed_hosts=LOCAL, **RANGED)
+    assert data == BODY
+    assert result.resumes == 1
+    again = f"bytes={3 * PART + PART // 2}-{4 * PART - 1}"
+    assert asked(server).count(again) == 1, "the rest of the dropped part, and nothing else again"
+    assert len(asked(server)) == 11
+
+
+def test_a_range_that_keeps_dropping_gives_up_naming_the_host(server):
+    server.routes["/data"] = ranged(Version(), drop=lambda start, calls: start >= 3 * PART and start < 4 * PART)
+    with pytest.raises(FetchError, match=r"The connection to 127\.0\.0\.1 dropped 3 times; giving up\."):
+        get(server.url(), allowed_hosts=LOCAL, max_resumes=2, **RANGED)
+    assert not [thread for thread in threading.enumerate() if thread.name.startswith("e31-part")]
+
+
+@pytest.mark.parametrize("if_range", [True, False], ids=["server honours If-Range", "server ignores If-Range"])
+def test_a_file_that_changes_between_ranges_fails_saying_so(server, if_range):
+    file = Version()
+    route = ranged(file, if_range=if_range)
+
+    def changing(handler):
+        route(handler)
+        file.body, file.etag = os.urandom(len(BODY)), '"v2"'  # replaced once its first part is sent
+
+    server.routes["/data"] = changing
+    dest = io.BytesIO()
+    with pytest.raises(FetchError) as refused:
+        fetch(server.url(), dest, max_bytes=len(BODY), allowed_hosts=LOCAL, timeout=5.0, **RANGED)
+    assert str(refused.value) == (
+        'The file at 127.0.0.1 changed while it was downloaded (its ETag was "v1" and is now "v2"); '
+        "stage it again once it is complete."
+    )
+    assert BODY.startswith(dest.getvalue()), "no byte of the new version handed on"
+
+
+def test_a_file_that_changes_size_between_ranges_fails_saying_so(server):
+    file = Version(etag=None)
+    route = ranged(file)
+
+    def growing(handler):
+        route(handler)
+        file.body = BODY + b"more"
+
+    server.routes["/data"] = growing
+    with pytest.raises(FetchError, match=r"The file at 127\.0\.0\.1 changed size while it was downloaded\."):
+        get(server.url(), allowed_hosts=LOCAL, **RANGED)
+
+
+def test_a_file_without_a_validator_is_fetched_on_one_connection_after_its_first_part(server):
+    """Parts of a file that cannot be named (no ETag, no Last-Modified) could come from two versions of it."""
+    server.routes["/data"] = ranged(Version(etag=None))
+    _, data = get(server.url(), allowed_hosts=LOCAL, **RANGED)
+    assert data == BODY
+    assert asked(server) == [f"bytes=0-{PART - 1}", f"bytes={PART}-"]
+
+
+def test_it_refuses_a_ranged_file_larger_than_max_bytes_before_writing(server):
+    server.routes["/data"] = ranged(Version())
+    dest = io.BytesIO()
+    with pytest.raises(FetchError, match="larger than the 299999 byte limit"):
+        fetch(server.url(), dest, max_bytes=len(BODY) - 1, allowed_hosts=LOCAL, **RANGED)
+    assert (dest.getvalue(), len(server.requests)) == (b"", 1)
+
+
+@pytest.mark.parametrize(
+    ("replies", "error"),
+    [
+        ((b"bytes 10-19/20", b"0123456789" + b"more"), "sent more bytes than its Content-Length announced"),
+        ((b"bytes 10-19/21", b"0123456789"), "changed size while it was downloaded"),
+        ((b"bytes 12-19/20", b"23456789"), "sent other bytes than the range asked for"),
+    ],
+    ids=["a longer last part", "another total", "other bytes"],
+)
+def test_it_refuses_a_range_answer_that_lies(raw_server, replies, error):
+    content_range, body = replies
+    first = b'HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-9/20\r\nETag: "a"\r\nContent-Length: 10\r\n\r\n'
+    last = b'HTTP/1.1 206 Partial Content\r\nContent-Range: %s\r\nETag: "a"\r\nContent-Length: %d\r\n\r\n'
+    url = raw_server(first + b"0123456789", last % (content_range, len(body) - body.endswith(b"more") * 4) + body)
+    with pytest.raises(FetchError, match=error):
+        get(url, allowed_hosts=LOCAL, part_bytes=10)
+
+
+@pytest.mark.parametrize(
+    "location",
+    ["http://localhost:{port}/elsewhere", "http://[::ffff:127.0.0.1]:{port}/elsewhere",
+     "http://0x7f000001:{port}/elsewhere", "http://169.254.169.254/latest/meta-data/", "file:///etc/passwd"],
+)  # fmt: skip
+def test_it_refuses_a_range_redirected_to_a_private_address(server, location):
+    first = ranged(Version())
+
+    def route(handler):
+        if handler.headers["Range"].startswith("bytes=0-"):
+            return first(handler)
+        return reply(handler, status=302, Location=location.format(port=server.server_port), Connection="close")
+
+    server.routes["/data"] = route
+    with pytest.raises(FetchError, match=r"not a public address|Only http"):
+        get(server.url(), allowed_hosts=LOCAL, **RANGED)
+    assert all(path == "/data" for path, _ in server.requests), "nothing reached the redirect's address"
+
+
+def test_a_range_redirected_to_an_allowed_host_is_followed_hop_by_hop(server):
+    server.routes["/data"] = ranged(Version())
+    server.routes["/part"] = lambda handler: reply(
+        handler, status=307, Location=server.url(host="localhost"), Connection="close"
+    )
+    first = server.routes["/data"]
+    server.routes["/moved"] = lambda handler: (
+        first(handler)
+        if handler.headers["Range"].startswith("bytes=0-")
+        else reply(handler, status=302, Location="/part", Connection="close")
+    )
+    _, data = get(server.url("/moved"), allowed_hosts=("127.0.0.1", "localhost"), **RANGED)
+    assert data == BODY
+    assert {headers["Host"] for path, headers in server.requests if path == "/data"} == {
+        f"localhost:{server.server_port}"
+    }
+
+
+def test_every_range_connection_goes_to_the_address_checked_first(server, monkeypatch):
+    # A later lookup would answer 127.0.0.2, where nothing listens: only the pinned address works.
+    lookups = resolver(monkeypatch, "rebind.example", ["127.0.0.1"], ["127.0.0.2"])
+    server.routes["/data"] = ranged(Version())
+    _, data = get(server.url(host="rebind.example"), allowed_hosts=("rebind.example",), **RANGED)
+    assert data == BODY
+    assert lookups == ["rebind.example"]
+    assert len(set(server.ports)) > 1
+
+
+def test_a_reader_that_stops_stops_every_connection(server):
+    server.routes["/data"] = ranged(Version())
+
+    class Stops(io.BytesIO):
+        def write(self, data) -> int:
+            if self.tell() >= 2 * PART:
+                raise OSError("staging stopped reading the download")
+            return super().write(data)
+
+    with pytest.raises(OSError, match="staging stopped reading"):
+        fetch(server.url(), Stops(), max_bytes=len(BODY), allowed_hosts=LOCAL, **RANGED)
+    assert not [thread for thread in threading.enumerate() if thread.name.startswith("e31-part")]
 
 
 @pytest.mark.parametrize("status", [403, 404, 500])

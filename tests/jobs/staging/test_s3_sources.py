@@ -5,15 +5,20 @@ organisation's folder, and every way it can go wrong, each with a clear reason o
 import hashlib
 import io
 import os
+import tempfile
+import threading
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from botocore.exceptions import ResponseStreamingError
 from moto.core.authorization import enable_iam_authentication
 
 from billing.models import LedgerEntry
 from jobs.models import Job, State
-from jobs.staging import s3, s3_reads
+from jobs.staging import s3, s3_reads, sources
+from jobs.staging.progress import StagingProgress
+from jobs.staging.staged_copy import copy_to_job_storage
 from portal import onboarding
 from portal.models import Application
 from tests.datasets import picture
@@ -123,7 +128,7 @@ def test_it_stages_from_the_partners_bucket_with_their_credentials_then_wipes_th
 
 @pytest.mark.django_db(transaction=True)
 def test_it_reads_a_large_object_in_parallel_ranged_parts(s3_fleet, partner_client):
-    assert len(BIG) > 2 * s3_reads.TRANSFER.multipart_chunksize / 2, "more than one ranged part"
+    assert len(BIG) > 2 * s3_reads.PART_BYTES, "more than two ranged parts"
     job = staged(partner_client, "s3://partner-data/exports/big.csv", CREDENTIALS)
     assert job.state == State.SUCCEEDED, job.error
     assert job.input_sha256 == hashlib.sha256(BIG).hexdigest()
@@ -135,6 +140,30 @@ def test_it_stages_from_the_operators_bucket_under_the_organisations_folder(s3_f
     job = staged(partner_client, "s3://portal-lake/partner-lab/customers.csv")
     assert job.state == State.SUCCEEDED, job.error
     assert job.input_sha256 == hashlib.sha256(EXAMPLE.read_bytes()).hexdigest()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_stages_several_objects_as_the_parts_of_one_dataset(s3_fleet, partner_client):
+    """Two CSV objects one a line, the later key first: joined in the order given; then a part that is missing,
+    named by its place."""
+    first, second = "s3://partner-data/parts/part-1.csv", "s3://partner-data/parts/part-0.csv"
+    job = staged(partner_client, f"{first}\n{second}", CREDENTIALS)
+    assert job.state == State.SUCCEEDED, job.error
+    assert job.records_total == job.records_out == 1500
+    as_sent = [PREFIXES["parts/part-1.csv"], PREFIXES["parts/part-0.csv"]]
+    assert job.parts_shown == [
+        {"location": location, "bytes": len(body), "sha256": hashlib.sha256(body).hexdigest(), "compression": None}
+        for location, body in zip((first, second), as_sent, strict=True)
+    ]
+    assert job.input_sha256 == hashlib.sha256(b"".join(as_sent)).hexdigest()
+    assert job.source_secret == "", "the credentials are wiped once staged"
+    assert submit(partner_client, f"{first}\ns3://partner-data/parts/part-9.csv", CREDENTIALS).status_code == 302
+    job = wait_for_end(Job.objects.exclude(pk=job.pk).get())
+    assert job.state == State.FAILED and not job.allocations.exists()
+    assert job.error.startswith(
+        "Staging failed: Part 2 of 2 (s3://partner-data/parts/part-9.csv) could not be staged: "
+        "s3://partner-data/parts/part-9.csv does not exist"
+    ), job.error
 
 
 @pytest.mark.django_db(transaction=True)
@@ -288,3 +317,135 @@ def test_a_new_organisation_never_takes_a_slug_whose_folder_in_the_operators_buc
         onboarding.accept(other, None)
     other.refresh_from_db()
     assert other.status == "new"
+
+
+class Reads:
+    """The ranged GETs an S3 client makes (each one's Range and If-Match), with `after(number, answer)` run
+    on each answer: a test breaks a body or changes the object there."""
+
+    def __init__(self, monkeypatch, after=lambda number, answer: None):
+        self.asked: list[tuple[str, str]] = []
+        self.lock = threading.Lock()
+        made = s3_reads.client
+
+        def client(credentials):
+            s3_client = made(credentials)
+            s3_client.meta.events.register("provide-client-params.s3.GetObject", self._asked)
+            s3_client.meta.events.register("after-call.s3.GetObject", self._answered)
+            return s3_client
+
+        self.after = after
+        monkeypatch.setattr(s3_reads, "client", client)
+
+    def _asked(self, params, **kwargs):
+        with self.lock:
+            self.asked.append((params.get("Range", ""), params.get("IfMatch", "")))
+            params["_number"] = len(self.asked)  # told to after-call through the request's context
+        kwargs["context"]["number"] = params.pop("_number")
+
+    def _answered(self, parsed, context, **kwargs):
+        self.after(context.get("number"), parsed)
+
+
+class Breaks:
+    """A body that hands out its first `left` bytes, then fails as a connection that drops does."""
+
+    def __init__(self, body, left: int):
+        self.body, self.left = body, left
+
+    def read(self, amount: int) -> bytes:
+        if self.left <= 0:
+            raise ResponseStreamingError(error="the connection dropped")
+        data = self.body.read(min(amount, self.left))
+        self.left -= len(data)
+        return data
+
+    def close(self) -> None:
+        self.body.close()
+
+
+@pytest.fixture
+def small_parts(monkeypatch, settings, s3_server):
+    """Parts of 1 MiB, four connections: BIG (23 MB) in 23 parts; S3 on the loopback server."""
+    monkeypatch.setattr(s3_reads, "PART_BYTES", 1024 * 1024)
+    monkeypatch.setattr(s3_reads, "CONNECTIONS", 4)
+    settings.E31_STAGING_S3_ENDPOINT_URL = s3_server
+
+
+def test_an_object_streams_in_parallel_ranged_parts_each_asked_with_its_etag(small_parts, monkeypatch):
+    reads = Reads(monkeypatch)
+    into = io.BytesIO()
+    heard = []
+    size = s3_reads.stream(
+        "s3://partner-data/exports/big.csv", CREDENTIALS, into, max_bytes=LIMIT, on_length=heard.append
+    )
+    assert (size, heard, into.getvalue() == BIG) == (len(BIG), [len(BIG)], True)
+    mib = 1024 * 1024
+    assert sorted(reads.asked) == sorted(
+        (f"bytes={start}-{min(start + mib, len(BIG)) - 1}", f'"{hashlib.md5(BIG).hexdigest()}"')
+        for start in range(0, len(BIG), mib)
+    )
+
+
+@pytest.mark.django_db
+def test_staging_from_s3_streams_into_the_copy_with_no_temporary_file(small_parts, monkeypatch, organisation):
+    def no_scratch(*args, **kwargs):
+        raise AssertionError("an S3 object is not copied into a temporary file first")
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", no_scratch)
+    job = make_job(
+        organisation, State.STAGING, source_kind=Job.Source.S3, source_uri="s3://partner-data/exports/big.csv",
+        source_name="big.csv", source_secret=s3.seal(CREDENTIALS), staging_claim="attempt",
+    )  # fmt: skip
+    with sources.open_source(job, StagingProgress(job.pk, "attempt")) as source:
+        assert isinstance(source, sources._Body), "the object's parts as they arrive"
+        assert source.read() == BIG
+    progress = StagingProgress(job.pk, "attempt")
+    _, size, sha256, _ = copy_to_job_storage(job, f"{job.storage_prefix}/input/big.csv", progress)
+    assert (size, sha256) == (len(BIG), hashlib.sha256(BIG).hexdigest())
+
+
+def test_a_part_whose_connection_drops_is_asked_again_for_its_rest_alone(small_parts, monkeypatch):
+    mib = 1024 * 1024
+
+    def break_part_three(number, answer):
+        if answer.get("ContentRange", "").startswith(f"bytes {3 * mib}-") and not broken:
+            broken.append(number)
+            answer["Body"] = Breaks(answer["Body"], 300_000)
+
+    broken = []
+    reads = Reads(monkeypatch, after=break_part_three)
+    into = io.BytesIO()
+    s3_reads.stream("s3://partner-data/exports/big.csv", CREDENTIALS, into, max_bytes=LIMIT)
+    assert into.getvalue() == BIG
+    ranges = [asked for asked, _ in reads.asked]
+    assert f"bytes={3 * mib + 300_000}-{4 * mib - 1}" in ranges, "the rest of the part that dropped"
+    assert len(ranges) == len(range(0, len(BIG), mib)) + 1, "nothing else asked again"
+
+
+def test_an_object_that_changes_between_parts_fails_saying_so(small_parts, monkeypatch, s3_server):
+    writer = s3_reads.client(CREDENTIALS)
+    writer.put_object(Bucket="partner-data", Key="exports/changing.csv", Body=BIG)
+    changed = threading.Event()
+
+    def change_after_the_first_part(number, answer):
+        if not changed.is_set():
+            writer.put_object(Bucket="partner-data", Key="exports/changing.csv", Body=BIG[::-1])
+            changed.set()
+
+    Reads(monkeypatch, after=change_after_the_first_part)
+    into = io.BytesIO()
+    with pytest.raises(s3.S3Error) as refused:
+        s3_reads.stream("s3://partner-data/exports/changing.csv", CREDENTIALS, into, max_bytes=LIMIT)
+    assert str(refused.value) == (
+        f's3://partner-data/exports/changing.csv changed while it was staged (its ETag is no longer "'
+        f'{hashlib.md5(BIG).hexdigest()}"); stage it again once it is complete.'
+    )
+    assert BIG.startswith(into.getvalue()), "no byte of the new object handed on"
+
+
+def test_an_object_over_the_limit_is_refused_before_a_byte_is_read(small_parts, monkeypatch):
+    reads = Reads(monkeypatch)
+    with pytest.raises(s3.S3Error, match=f"big.csv is {len(BIG):,} bytes, more than the 1,000-byte"):
+        s3_reads.stream("s3://partner-data/exports/big.csv", CREDENTIALS, io.BytesIO(), max_bytes=1000)
+    assert reads.asked == []

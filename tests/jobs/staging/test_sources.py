@@ -190,6 +190,15 @@ def test_a_job_that_ended_before_it_staged_has_its_upload_and_secrets_wiped_by_t
     waiting = Job.objects.create(
         **common, state=State.SUBMITTED, source_kind=Job.Source.URL, source_uri="https://example.com/c.csv?sig=s3cr3t"
     )
+    parts = ["https://example.com/c-1.csv", "https://example.com/c-2.csv?sig=s3cr3t"]  # the first part unsigned
+    parted = Job.objects.create(
+        **common, state=State.CANCELLED, source_kind=Job.Source.URL, source_uri=parts[0],
+        source_parts=[{"location": location} for location in parts],
+    )  # fmt: skip
+    Job.objects.create(  # its parts' queries wiped already: nothing to do
+        **common, state=State.CANCELLED, source_kind=Job.Source.URL, source_uri=parts[0],
+        source_parts=[{"location": parts[0]}, {"location": "https://example.com/c-2.csv?…"}],
+    )  # fmt: skip
     forgotten = []
     monkeypatch.setattr(sources, "forget", lambda job, forget=sources.forget: forgotten.append(job.pk) or forget(job))
     monkeypatch.setattr("jobs.reconcile.FORGET_BATCH", 2)
@@ -197,7 +206,10 @@ def test_a_job_that_ended_before_it_staged_has_its_upload_and_secrets_wiped_by_t
     assert len(forgotten) == 2, "a batch at a time"
     reconcile()
     reconcile()
-    assert sorted(forgotten) == sorted([signed.pk, sealed.pk, uploaded.pk]), "each once: not wiped again"
+    assert sorted(forgotten) == sorted([signed.pk, sealed.pk, uploaded.pk, parted.pk]), "each once: not wiped again"
+    assert [part["location"] for part in Job.objects.get(pk=parted.pk).source_parts] == [
+        parts[0], "https://example.com/c-2.csv?…"
+    ]  # fmt: skip
     assert not default_storage.exists(upload) and Job.objects.get(pk=uploaded.pk).source_path == ""
     assert Job.objects.get(pk=signed.pk).source_uri == "https://example.com/c.csv?…"
     assert Job.objects.get(pk=sealed.pk).source_secret == ""

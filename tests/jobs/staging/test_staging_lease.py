@@ -68,7 +68,7 @@ def test_the_attempt_that_lost_its_claim_stops_at_its_next_write(staging_job):
 def test_the_attempt_that_lost_its_claim_cannot_fail_the_job(staging_job):
     job = lease(staging_job, 60)
     Job.objects.filter(pk=job.pk).update(staging_claim="new")
-    stage._give_up(job, "old", stage.staged_name(job, "old"), "Staging failed: the old attempt's error")
+    stage._give_up(job, "old", stage.staged_name(job, "old"), None, StagingProgress(job.pk, "old"), "an error")
     job.refresh_from_db()
     assert (job.state, job.error) == (State.STAGING, "")
     assert default_storage.exists(job.source_path)

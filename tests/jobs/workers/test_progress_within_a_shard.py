@@ -2,6 +2,7 @@
 have done, which the page, its live fragment and the API count with the shards done. A shard whose claim is lost
 and taken again counts its records from none, so no record is counted twice."""
 
+import itertools
 import re
 from datetime import timedelta
 
@@ -36,11 +37,11 @@ def records_done(job: Job) -> int:
     return JobFacts(Job.objects.get(pk=job.pk)).progress.records_done
 
 
-def shown_on_the_page(client, job: Job) -> tuple[int, int]:
-    """The records done and in all, as the job's live fragment shows them."""
+def shown_on_the_page(client, job: Job) -> tuple[int, int | None]:
+    """The records done and in all, as the job's live fragment shows them: in all is None while staging goes on."""
     html = client.get(f"/jobs/{job.pk}/progress/?shown=running", headers={"HX-Request": "true"}).content.decode()
-    done, total = re.search(r"<dt>Records</dt><dd>([\d,]+) / ([\d,]+)</dd>", html).groups()
-    return int(done.replace(",", "")), int(total.replace(",", ""))
+    done, total = re.search(r"<dt>Records</dt><dd>([\d,]+) / ([\d,]+|counted as staged)</dd>", html).groups()
+    return int(done.replace(",", "")), None if total == "counted as staged" else int(total.replace(",", ""))
 
 
 @pytest.mark.django_db
@@ -84,13 +85,15 @@ def test_a_late_renewal_with_an_older_count_takes_nothing_back(running_job, onli
 @pytest.mark.django_db(transaction=True)
 def test_a_slot_shows_a_shard_part_done_on_the_page_and_in_the_api(fleet, partner_client):
     form = slow_job_form()  # 2,000 records, 50 a batch at 0.2 s each
-    form["gpus"] = "1"  # four shards of 500, one at a time: a count past a multiple of 500 is a shard part done
+    form["gpus"] = "1"  # its shards one at a time: a count past no shard's end is a shard part done
     assert partner_client.post("/jobs/new/", form).status_code == 302
     job = Job.objects.get()
-    wait_for(lambda: job.shards.count() == 4, timeout=60, what="the job to be cut into four shards")
+    wait_for(lambda: not Job.objects.get(pk=job.pk).streaming and job.shards.exists(), what="the job cut into shards")
+    sizes = job.shards.order_by("index").values_list("record_count", flat=True)
+    ends = {0, *itertools.accumulate(sizes)}
 
     def part_done(done: int) -> bool:
-        return done % 500 != 0
+        return done not in ends
 
     wait_for(lambda: part_done(shown_on_the_page(partner_client, job)[0]), timeout=60, what="the page to show it")
     wait_for(
@@ -102,4 +105,5 @@ def test_a_slot_shows_a_shard_part_done_on_the_page_and_in_the_api(fleet, partne
     wait_for_end(job, timeout=120)
     assert job.state == State.SUCCEEDED, job.error
     assert shown_on_the_page(partner_client, job) == (2000, 2000)
-    assert Shard.objects.filter(job=job, records_done=500, status=Shard.Status.DONE).count() == 4
+    assert all(shard.records_done == shard.record_count for shard in job.shards.all()), "each shard counted whole"
+    assert not job.shards.exclude(status=Shard.Status.DONE).exists()
