@@ -214,26 +214,30 @@ def test_it_refuses_a_csv_part_whose_header_differs_by_name(fleet, partner_clien
     )
 
 
+@pytest.mark.parametrize(
+    ("parts", "error"),
+    [
+        (
+            ("part-00000.csv", "records.jsonl"),
+            "Part 2 of 2 ({server}/records.jsonl) is JSONL and part 1 is CSV: the parts of one dataset are of one "
+            "format.",
+        ),
+        (
+            ("part-00000.csv", "table.parquet"),
+            "Part 2 of 2 ({server}/table.parquet) is Parquet: parts are joined only as CSV or JSONL; give such a "
+            "dataset as one file (or Parquet parts under one S3 prefix).",
+        ),
+        (("empty.csv", "part-00000.csv"), "Part 1 of 2 ({server}/empty.csv): The file is empty."),
+    ],
+    ids=["csv-then-jsonl", "csv-then-parquet", "an-empty-part"],
+)
 @pytest.mark.django_db(transaction=True)
-def test_it_refuses_parts_of_different_formats_before_anything_is_held(fleet, partner_client, parts_server):
-    """A CSV part then a JSONL one; a CSV part then a Parquet one; and an empty part."""
-    job = staged(partner_client, f"{parts_server}/part-00000.csv", f"{parts_server}/records.jsonl")
+def test_it_refuses_parts_of_different_formats_before_anything_is_held(
+    fleet, partner_client, parts_server, parts, error
+):
+    job = staged(partner_client, *(f"{parts_server}/{part}" for part in parts))
     never_queued(job)
-    assert job.error == (
-        f"Staging failed: Part 2 of 2 ({parts_server}/records.jsonl) is JSONL and part 1 is CSV: the parts of one "
-        "dataset are of one format."
-    )
-    Job.objects.all().delete()
-    job = staged(partner_client, f"{parts_server}/part-00000.csv", f"{parts_server}/table.parquet")
-    never_queued(job)
-    assert job.error == (
-        f"Staging failed: Part 2 of 2 ({parts_server}/table.parquet) is Parquet: parts are joined only as CSV or "
-        "JSONL; give such a dataset as one file (or Parquet parts under one S3 prefix)."
-    )
-    Job.objects.all().delete()
-    job = staged(partner_client, f"{parts_server}/empty.csv", f"{parts_server}/part-00000.csv")
-    never_queued(job)
-    assert job.error == f"Staging failed: Part 1 of 2 ({parts_server}/empty.csv): The file is empty."
+    assert job.error == "Staging failed: " + error.format(server=parts_server)
 
 
 @pytest.mark.django_db
