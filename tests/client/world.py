@@ -30,10 +30,17 @@ class Portal:
     url: str
     log: Path
 
-    def requests(self, method: str, path: str, after: int = 0) -> list[str]:
-        """The log's lines of requests `method path…` (a path prefix), from line `after` on."""
+    def requests(self, method: str, path: str, after: int = 0, at_least: int = 0) -> list[str]:
+        """The log's lines of requests `method path…` (a path prefix), from line `after` on, once there are
+        `at_least` of them: the server writes a request's line after its answer, so a client that has its
+        answer may read the log before the line is there."""
         pattern = re.compile(rf'"{method} {re.escape(path)}\S* HTTP/1\.1" (\d+)')
-        return [line for line in self.lines()[after:] if pattern.search(line)]
+
+        def logged() -> list[str] | None:
+            lines = [line for line in self.lines()[after:] if pattern.search(line)]
+            return lines if len(lines) >= at_least else None
+
+        return wait_for(logged, what=f"{at_least} {method} {path} lines in the portal's log") if at_least else logged()
 
     def lines(self) -> list[str]:
         return self.log.read_text(errors="replace").splitlines()
