@@ -109,14 +109,15 @@ def s3_on_loopback() -> Iterator[tuple[str, Any]]:
         server.stop()
 
 
-def wait_for(predicate, timeout: float = 30.0, interval: float = 0.05, what: str = "the condition"):
+def wait_for(predicate, timeout: float = 30.0, interval: float = 0.05, what: str | Callable[[], str] = "the condition"):
+    """Wait until `predicate()` is true; `what` names the condition, or words it from how things stand at the end."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+            raise AssertionError(f"timed out after {timeout} s waiting for {what() if callable(what) else what}")
         time.sleep(interval)
 
 
@@ -351,7 +352,11 @@ def wait_for_end(job, timeout: float = 60.0):
         job.refresh_from_db()
         return job.state in ENDED
 
-    wait_for(ended, timeout=timeout, interval=0.1, what=f"job {job.pk} to end (it is {job.state})")
+    def standing() -> str:
+        events = [f"{event.at:%H:%M:%S} {event.state}: {event.message}" for event in job.events.order_by("at", "pk")]
+        return f"job {job.pk} to end (it is {job.state}); its events:\n" + "\n".join(events)
+
+    wait_for(ended, timeout=timeout, interval=0.1, what=standing)
     return job
 
 

@@ -48,7 +48,7 @@ def test_generate_runs_on_vllm_in_a_gpu_slot_each_record_with_its_seed_and_room(
         },
     )  # fmt: skip
     assert partner_client.post("/jobs/new/", form).status_code == 302
-    job = wait_for_end(Job.objects.get(), timeout=180)
+    job = wait_for_end(Job.objects.get(), timeout=300)
     assert job.state == State.SUCCEEDED, job.error
     rows, rejects, _ = output_of(partner_client, job)
     too_long = "the prompt is 132 tokens; the model takes 128 at most, with at least one generated"
@@ -84,7 +84,7 @@ def test_the_next_model_on_a_slot_that_ran_vllm_gets_a_fresh_process(gpu_node, p
             **{"param-generate-template": "the {topic} is", "param-generate-max_new_tokens": "4"},
         )  # fmt: skip
         assert partner_client.post("/jobs/new/", form).status_code == 302
-        jobs.append(wait_for_end(Job.objects.latest("pk"), timeout=180))
+        jobs.append(wait_for_end(Job.objects.latest("pk"), timeout=300))
         assert jobs[-1].state == State.SUCCEEDED, jobs[-1].error
     first, second = ({(shard.gpu_id, shard.worker_pid) for shard in job.shards.all()} for job in jobs)
     assert {gpu for gpu, _ in first} & {gpu for gpu, _ in second}, "a slot ran both"
@@ -101,14 +101,14 @@ def test_a_gpu_slot_hands_vllm_a_shards_prompts_at_once_not_a_cpu_batch_of_them(
     64 of a CPU slot's."""
     wait_for_slots(gpu_node)
     CALLS.unlink(missing_ok=True)
-    lines = "".join(json.dumps({"topic": topic}) + "\n" for topic in ["tea", "refund", "coffee", "parcel"] * 200)
+    lines = "".join(json.dumps({"topic": topic}) + "\n" for topic in ["tea", "refund", "coffee", "parcel"] * 140)
     form = job_form(
         lines.encode(), name="topics.jsonl", work="generate", gpus="1",
         model=upload("gpt2.zip", zipped_folder(hf_models.gpt2(tmp_path / "gpt2"))),
-        **{"param-generate-template": "the {topic} is", "param-generate-max_new_tokens": "2"},
+        **{"param-generate-template": "the {topic} is", "param-generate-max_new_tokens": "1"},
     )  # fmt: skip
     assert partner_client.post("/jobs/new/", form).status_code == 302
-    job = wait_for_end(Job.objects.get(), timeout=180)
+    job = wait_for_end(Job.objects.get(), timeout=300)
     assert job.state == State.SUCCEEDED, job.error
     calls = [int(line) for line in CALLS.read_text().split()]
-    assert sum(calls) == 800 and max(calls) == max(shard.record_count for shard in job.shards.all()) > 64
+    assert sum(calls) == 560 and max(calls) == max(shard.record_count for shard in job.shards.all()) > 64
