@@ -23,7 +23,7 @@ from jobs.scheduling import Fleet, sizing
 
 @dataclass(frozen=True)
 class Progress:
-    records_total: int | None  # None while staging streams into the pass: counted as staged
+    records_total: int | None  # None while staging streams into the pass: known once it ends
     records_done: int
     shards_total: int
     shards_done: int
@@ -73,7 +73,7 @@ class JobFacts:
         else:
             totals = job.shards.aggregate(**_shard_totals())
         done = (totals["records_finished"] or 0) + (totals["records_running"] or 0)
-        if job.kind == Job.Kind.PASS and job.streaming:  # counted as staged: known once staging ends
+        if job.kind == Job.Kind.PASS and job.streaming:  # the total is known once staging ends
             total, expected, records_done = None, job.layout.get("expected_records"), done
         else:
             total = (job.records_total if job.kind == Job.Kind.PASS else totals["records_counted"]) or 0

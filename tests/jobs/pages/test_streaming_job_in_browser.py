@@ -57,7 +57,7 @@ def test_a_streaming_job_reads_as_running_with_the_share_of_its_data_staged(
     page.goto(f"{live_server.url}/jobs/{job.pk}/")
     text = page.inner_text("#progress")
     assert "Running — 40 % of the data staged; shards run as it arrives." in text
-    assert "counted as staged" in text
+    assert "so far, of a total known once the data is staged" in text
     assert page.locator("progress.bar.staging").get_attribute("value") == "40"
     assert page.locator("progress.bar.running").get_attribute("value") == "20", (
         "of the records the data's size suggests"

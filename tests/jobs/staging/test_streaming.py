@@ -104,7 +104,7 @@ def test_it_runs_the_first_shards_while_the_rest_is_still_staging(fleet, partner
     )
     assert refreshed(job).streaming and job.input_sha256 == "" and job.records_total is None
     page = partner_client.get(f"/jobs/{job.pk}/").content.decode()
-    assert "% of the data staged" in page and "counted as staged" in page, page[
+    assert "% of the data staged" in page and "so far, of a total known once the data is staged" in page, page[
         page.find("status-line") : page.find("status-line") + 1500
     ]
     wait_for(

@@ -40,8 +40,8 @@ def records_done(job: Job) -> int:
 def shown_on_the_page(client, job: Job) -> tuple[int, int | None]:
     """The records done and in all, as the job's live fragment shows them: in all is None while staging goes on."""
     html = client.get(f"/jobs/{job.pk}/progress/?shown=running", headers={"HX-Request": "true"}).content.decode()
-    done, total = re.search(r"<dt>Records</dt><dd>([\d,]+) / ([\d,]+|counted as staged)</dd>", html).groups()
-    return int(done.replace(",", "")), None if total == "counted as staged" else int(total.replace(",", ""))
+    done, total = re.search(r"<dt>Records</dt><dd>([\d,]+) (?:/ ([\d,]+)|so far, of a total known once)", html).groups()
+    return int(done.replace(",", "")), None if total is None else int(total.replace(",", ""))
 
 
 @pytest.mark.django_db
