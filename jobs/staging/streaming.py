@@ -16,7 +16,8 @@ end), the data's size, SHA-256 and record count are recorded in one transaction 
 
 CSV and JSONL stream; Parquet and archives (their layout is known only from the whole file), work kinds
 that scan every record before the pass (their plan needs all of them), samples, and job storage on S3
-(the copy is one object, whole only at its end) stage every byte first, as before.
+(the copy is one object, whole only at its end) stage every byte first, as before; so does a staging called
+inside a transaction (a command's or a test's), whose rows the follower's own connection could not reach.
 """
 
 import io
@@ -54,6 +55,8 @@ def streams(job: Job) -> bool:
         return False
     if not isinstance(default_storage, FileSystemStorage):
         return False
+    if connection.in_atomic_block:
+        return False  # the follower's thread has a connection of its own: it could neither see nor lock this one's rows
     return processors.get(job.work).scanner(job.params) is None
 
 

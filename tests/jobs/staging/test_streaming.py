@@ -369,3 +369,19 @@ def test_a_source_of_unknown_size_shows_the_bytes_staged_so_far(organisation, pa
     assert "Staging goes on: 12.5\xa0MB of the data staged" in page.replace("&nbsp;", "\xa0")
     progress = job_json(job)["progress"]
     assert progress["staging_percent"] is None and progress["staged_bytes"] == 12_500_000
+
+
+@pytest.mark.django_db
+def test_a_staging_called_inside_a_transaction_stages_the_whole_copy_first(partner_client, online_slots):
+    """The follower's thread has a database connection of its own: inside the caller's transaction it could
+    neither see the job's rows (PostgreSQL) nor take the write lock (SQLite). Such a staging (a command's, a
+    test's) copies the data whole, then describes and cuts it, at once, not after a lock's timeout."""
+    form = job_form(CSV, name="numbers.csv", work="test-slow-echo", gpus="2")
+    form["param-test-slow-echo-seconds_per_batch"] = "0"
+    assert partner_client.post("/jobs/new/", form).status_code == 302
+    job = Job.objects.get()
+    assert not streaming.streams(job)
+    stage.stage(job.pk)
+    job.refresh_from_db()
+    assert (job.state, job.streaming, job.records_total) == (State.QUEUED, False, RECORDS)
+    assert sum(job.shards.values_list("record_count", flat=True)) == RECORDS
