@@ -401,13 +401,13 @@ def give_back(allocation_id: int, idle: bool = False) -> bool:
     if not idle and not asked.filter(give_back=True).exists():
         return False  # the slot asks this after every shard: one read, no lock, when it is not asked back
     with transaction.atomic():
-        holder = Allocation.objects.filter(pk=allocation_id).values("job_id")
+        holder = Allocation.objects.filter(pk=allocation_id).order_by().values("job_id")
         job = Job.objects.select_for_update().filter(pk=Subquery(holder), state=State.RUNNING).first()
         waits_for_bytes = idle and job is not None and job.streaming
         if job is None or not (job.flexible or waits_for_bytes or not idle) or job.time_limit_passed(now):
             return False
         hold = asked if idle else asked.filter(give_back=True)
-        allocation = hold.select_related("gpu", "gpu__node").first()
+        allocation = hold.select_related("gpu", "gpu__node").order_by().first()
         others = Allocation.objects.filter(job=job, held_to__isnull=True).exclude(pk=allocation_id).count()
         pending = Shard.objects.filter(job=job, status=Shard.Status.PENDING).exists()
         if allocation is None or not (others or (pending and not idle) or waits_for_bytes):
@@ -445,7 +445,8 @@ def _rebudget(job_ids: list[int]) -> None:
         return
     spent = dict.fromkeys(flexible, 0)
     opened: dict[int, list[float]] = {pk: [] for pk in flexible}
-    for job_id, start, end in Allocation.objects.filter(job__in=flexible).values_list("job_id", "held_from", "held_to"):
+    holds = Allocation.objects.filter(job__in=flexible).order_by().values_list("job_id", "held_from", "held_to")
+    for job_id, start, end in holds:
         if end is None:
             opened[job_id].append(start.timestamp())
         else:

@@ -584,7 +584,9 @@ def _usage(now) -> tuple[dict[int, float], dict[int, int]]:
         hours = max(0.0, seconds) / 3600
         usage[org] = usage.get(org, 0.0) + hours * 0.5 ** (max(0.0, (now - ended).total_seconds()) / half_life)
 
-    for org, start in Allocation.objects.filter(held_to=None).values_list("job__organisation_id", "held_from"):
+    for org, start in (
+        Allocation.objects.filter(held_to=None).order_by().values_list("job__organisation_id", "held_from")
+    ):
         holding[org] = holding.get(org, 0) + 1
         add(org, (now - start).total_seconds(), now)
     # The holds that ended, as rolled up where they ended: a row an organisation and an hour (UsageHour), each
