@@ -142,7 +142,8 @@ def asked_back(job: Job, allocation_id: int) -> bool:
     """A turn at a shard boundary: the job's limit's fields read again (a flexible job's width moves its
     budget's end), and whether this slot was asked back (by the scheduler, for a flexible job; for a fixed
     one whose other slot found no staged shard, lifecycle.give_back), in one query."""
-    rows = Allocation.objects.filter(pk=allocation_id).values_list("give_back", "job__budget_ends_at", "job__deadline")
+    hold = Allocation.objects.filter(pk=allocation_id).order_by()  # one row: no join for the default ordering
+    rows = hold.values_list("give_back", "job__budget_ends_at", "job__deadline")
     asked, job.budget_ends_at, job.deadline = next(iter(rows), (False, job.budget_ends_at, job.deadline))
     return asked
 
