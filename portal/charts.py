@@ -8,7 +8,8 @@ a line across its span; a lone instant is held from it to the chart's end. A cha
 drawn (the page says why instead).
 
 The time axis is marked at round times, a tenth of a second to 30 days apart (TIME_STEPS): the finest step whose
-labels fit side by side at a phone's size, each label as precise as its step, no two alike."""
+labels fit side by side at a phone's size, each label as precise as its step, no two alike, two marks at least
+(where no step's round times give two that fit, the start and the end are the marks)."""
 
 import itertools
 import math
@@ -87,9 +88,10 @@ def latest(points: Sequence[Point], start: datetime, end: datetime, most: int = 
 
 
 def time_ticks(start: datetime, end: datetime) -> list[tuple[datetime, str]]:
-    """The time axis's marks over [start, end]: the round times of the finest step in TIME_STEPS whose labels
-    fit side by side and differ, each with its label; past the coarsest, the start's and the end's dates. None
-    for an empty span."""
+    """The time axis's marks over [start, end]: the round times of the finest step in TIME_STEPS that gives two
+    marks or more whose labels fit side by side and differ, each with its label. Where no step does (the two
+    round times of one fall too near an edge to fit, and a coarser has one at most), the start and the end,
+    each labelled as precisely as tells them apart. None for an empty span."""
     if end <= start:
         return []
     for step in TIME_STEPS:
@@ -99,8 +101,17 @@ def time_ticks(start: datetime, end: datetime) -> list[tuple[datetime, str]]:
         labels = [_time_label(at, step) for at in ticks]
         if len(set(labels)) < len(labels):  # hours over more than a day: each says its day
             labels = [f"{at.day} {at:%b %H:%M}" for at in ticks]
-        if len(set(labels)) == len(labels) and _fit(ticks, labels, start, end):
+        if len(ticks) >= 2 and len(set(labels)) == len(labels) and _fit(ticks, labels, start, end):
             return list(zip(ticks, labels, strict=True))
+    return _ends(start, end)
+
+
+def _ends(start: datetime, end: datetime) -> list[tuple[datetime, str]]:
+    """The start and the end as the axis's two marks, labelled at the finest step whose labels tell them apart."""
+    for step in TIME_STEPS:
+        labels = [_time_label(at, step) for at in (start, end)]
+        if labels[0] != labels[1]:
+            return [(start, labels[0]), (end, labels[1])]
     return [(at, f"{at:%Y-%m-%d}") for at in (start, end)]
 
 
