@@ -62,7 +62,7 @@ def test_a_node_killed_takes_its_slot_workers_at_once_and_is_not_billed_while_de
     name = f"faults-{uuid.uuid4().hex[:8]}"
     workers.append(wait_for_slots(Worker(name, slots=2)))
     rows = 8000
-    job = submit_slow(partner_client, rows, "0.1")
+    job = submit_slow(partner_client, rows, "0.3")  # ~40 s on one slot: still running once it holds both
     wait_for(lambda: Shard.objects.filter(job=job, status=Shard.Status.DONE).exists(), timeout=60,
              what="a shard done")  # fmt: skip
 
@@ -72,7 +72,12 @@ def test_a_node_killed_takes_its_slot_workers_at_once_and_is_not_billed_while_de
         seen = Node.objects.get(name=name).last_seen
         return not Job.objects.get(pk=job.pk).streaming and len(holds) == 2 and seen > max(holds)
 
-    wait_for(on_both_slots_seen_while_held, timeout=60, what="the job on both slots, seen while held")
+    def standing() -> str:
+        now = Job.objects.get(pk=job.pk)
+        holds = list(job.allocations.values_list("held_from", "held_to"))
+        return f"the job on both slots, seen while held (it is {now.state}, streaming {now.streaming}; holds {holds})"
+
+    wait_for(on_both_slots_seen_while_held, timeout=60, what=standing)
     slot_workers = [pid for pid, command in processes_mentioning(f"@{name}").items() if "slot" in command]
     assert slot_workers
 
